@@ -1,0 +1,49 @@
+# The two commands: `make demo` and `make test`. Each sets up everything it needs on a fresh machine.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-8)
+DATA := data/build/.done
+
+.PHONY: demo demo-headless test test-fast lint format bench venv data browser clean
+
+venv: $(STAMP)
+$(STAMP): requirements.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements.txt
+	rm -f $(VENV)/.installed-*; touch $@
+
+data: $(DATA)
+$(DATA): $(STAMP) data/*.py
+	$(PY) -m data.build --out data/build
+
+# Debian's chromium for the browser tests (never a Playwright browser download).
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+demo: $(DATA)
+	$(PY) scripts/demo.py
+
+demo-headless: $(DATA)
+	$(PY) scripts/demo.py --headless
+
+test: $(DATA) browser
+	$(PY) -m pytest
+
+test-fast: $(DATA)
+	$(PY) -m pytest -m "not slow and not browser"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix . && $(VENV)/bin/ruff format .
+
+bench: $(DATA)
+	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements-bench.txt
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf data/build runs demo-runs bench/out
