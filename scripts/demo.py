@@ -1,0 +1,205 @@
+"""The live demo: a real verl SFT run on CPU, the collector watching it, and the dashboard.
+
+    python scripts/demo.py              # trainer + collector + `streamlit run app`, prints the address
+    python scripts/demo.py --headless   # trainer + collector, prints alerts and checkpoint advice here
+
+The run overfits on purpose and hits a gradient spike, so within a few minutes the alerts appear and the
+checkpoint advice names the step before the validation loss turned. Ctrl-C stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd: list[str], log: Path | None = None) -> subprocess.Popen:
+    """Start a child in its own process group so Ctrl-C can stop it and everything it spawned."""
+    out = open(log, "ab") if log else None  # noqa: SIM115 - the child owns the file for its lifetime
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True
+    )
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in reversed(procs):
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.time() + 20
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def wait_for_collector(db: Path, proc: subprocess.Popen, timeout: float = 60) -> dict:
+    marker = Path(str(db) + ".collector.json")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"demo: the collector exited with code {proc.returncode}; see its log above")
+        if marker.exists():
+            try:
+                return json.loads(marker.read_text())
+            except ValueError:
+                pass  # being written
+        time.sleep(0.2)
+    sys.exit(f"demo: the collector did not start within {timeout:.0f} s ({marker} never appeared)")
+
+
+def cli_json(db: Path, *args: str) -> object:
+    out = subprocess.run(
+        [PY, "-m", "collector", *args, "--db", str(db), "--json"], cwd=REPO, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        print(f"demo: `collector {' '.join(args)}` failed: {out.stderr.strip()}", file=sys.stderr)
+        return None
+    return json.loads(out.stdout)
+
+
+def print_alerts(db: Path, run: str, seen: set[tuple]) -> None:
+    for a in cli_json(db, "alerts", "--run", run, "--state", "all") or []:
+        key = (a["id"], a["state"], a["last_step"])
+        if key not in seen:
+            seen.add(key)
+            print(
+                f"  [{a['severity']:5}] {a['rule']:<16} steps {a['first_step']}-{a['last_step']} ({a['state']}): {a['message']}"
+            )
+
+
+def print_advice(db: Path, run: str) -> None:
+    advice = cli_json(db, "checkpoints", "--run", run) or {}
+    rec = advice.get("recommended")
+    print("\nCheckpoint advice:")
+    if rec:
+        print(f"  keep step {rec['step']}: {rec['path']}\n  why: {rec['reason']}")
+    else:
+        print("  no complete checkpoint to recommend yet")
+    if advice.get("deletable"):
+        print(
+            f"  safe to delete: steps {advice['deletable']} (frees {advice.get('frees_bytes', 0) / 1e6:.1f} MB)"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--headless", action="store_true", help="no dashboard; print alerts and advice here")
+    ap.add_argument(
+        "--root", type=Path, default=REPO / "runs", help="folder the runs are written to and watched"
+    )
+    ap.add_argument("--preset", default="demo", help="trainer preset (see `python -m trainer.launch --help`)")
+    ap.add_argument("--nproc", type=int, default=1)
+    ap.add_argument("--port", type=int, default=8501, help="dashboard port (0 = a free one)")
+    args = ap.parse_args()
+
+    root = args.root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    state = REPO / ".runwatch"  # the database and logs live outside the watched root
+    (state / "logs").mkdir(parents=True, exist_ok=True)
+    db = state / "runwatch.duckdb"
+    run_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    run_dir = root / run_id
+    env_note = os.environ.setdefault("WANDB_MODE", "offline")
+
+    procs: list[subprocess.Popen] = []
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        print(f"demo: collector watching {root} (database {db})")
+        procs.append(start([PY, "-m", "collector", "serve", "--db", str(db), str(root), "--port", "0"]))
+        info = wait_for_collector(db, procs[0])
+        print(f"demo: collector API on http://127.0.0.1:{info['port']} (pid {info['pid']})")
+
+        print(f"demo: starting verl SFT on CPU, preset {args.preset!r}, run {run_id} (WANDB_MODE={env_note})")
+        trainer = start(
+            [
+                PY,
+                "-m",
+                "trainer.launch",
+                "--preset",
+                args.preset,
+                "--out",
+                str(run_dir),
+                "--nproc",
+                str(args.nproc),
+            ],
+            log=state / "logs" / f"{run_id}.trainer.log",
+        )
+        procs.append(trainer)
+        print(f"demo: trainer output goes to {state / 'logs' / (run_id + '.trainer.log')}")
+
+        if not args.headless:
+            port = args.port or free_port()
+            procs.append(
+                start(
+                    [
+                        PY,
+                        "-m",
+                        "streamlit",
+                        "run",
+                        "app",
+                        "--server.address",
+                        "127.0.0.1",
+                        "--server.port",
+                        str(port),
+                        "--server.headless",
+                        "true",
+                        "--browser.gatherUsageStats",
+                        "false",
+                        "--",
+                        "--db",
+                        str(db),
+                        "--root",
+                        str(root),
+                    ],
+                    log=state / "logs" / "dashboard.log",
+                )
+            )
+            print(
+                f"\n  runwatch dashboard: http://127.0.0.1:{port}\n  (Ctrl-C stops the trainer, the collector and the dashboard)\n"
+            )
+
+        seen: set[tuple] = set()
+        while True:
+            time.sleep(3)
+            if args.headless:
+                print_alerts(db, run_id, seen)
+            if trainer.poll() is not None:
+                print(f"demo: training finished with exit code {trainer.returncode}")
+                time.sleep(3)  # let the collector take in the last lines
+                print_alerts(db, run_id, seen)
+                print_advice(db, run_id)
+                if args.headless:
+                    break
+                print("demo: the dashboard stays up; Ctrl-C to stop")
+                while True:
+                    time.sleep(3600)
+    except KeyboardInterrupt:
+        print("\ndemo: stopping")
+    finally:
+        stop(procs)
+        print("demo: everything it started has stopped")
+
+
+if __name__ == "__main__":
+    main()
