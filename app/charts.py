@@ -1,0 +1,284 @@
+"""Plotly figures built from app series (see app/series.py) and API alert dicts.
+
+Pure functions: they take data and drawing options and return a `go.Figure`; they fetch nothing and decide
+nothing about the run. A downsampled series is drawn as its min-max band per bucket plus a line, so a spike
+anywhere in the run stays visible; non-finite points and buckets are red crosses along the top edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import plotly.graph_objects as go
+
+from app.series import debiased_ema, is_finite
+
+SEVERITY_COLORS = {"error": "#d62728", "warn": "#ff7f0e", "info": "#1f77b4"}
+# Plotly's default colour cycle, spelled out so the band can reuse a line's colour with transparency.
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+NONFINITE_TRACE = "NaN/inf"
+# Grad norms between these are what healthy fine-tuning runs show; above the warning line is a spike.
+GRAD_NORM_BAND = (0.1, 10.0)
+GRAD_NORM_WARNING = 100.0
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    red, green, blue = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
+def _drawable(values: Iterable[float]) -> list[float | None]:
+    # Plotly leaves a gap at None; NaN in a plain list would be sent as null anyway, but say so explicitly.
+    return [v if is_finite(v) else None for v in values]
+
+
+def bucket_note(series_list: list[dict]) -> str | None:
+    """A sentence saying the chart shows buckets rather than raw points, or None when every series is raw."""
+    parts = [
+        f"{s.get('label') or s['metric']}: {len(s['steps']):,} buckets of {s['total_points']:,} points"
+        for s in series_list
+        if s["downsampled"]
+    ]
+    if not parts:
+        return None
+    return (
+        "Showing min-max buckets, not raw points ("
+        + "; ".join(parts)
+        + "). Zoom in by narrowing the step range."
+    )
+
+
+def alerts_for(alerts: list[dict], metrics: Iterable[str]) -> list[dict]:
+    """The alerts to mark on a chart of `metrics`: those about one of them, and run-wide ones (no metric)."""
+    names = set(metrics)
+    return [a for a in alerts if not a.get("metric") or a.get("metric") in names]
+
+
+def _add_series(fig: go.Figure, series: dict, color: str, smoothing: float) -> None:
+    name = series.get("label") or series["metric"]
+    steps = series["steps"]
+    if series["downsampled"]:
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=_drawable(series["maxs"]),
+                name=f"{name} max",
+                mode="lines",
+                line={"width": 0.5, "color": _rgba(color, 0.5)},
+                showlegend=False,
+                legendgroup=name,
+                hoverinfo="x+y+name",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=_drawable(series["mins"]),
+                name=f"{name} min",
+                mode="lines",
+                line={"width": 0.5, "color": _rgba(color, 0.5)},
+                fill="tonexty",
+                fillcolor=_rgba(color, 0.25),
+                showlegend=False,
+                legendgroup=name,
+                hoverinfo="x+y+name",
+            )
+        )
+    elif smoothing > 0:
+        # The raw points stay visible, faint, under the smoothed line.
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=_drawable(series["values"]),
+                name=f"{name} raw",
+                mode="lines+markers" if len(steps) <= 300 else "lines",
+                line={"width": 1, "color": _rgba(color, 0.35)},
+                marker={"size": 3, "color": _rgba(color, 0.35)},
+                showlegend=False,
+                legendgroup=name,
+            )
+        )
+    values = debiased_ema(series["values"], smoothing) if smoothing > 0 else series["values"]
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=_drawable(values),
+            name=name,
+            mode="lines+markers" if len(steps) <= 60 else "lines",
+            line={"width": 2, "color": color},
+            marker={"size": 5},
+            legendgroup=name,
+        )
+    )
+
+
+def _add_nonfinite(fig: go.Figure, series_list: list[dict]) -> None:
+    steps = sorted({s for series in series_list for s in series["nonfinite_steps"]})
+    if not steps:
+        return
+    labels = [
+        ", ".join(
+            series.get("label") or series["metric"]
+            for series in series_list
+            if step in series["nonfinite_steps"]
+        )
+        for step in steps
+    ]
+    # On a hidden 0..1 axis so the crosses sit at the top whatever the data's range or log scale.
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=[0.97] * len(steps),
+            yaxis="y2",
+            name=NONFINITE_TRACE,
+            mode="markers",
+            marker={"symbol": "x", "size": 11, "color": SEVERITY_COLORS["error"], "line": {"width": 2}},
+            text=[f"NaN/inf in {label} at step {step:,}" for step, label in zip(steps, labels, strict=True)],
+            hoverinfo="text",
+        )
+    )
+
+
+def _add_alerts(fig: go.Figure, alerts: list[dict]) -> None:
+    for alert in alerts:
+        color = SEVERITY_COLORS.get(alert.get("severity", ""), SEVERITY_COLORS["info"])
+        first, last = alert.get("first_step"), alert.get("last_step")
+        if first is None:
+            continue
+        last = first if last is None else last
+        label = f"{alert.get('rule', 'alert')} ({alert.get('severity', '?')})"
+        if last > first:
+            fig.add_vrect(
+                x0=first,
+                x1=last,
+                fillcolor=color,
+                opacity=0.15,
+                line_width=0,
+                layer="below",
+                annotation_text=label,
+                annotation_position="top left",
+                annotation_font_color=color,
+            )
+        else:
+            fig.add_vline(
+                x=first,
+                line_color=color,
+                line_width=2,
+                opacity=0.6,
+                annotation_text=label,
+                annotation_position="top left",
+                annotation_font_color=color,
+            )
+
+
+def metric_figure(
+    series_list: list[dict],
+    *,
+    title: str,
+    smoothing: float = 0.0,
+    log_y: bool = False,
+    alerts: list[dict] = (),
+    y_title: str | None = None,
+    normal_band: tuple[float, float] | None = None,
+    warning_line: float | None = None,
+    checkpoint_steps: list[int] = (),
+    height: int = 330,
+) -> go.Figure:
+    """One chart of one or more series on a shared step axis.
+
+    Draws, per series, the min-max band when downsampled, the raw points under the smoothed line when
+    smoothing is on, and the (smoothed) line; then red crosses at the top for non-finite points, a shaded
+    `normal_band`, a dashed `warning_line`, checkpoint saves as dotted lines, and each alert episode as a
+    band from its first to last step coloured by severity.
+    """
+    fig = go.Figure()
+    for i, series in enumerate(series_list):
+        _add_series(fig, series, PALETTE[i % len(PALETTE)], smoothing)
+    _add_nonfinite(fig, series_list)
+    if normal_band is not None:
+        fig.add_hrect(
+            y0=normal_band[0],
+            y1=normal_band[1],
+            fillcolor="#2ca02c",
+            opacity=0.08,
+            line_width=0,
+            layer="below",
+            annotation_text="normal range",
+            annotation_position="bottom right",
+        )
+    if warning_line is not None:
+        fig.add_hline(
+            y=warning_line,
+            line_dash="dash",
+            line_color=SEVERITY_COLORS["warn"],
+            annotation_text=f"warning {warning_line:g}",
+            annotation_position="top right",
+        )
+    for step in checkpoint_steps:
+        fig.add_vline(x=step, line_dash="dot", line_color="#7f7f7f", line_width=1, opacity=0.7)
+    if checkpoint_steps:
+        # vlines have no legend entry; an invisible trace gives the dotted lines a name.
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                name="checkpoint saved",
+                line={"dash": "dot", "color": "#7f7f7f"},
+            )
+        )
+    _add_alerts(fig, alerts)
+    note = bucket_note(series_list)
+    fig.update_layout(
+        title={"text": title if note is None else f"{title}<br><sup>min-max buckets, not raw points</sup>"},
+        height=height,
+        margin={"l": 10, "r": 10, "t": 60, "b": 10},
+        hovermode="x unified",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        xaxis={"title": "step"},
+        yaxis={"title": y_title or "", "type": "log" if log_y else "linear"},
+        yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+        meta={"bucket_note": note},
+    )
+    return fig
+
+
+def epoch_figure(rows: list[dict], *, metric: str, height: int = 300) -> go.Figure:
+    """Mean per epoch with its spread: error bars of one standard deviation and a min-max band."""
+    rows = sorted(rows, key=lambda r: r["epoch"])
+    epochs = [r["epoch"] for r in rows]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=epochs, y=_drawable(r.get("max") for r in rows), mode="lines", line={"width": 0}, name="max"
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=epochs,
+            y=_drawable(r.get("min") for r in rows),
+            mode="lines",
+            line={"width": 0},
+            fill="tonexty",
+            fillcolor=_rgba(PALETTE[0], 0.15),
+            name="min-max",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=epochs,
+            y=_drawable(r.get("mean") for r in rows),
+            mode="lines+markers",
+            name="mean",
+            line={"color": PALETTE[0], "width": 2},
+            error_y={"type": "data", "array": _drawable(r.get("std") for r in rows), "visible": True},
+        )
+    )
+    fig.update_layout(
+        title={"text": f"{metric} per epoch"},
+        height=height,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        xaxis={"title": "epoch"},
+        showlegend=True,
+    )
+    return fig

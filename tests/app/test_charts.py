@@ -1,0 +1,168 @@
+"""Unit tests of the app's pure series and figure functions, on API-shaped dicts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from app.charts import NONFINITE_TRACE, alerts_for, bucket_note, epoch_figure, metric_figure
+from app.series import (
+    append_new,
+    debiased_ema,
+    from_api,
+    group_metrics,
+    real_units_name,
+    scaled,
+    unit_scale,
+)
+
+
+def raw_series(metric: str, steps: list[int], values: list) -> dict:
+    return from_api({"metric": metric, "steps": steps, "values": values, "downsampled": False})
+
+
+def test_debiased_ema_matches_tensorboard_by_hand():
+    weight = 0.6
+    values = [1.0, 2.0, 4.0]
+    # TensorBoard: last = last*w + (1-w)*v; smoothed = last / (1 - w^n)
+    last, expected = 0.0, []
+    for n, v in enumerate(values, start=1):
+        last = last * weight + (1 - weight) * v
+        expected.append(last / (1 - weight**n))
+    assert debiased_ema(values, weight) == pytest.approx(expected)
+    # debiasing makes the first smoothed point equal the first value (a plain EMA would start at 0.4)
+    assert debiased_ema(values, weight)[0] == pytest.approx(1.0)
+
+
+def test_debiased_ema_passes_nan_through_without_poisoning_the_rest():
+    out = debiased_ema([1.0, math.nan, 1.0, 1.0], 0.9)
+    assert math.isnan(out[1])
+    assert out[2] == pytest.approx(1.0) and out[3] == pytest.approx(1.0)
+    assert debiased_ema([3.0, 5.0], 0.0) == [3.0, 5.0]
+
+
+def test_from_api_marks_null_and_listed_nonfinite_points():
+    series = raw_series("train/loss", [1, 2, 3], [1.0, None, "NaN"])
+    assert series["nonfinite_steps"] == [2, 3]
+    down = from_api(
+        {
+            "metric": "train/grad_norm",
+            "steps": [0, 100],
+            "values": [1.0, 1.0],
+            "min": [0.5, 0.4],
+            "max": [2.0, 900.0],
+            "downsampled": True,
+            "total_points": 200,
+            "nonfinite_steps": [0],
+        }
+    )
+    assert down["maxs"] == [2.0, 900.0] and down["mins"] == [0.5, 0.4]
+    assert down["nonfinite_steps"] == [0]
+    assert down["total_points"] == 200
+
+
+def test_append_new_adds_only_points_past_the_last_step():
+    held = raw_series("train/loss", [1, 2], [3.0, 2.5])
+    polled = raw_series("train/loss", [2, 3, 4], [2.5, None, 2.0])
+    merged = append_new(held, polled)
+    assert merged["steps"] == [1, 2, 3, 4]
+    assert merged["nonfinite_steps"] == [3]
+    assert merged["total_points"] == 4
+    assert append_new(merged, polled) is merged  # a repeated poll adds nothing
+    assert held["steps"] == [1, 2]  # the held series is not changed in place
+
+
+def test_lr_in_scaled_units_is_shown_in_real_units():
+    assert unit_scale("train/lr(1e-3)") == pytest.approx(1e-3)
+    assert unit_scale("train/lr") == 1.0
+    assert real_units_name("train/lr(1e-3)") == "train/lr"
+    series = scaled(raw_series("train/lr(1e-3)", [1, 2], [0.5, 1.0]), 1e-3)
+    assert series["values"] == pytest.approx([5e-4, 1e-3])
+
+
+def test_group_metrics_by_prefix_leaving_out_role_panels():
+    names = ["train/loss", "train/mfu", "actor/kl", "critic/vf_loss", "perf/max_memory_allocated_gb", "epoch"]
+    assert group_metrics(names, exclude={"train/loss"}) == {
+        "actor": ["actor/kl"],
+        "critic": ["critic/vf_loss"],
+        "other": ["epoch"],
+        "perf": ["perf/max_memory_allocated_gb"],
+        "train": ["train/mfu"],
+    }
+
+
+def figure_json(fig) -> dict:
+    return json.loads(fig.to_json())
+
+
+def test_downsampled_series_draws_band_nan_markers_and_says_so():
+    series = from_api(
+        {
+            "metric": "train/grad_norm",
+            "steps": [0, 500, 1000],
+            "values": [1.0, 1.1, None],
+            "min": [0.5, 0.6, 0.7],
+            "max": [1.5, 750.0, None],
+            "downsampled": True,
+            "total_points": 1500,
+        }
+    )
+    fig = figure_json(metric_figure([series], title="grad_norm", normal_band=(0.1, 10), warning_line=100))
+    names = [t["name"] for t in fig["data"]]
+    assert names == ["train/grad_norm max", "train/grad_norm min", "train/grad_norm", NONFINITE_TRACE]
+    band_max = fig["data"][0]["y"]
+    assert 750.0 in band_max  # the spike inside a bucket stays visible
+    nan_trace = fig["data"][3]
+    assert nan_trace["x"] == [1000] and nan_trace["yaxis"] == "y2"
+    assert "buckets" in fig["layout"]["meta"]["bucket_note"]
+    shapes = fig["layout"]["shapes"]
+    assert any(s.get("y0") == 0.1 and s.get("y1") == 10 for s in shapes)
+    assert any(s.get("y0") == 100 and s.get("y1") == 100 for s in shapes)
+    assert bucket_note([series]).startswith("Showing min-max buckets")
+
+
+def test_raw_series_with_smoothing_keeps_raw_points_under_the_line_and_marks_alerts():
+    series = raw_series("train/loss", list(range(1, 11)), [float(10 - i) for i in range(10)])
+    val = raw_series("val/loss", [5, 10], [6.0, 4.0])
+    alerts = [
+        {"rule": "val_loss_rise", "severity": "warn", "metric": "val/loss", "first_step": 5, "last_step": 10},
+        {
+            "rule": "grad_spike",
+            "severity": "error",
+            "metric": "train/grad_norm",
+            "first_step": 3,
+            "last_step": 3,
+        },
+        {"rule": "stall", "severity": "error", "metric": None, "first_step": 9, "last_step": 9},
+    ]
+    shown = alerts_for(alerts, ["train/loss", "val/loss"])
+    assert [a["rule"] for a in shown] == ["val_loss_rise", "stall"]
+    fig = figure_json(metric_figure([series, val], title="loss", smoothing=0.6, log_y=True, alerts=shown))
+    names = [t["name"] for t in fig["data"]]
+    assert names == ["train/loss raw", "train/loss", "val/loss raw", "val/loss"]
+    assert fig["data"][0]["y"] == [float(10 - i) for i in range(10)]
+    assert fig["data"][1]["y"] != fig["data"][0]["y"]  # the line on top is the smoothed one
+    assert fig["layout"]["yaxis"]["type"] == "log"
+    rect = [s for s in fig["layout"]["shapes"] if s.get("type") == "rect"]
+    assert rect[0]["x0"] == 5 and rect[0]["x1"] == 10 and rect[0]["fillcolor"] == "#ff7f0e"
+    assert fig["layout"]["meta"]["bucket_note"] is None
+
+
+def test_checkpoint_saves_are_marked_on_the_step_time_chart():
+    series = raw_series("timing/step_s", [1, 2, 3, 4], [0.1, 0.1, 0.9, 0.1])
+    fig = figure_json(metric_figure([series], title="step time", checkpoint_steps=[3]))
+    assert any(s.get("x0") == 3 and s.get("line", {}).get("dash") == "dot" for s in fig["layout"]["shapes"])
+    assert "checkpoint saved" in [t["name"] for t in fig["data"]]
+
+
+def test_epoch_figure_draws_mean_with_spread():
+    rows = [
+        {"epoch": 1, "mean": 2.0, "std": 0.5, "min": 1.0, "max": 3.0},
+        {"epoch": 0, "mean": 3.0, "std": 0.2, "min": 2.5, "max": 3.5},
+    ]
+    fig = figure_json(epoch_figure(rows, metric="train/loss"))
+    mean = next(t for t in fig["data"] if t["name"] == "mean")
+    assert mean["x"] == [0, 1] and mean["y"] == [3.0, 2.0]
+    assert mean["error_y"]["array"] == [0.2, 0.5]
