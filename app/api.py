@@ -1,0 +1,93 @@
+"""The collector's HTTP API as the dashboard uses it: one method per endpoint, JSON in and out.
+
+Transport (address, token, errors) is the collector's client; this class only names the calls the pages
+make, so a page reads `api.checkpoints(run)` rather than a path string.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+# Bucket count for a chart: about one bucket per horizontal pixel of a wide chart.
+CHART_POINTS = 2000
+
+
+def _run_path(run: str) -> str:
+    # Run ids are paths with "/" separators; the API's route takes them as a path.
+    return quote(run, safe="/")
+
+
+class DashboardApi:
+    """The endpoints the pages call. `client` is a `collector.client` client (anything with get/post)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def _get(self, path: str, params: dict | list | None = None) -> Any:
+        return self.client.get(path, params=params)
+
+    def _post(self, path: str, body: dict) -> Any:
+        return self.client.post(path, body)
+
+    def health(self) -> dict:
+        return self._get("/api/health")
+
+    def runs(self) -> list[dict]:
+        return self._get("/api/runs")
+
+    def run(self, run: str) -> dict:
+        return self._get(f"/api/runs/{_run_path(run)}")
+
+    def metrics(
+        self,
+        run: str,
+        metrics: list[str],
+        *,
+        points: int = CHART_POINTS,
+        start: int | None = None,
+        end: int | None = None,
+        after: int | None = None,
+    ) -> list[dict]:
+        """The series of `metrics` (downsampled to about `points` buckets; raw points past `after` when given)."""
+        params: list[tuple[str, Any]] = [("metric", m) for m in metrics]
+        params.append(("points", points))
+        for name, value in (("start", start), ("end", end), ("after", after)):
+            if value is not None:
+                params.append((name, value))
+        return self._get(f"/api/runs/{_run_path(run)}/metrics", params=params)["series"]
+
+    def epochs(self, run: str, metric: str) -> Any:
+        return self._get(f"/api/runs/{_run_path(run)}/epochs", params={"metric": metric})
+
+    def alerts(
+        self,
+        *,
+        run: str | None = None,
+        rule: str | None = None,
+        severity: str | None = None,
+        state: str = "all",
+    ) -> list[dict]:
+        params = {"state": state}
+        for name, value in (("run", run), ("rule", rule), ("severity", severity)):
+            if value:
+                params[name] = value
+        return self._get("/api/alerts", params=params)
+
+    def alert(self, alert_id: int) -> dict:
+        return self._get(f"/api/alerts/{alert_id}")
+
+    def acknowledge(self, alert_id: int, note: str) -> dict:
+        return self._post(f"/api/alerts/{alert_id}/ack", {"note": note})
+
+    def resolve(self, alert_id: int, note: str) -> dict:
+        return self._post(f"/api/alerts/{alert_id}/resolve", {"note": note})
+
+    def checkpoints(self, run: str) -> dict:
+        return self._get(f"/api/runs/{_run_path(run)}/checkpoints")
+
+    def health_checklist(self, run: str) -> list[dict]:
+        return self._get(f"/api/runs/{_run_path(run)}/health")
+
+    def compare(self, runs: list[str]) -> dict:
+        return self._get("/api/compare", params=[("run", r) for r in runs])

@@ -1,0 +1,39 @@
+"""Series held in the Streamlit session: fetched once, then only new points are fetched and appended."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.api import CHART_POINTS, DashboardApi
+from app.series import append_new, from_api, last_step
+
+
+def _held(run: str) -> dict[str, dict]:
+    return st.session_state.setdefault(f"series::{run}", {})
+
+
+def load_series(api: DashboardApi, run: str, metrics: list[str], *, poll: bool) -> dict[str, dict]:
+    """The app series of `metrics` for `run`.
+
+    A metric not held yet is fetched whole (downsampled to about CHART_POINTS buckets). With `poll`, the held
+    ones ask the API only for raw points past their last step (`after=`) and append them.
+    """
+    held = _held(run)
+    missing = [m for m in metrics if m not in held]
+    if missing:
+        for series in api.metrics(run, missing, points=CHART_POINTS):
+            held[series["metric"]] = from_api(series)
+        for metric in missing:
+            held.setdefault(metric, from_api({"metric": metric, "steps": [], "values": []}))
+    elif poll:
+        lasts = [last_step(held[m]) for m in metrics]
+        after = min((s for s in lasts if s is not None), default=-1)
+        for series in api.metrics(run, metrics, points=CHART_POINTS, after=after):
+            metric = series["metric"]
+            held[metric] = append_new(held[metric], from_api({**series, "downsampled": False}))
+    return {m: held[m] for m in metrics}
+
+
+def forget(run: str) -> None:
+    """Drop the held series of `run` (the next draw fetches them whole again)."""
+    st.session_state.pop(f"series::{run}", None)

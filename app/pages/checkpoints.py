@@ -1,0 +1,85 @@
+"""Checkpoint picking: a run's checkpoints, the recommended one and why, and what is safe to delete."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import ui
+
+api = ui.api()
+run = ui.selected_run()
+if run is None:
+    st.info("No runs yet: nothing to show.")
+    st.stop()
+
+st.title(f"Checkpoints of {run}")
+advice = api.checkpoints(run)
+checkpoints = advice.get("checkpoints") or []
+recommended = advice.get("recommended")
+deletable = set(advice.get("deletable") or [])
+metric = advice.get("metric") or "metric"
+direction = advice.get("direction")
+
+if recommended:
+    st.success(f"**Keep step {recommended['step']:,}**: {recommended.get('reason', '')}")
+    st.code(recommended["path"], language=None)
+else:
+    st.info("No checkpoint to recommend yet (none is complete, or the run has no metric to judge them by).")
+
+if not checkpoints:
+    st.info("This run has no checkpoints.")
+    st.stop()
+
+table = pd.DataFrame(
+    [
+        {
+            "step": c["step"],
+            metric: c.get("value"),
+            "complete": bool(c.get("complete")),
+            "size": ui.human_bytes(c.get("bytes")),
+            "recommended": recommended is not None and c["step"] == recommended["step"],
+            "safe to delete": c["step"] in deletable,
+            "path": c["path"],
+        }
+        for c in sorted(checkpoints, key=lambda c: c["step"])
+    ]
+)
+
+
+def _highlight(row: pd.Series) -> list[str]:
+    style = "background-color: rgba(44,160,44,0.25); font-weight: bold" if row["recommended"] else ""
+    return [style] * len(row)
+
+
+st.caption(
+    f"Judged by `{metric}`"
+    + (f" ({'lower' if direction == 'min' else 'higher'} is better)" if direction else "")
+)
+st.dataframe(
+    table.style.apply(_highlight, axis=1),
+    hide_index=True,
+    width="stretch",
+    column_config={
+        metric: st.column_config.NumberColumn(metric, format="%.4f"),
+        "path": st.column_config.TextColumn("path", width="large"),
+    },
+)
+
+if deletable:
+    frees = advice.get("frees_bytes")
+    st.warning(
+        f"Safe to delete: {len(deletable)} checkpoint(s), steps {', '.join(str(s) for s in sorted(deletable))}; "
+        f"frees {ui.human_bytes(frees)}."
+    )
+    with st.expander("Paths safe to delete"):
+        st.code("\n".join(c["path"] for c in checkpoints if c["step"] in deletable), language=None)
+else:
+    st.caption("No checkpoint is safe to delete.")
+
+steps = [c["step"] for c in sorted(checkpoints, key=lambda c: c["step"])]
+default = steps.index(recommended["step"]) if recommended and recommended["step"] in steps else len(steps) - 1
+chosen = st.selectbox(
+    "Copy the path of checkpoint", steps, index=default, format_func=lambda s: f"step {s:,}"
+)
+st.code(next(c["path"] for c in checkpoints if c["step"] == chosen), language=None)

@@ -1,0 +1,47 @@
+"""Health checklist of a run (pass / fail / unknown, with evidence) and the run's recorded config."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import ui
+
+STATE_ICONS = {"pass": "✅", "fail": "❌", "unknown": "❔"}
+PHASES = (("start", "At the start"), ("checkpoint", "At checkpoints"), ("end", "At the end"))
+
+api = ui.api()
+run = ui.selected_run()
+if run is None:
+    st.info("No runs yet: nothing to show.")
+    st.stop()
+
+st.title(f"Health of {run}")
+items = api.health_checklist(run)
+if not items:
+    st.info("The collector has no checklist for this run yet.")
+else:
+    totals = st.columns(3)
+    for col, state in zip(totals, ("pass", "fail", "unknown"), strict=True):
+        col.metric(f"{STATE_ICONS[state]} {state}", sum(i.get("state") == state for i in items))
+    known = {p for p, _ in PHASES}
+    for phase, heading in (*PHASES, ("other", "Other checks")):
+        in_phase = [i for i in items if (i.get("phase") if i.get("phase") in known else "other") == phase]
+        if not in_phase:
+            continue
+        st.subheader(heading)
+        for item in in_phase:
+            icon = STATE_ICONS.get(item.get("state"), "❔")
+            st.markdown(f"{icon} **{item.get('title', item.get('id'))}** ({item.get('state', 'unknown')})")
+            if item.get("evidence"):
+                st.caption(str(item["evidence"]))
+
+st.subheader("Config (run.json)")
+detail = api.run(run)
+config = detail.get("config")
+if config:
+    st.json(config, expanded=1)
+else:
+    st.caption("This run recorded no run.json config.")
+if detail.get("status_info"):
+    with st.expander("Status file (status.json)"):
+        st.json(detail["status_info"])

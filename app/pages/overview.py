@@ -1,0 +1,85 @@
+"""Runs overview: every run with its status, progress, latest losses, open alerts and recommended checkpoint."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import ui
+
+api = ui.api()
+st.title("Runs")
+runs = api.runs()
+if not runs:
+    roots = ", ".join(str(r) for r in ui.settings().roots)
+    st.info(f"No runs yet under {roots}. Start a trainer writing into one of these folders; it appears here.")
+    st.stop()
+
+
+def _row(run: dict) -> dict:
+    alerts = run.get("open_alerts") or {}
+    last, total = run.get("last_step"), run.get("total_steps")
+    return {
+        "run": run["id"],
+        "status": f"{ui.STATUS_ICONS.get(run.get('status'), '❔')} {run.get('status') or 'unknown'}",
+        "progress": (last / total) if last is not None and total else None,
+        "step": last,
+        "total steps": total,
+        "train loss": run.get("train_loss"),
+        "val loss": run.get("val_loss"),
+        "errors": alerts.get("error", 0),
+        "warnings": alerts.get("warn", 0),
+        "info": alerts.get("info", 0),
+        "recommended checkpoint": run.get("recommended_step"),
+        "updated": ui.parse_time(run.get("updated_at") or run.get("last_point_at")),
+        "format": run.get("format"),
+    }
+
+
+table = pd.DataFrame([_row(r) for r in runs])
+statuses = sorted({r.get("status") or "unknown" for r in runs})
+
+left, middle, right = st.columns([2, 2, 1])
+name_filter = left.text_input("Filter runs by name", placeholder="part of a run id")
+status_filter = middle.multiselect("Status", statuses, default=statuses)
+only_alerts = right.toggle("Only runs with open alerts")
+
+shown = table[table["status"].str.split(" ", n=1).str[1].isin(status_filter)]
+if name_filter:
+    shown = shown[shown["run"].str.contains(name_filter, case=False, regex=False)]
+if only_alerts:
+    shown = shown[(shown["errors"] + shown["warnings"] + shown["info"]) > 0]
+
+counts = st.columns(4)
+counts[0].metric("Runs", len(runs))
+counts[1].metric("Running", sum(r.get("status") == "running" for r in runs))
+counts[2].metric("Open errors", int(table["errors"].sum()))
+counts[3].metric("Open warnings", int(table["warnings"].sum()))
+
+event = st.dataframe(
+    shown,
+    hide_index=True,
+    width="stretch",
+    on_select="rerun",
+    selection_mode="single-row",
+    key="runs_table",
+    column_config={
+        "run": st.column_config.TextColumn("run", help="Run directory under its root", width="large"),
+        "progress": st.column_config.ProgressColumn(
+            "progress", min_value=0.0, max_value=1.0, format="percent"
+        ),
+        "step": st.column_config.NumberColumn("step", format="%d"),
+        "total steps": st.column_config.NumberColumn("total steps", format="%d"),
+        "train loss": st.column_config.NumberColumn("train loss", format="%.4f"),
+        "val loss": st.column_config.NumberColumn("val loss", format="%.4f"),
+        "errors": st.column_config.NumberColumn("🔴 errors", help="Open alerts of severity error"),
+        "warnings": st.column_config.NumberColumn("🟠 warnings", help="Open alerts of severity warn"),
+        "info": st.column_config.NumberColumn("🔵 info", help="Open alerts of severity info"),
+        "recommended checkpoint": st.column_config.NumberColumn("recommended checkpoint", format="%d"),
+        "updated": st.column_config.DatetimeColumn("last update", format="distance"),
+    },
+)
+st.caption("Click a row to open the run; click a column header to sort.")
+rows = event.selection.rows if event is not None else []
+if rows:
+    ui.open_run(shown.iloc[rows[0]]["run"])

@@ -1,0 +1,143 @@
+"""Run page: loss, learning rate, grad norm, step time, RL panels and every other metric, with alert episodes.
+
+Only the charts refresh while a run is live (a fragment), and each refresh fetches only the new points.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import ui
+from app.charts import alerts_for, epoch_figure, metric_figure
+from app.live import forget, load_series
+from app.panels import Panel, metric_names, metrics_by_role, role_panels
+from app.series import group_metrics, real_units_name, scaled, unit_scale
+
+api = ui.api()
+run = ui.selected_run()
+if run is None:
+    st.info("No runs yet: nothing to show.")
+    st.stop()
+
+detail = api.run(run)
+st.title(run)
+status = detail.get("status") or "unknown"
+last, total = detail.get("last_step"), detail.get("total_steps")
+head = st.columns(6)
+head[0].metric("Status", f"{ui.STATUS_ICONS.get(status, '❔')} {status}")
+head[1].metric("Step", f"{last:,} of {total:,}" if last is not None and total else f"{last or 0:,}")
+head[2].metric("Train loss", ui.fmt_number(detail.get("train_loss")))
+head[3].metric("Val loss", ui.fmt_number(detail.get("val_loss")))
+head[4].metric("Open alerts", ui.alert_counts_text(detail.get("open_alerts")))
+rec = detail.get("recommended_step")
+head[5].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
+if last is not None and total:
+    st.progress(min(last / total, 1.0), text=f"{last / total:.0%} of {total:,} steps")
+
+names = metric_names(detail.get("metrics"))
+try:
+    from collector.detect.roles import role_of
+except ImportError:  # the naming module is missing: panels fall back to prefix groups
+    role_of = None
+roles = metrics_by_role(names, detail.get("roles"), role_of)
+panels = role_panels(roles)
+
+controls = st.columns([3, 1, 1, 1])
+smoothing = controls[0].slider(
+    "Smoothing (TensorBoard-style debiased EMA)", 0.0, 0.99, 0.6, 0.01, help="0 draws the raw points only"
+)
+log_y = controls[1].toggle("Log scale", value=False)
+live = status == "running"
+controls[2].markdown(f"**Live**: every {ui.settings().refresh_s:g} s" if live else "**Not live** (run ended)")
+if controls[3].button("Reload all points"):
+    forget(run)
+
+checkpoint_steps = sorted(c["step"] for c in (api.checkpoints(run).get("checkpoints") or []))
+
+
+def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: str) -> None:
+    drawn = []
+    for metric in panel.metrics:
+        s = series[metric]
+        factor = unit_scale(metric)
+        if factor != 1.0:
+            # lr(1e-3) is logged x1000: draw it in real units under its real name
+            s = {**scaled(s, factor), "label": f"{real_units_name(metric)} (from {metric})"}
+        drawn.append(s)
+    fig = metric_figure(
+        drawn,
+        title=panel.title,
+        smoothing=smoothing,
+        log_y=log_y,
+        alerts=alerts_for(alerts, panel.metrics),
+        y_title=panel.y_title,
+        normal_band=panel.normal_band,
+        warning_line=panel.warning_line,
+        checkpoint_steps=checkpoint_steps if panel.checkpoints else [],
+    )
+    st.plotly_chart(fig, key=key, config={"displaylogo": False})
+    note = fig.layout.meta.get("bucket_note") if fig.layout.meta else None
+    if note:
+        st.caption(note)
+
+
+@st.fragment(run_every=ui.settings().refresh_s if live else None)
+def charts() -> None:
+    alerts = api.alerts(run=run, state="all")
+    wanted = sorted({m for p in panels for m in p.metrics} | set(names))
+    series = load_series(api, run, wanted, poll=live)
+    if not names:
+        st.info("This run has no metric points yet.")
+        return
+    role_metrics = {m for p in panels for m in p.metrics}
+    left, right = st.columns(2)
+    for i, panel in enumerate(panels):
+        with left if i % 2 == 0 else right:
+            draw_panel(panel, series, alerts, key=f"panel-{panel.title}")
+    if not role_of and not detail.get("roles"):
+        st.warning(
+            "Metric roles are not available (collector.detect.roles is missing): showing prefix groups only."
+        )
+
+    epoch_metric = next(iter(roles.get("loss", [])), None)
+    if epoch_metric and ("epoch" in names or roles.get("epoch")):
+        epochs = api.epochs(run, epoch_metric)
+        rows = epochs.get("epochs", []) if isinstance(epochs, dict) else epochs
+        if rows:
+            st.subheader("Per epoch")
+            st.plotly_chart(epoch_figure(rows, metric=epoch_metric), key="epoch-view")
+
+    for group, metrics in group_metrics(names, exclude=role_metrics).items():
+        st.subheader(f"{group}/" if group != "other" else "other metrics")
+        cols = st.columns(2)
+        for i, metric in enumerate(metrics):
+            with cols[i % 2]:
+                draw_panel(Panel(metric, (), metrics=(metric,)), series, alerts, key=f"metric-{metric}")
+
+
+charts()
+
+with st.expander("Alerts of this run"):
+    alerts = api.alerts(run=run, state="all")
+    if alerts:
+        st.dataframe(
+            [
+                {
+                    k: a.get(k)
+                    for k in (
+                        "id",
+                        "severity",
+                        "rule",
+                        "metric",
+                        "first_step",
+                        "last_step",
+                        "state",
+                        "message",
+                    )
+                }
+                for a in alerts
+            ],
+            hide_index=True,
+        )
+    else:
+        st.write("No alerts.")

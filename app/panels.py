@@ -1,0 +1,87 @@
+"""Which metrics a run page draws in which panel, from the metric roles the collector names.
+
+Roles (loss, val_loss, grad_norm, lr, ...) come from the API's run detail when it sends them, else from
+`collector.detect.roles.role_of`, the collector's own naming function; nothing here judges the values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.charts import GRAD_NORM_BAND, GRAD_NORM_WARNING
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A chart of the run page: its title, the roles it draws, and its decorations."""
+
+    title: str
+    roles: tuple[str, ...]
+    y_title: str = ""
+    normal_band: tuple[float, float] | None = None
+    warning_line: float | None = None
+    checkpoints: bool = False
+    metrics: tuple[str, ...] = field(default=())
+
+
+ROLE_PANELS = (
+    Panel("Loss", ("loss", "val_loss"), y_title="loss"),
+    Panel("Learning rate", ("lr",), y_title="learning rate"),
+    Panel(
+        "Gradient norm",
+        ("grad_norm",),
+        y_title="grad norm",
+        normal_band=GRAD_NORM_BAND,
+        warning_line=GRAD_NORM_WARNING,
+    ),
+    Panel("Time per step", ("step_time",), y_title="seconds", checkpoints=True),
+    Panel("Reward", ("reward",), y_title="reward"),
+    Panel("KL divergence", ("kl",), y_title="KL"),
+    Panel("Entropy", ("entropy",), y_title="entropy"),
+    Panel("Response length", ("response_length",), y_title="tokens"),
+)
+
+
+def metric_names(detail_metrics: object) -> list[str]:
+    """Metric names from the run detail's `metrics` field: a list of names, of {name|metric, ...}, or a dict."""
+    if isinstance(detail_metrics, dict):
+        return sorted(detail_metrics)
+    names = []
+    for item in detail_metrics or []:
+        if isinstance(item, str):
+            names.append(item)
+        elif isinstance(item, dict):
+            name = item.get("name") or item.get("metric")
+            if name:
+                names.append(name)
+    return sorted(names)
+
+
+def metrics_by_role(
+    names: list[str], api_roles: dict | None, role_of: Callable[[str], str | None] | None
+) -> dict[str, list[str]]:
+    """Role -> the run's metrics in that role, from the API's roles when given, else `role_of` per name."""
+    roles: dict[str, list[str]] = {}
+    if api_roles:
+        for role, metrics in api_roles.items():
+            listed = [metrics] if isinstance(metrics, str) else list(metrics or [])
+            roles[role] = [m for m in listed if m in names] or listed
+        return roles
+    if role_of is None:
+        return roles
+    for name in names:
+        role = role_of(name)
+        if role:
+            roles.setdefault(role, []).append(name)
+    return roles
+
+
+def role_panels(roles: dict[str, list[str]]) -> list[Panel]:
+    """The role panels this run has data for, each with its metrics filled in, in the page's order."""
+    panels = []
+    for panel in ROLE_PANELS:
+        metrics = tuple(m for role in panel.roles for m in roles.get(role, []))
+        if metrics:
+            panels.append(Panel(**{**panel.__dict__, "metrics": metrics}))
+    return panels

@@ -1,0 +1,75 @@
+"""The dashboard's settings: database, watched roots, refresh interval.
+
+Read from flags after `--` (`streamlit run app -- --db X --root Y --refresh 3`), else the environment
+(`RUNWATCH_DB`, `RUNWATCH_ROOTS` separated by os.pathsep, `RUNWATCH_REFRESH`), else defaults that work from
+the repository root (`runs/runwatch.duckdb`, root `runs/`, 5 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_DB = Path("runs") / "runwatch.duckdb"
+DEFAULT_ROOT = Path("runs")
+DEFAULT_REFRESH_S = 5.0
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the setting and its source."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    db: Path
+    roots: tuple[Path, ...]
+    refresh_s: float
+
+
+def _refresh(text: str, source: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{source}={text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise SettingsError(f"{source}={text!r} must be more than 0 seconds")
+    return value
+
+
+def read_settings(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> Settings:
+    """Settings from `argv` (flags win), then `env`, then defaults; relative paths are resolved against `cwd`.
+
+    Unknown arguments are ignored: under `streamlit.testing` the script sees the test runner's argv.
+    """
+    parser = argparse.ArgumentParser(prog="streamlit run app --", add_help=False, allow_abbrev=False)
+    parser.add_argument("--db")
+    parser.add_argument("--root", action="append")
+    parser.add_argument("--refresh")
+    flags, _ = parser.parse_known_args(list(argv))
+
+    db_text = flags.db or env.get("RUNWATCH_DB") or str(DEFAULT_DB)
+    if flags.root:
+        roots_text = list(flags.root)
+    elif env.get("RUNWATCH_ROOTS"):
+        roots_text = [r for r in env["RUNWATCH_ROOTS"].split(os.pathsep) if r]
+    else:
+        roots_text = [str(DEFAULT_ROOT)]
+    if flags.refresh is not None:
+        refresh = _refresh(flags.refresh, "--refresh")
+    elif env.get("RUNWATCH_REFRESH"):
+        refresh = _refresh(env["RUNWATCH_REFRESH"], "RUNWATCH_REFRESH")
+    else:
+        refresh = DEFAULT_REFRESH_S
+
+    def absolute(text: str) -> Path:
+        path = Path(text).expanduser()
+        return path if path.is_absolute() else (cwd / path)
+
+    return Settings(
+        db=absolute(db_text).resolve(),
+        roots=tuple(absolute(r).resolve() for r in roots_text),
+        refresh_s=refresh,
+    )

@@ -1,0 +1,63 @@
+"""runwatch dashboard: `streamlit run app [-- --db DB --root ROOT --refresh S]`.
+
+The frame around every page: settings, the collector connection (started when none runs), the run chosen
+in the sidebar, and the page navigation. The pages draw what the collector's HTTP API returns.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Streamlit puts app/ on sys.path, not the repository root that holds the `app` and `collector` packages.
+_REPO = str(Path(__file__).resolve().parents[1])
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+import streamlit as st  # noqa: E402
+
+from app import ui  # noqa: E402
+
+st.set_page_config(page_title="runwatch", page_icon="📈", layout="wide")
+
+PAGES = [
+    st.Page("pages/overview.py", title="Runs", icon="📋", url_path="runs", default=True),
+    st.Page("pages/run.py", title="Run", icon="📈", url_path="run"),
+    st.Page("pages/alerts.py", title="Alerts", icon="🚨", url_path="alerts"),
+    st.Page("pages/checkpoints.py", title="Checkpoints", icon="💾", url_path="checkpoints"),
+    st.Page("pages/compare.py", title="Compare", icon="🔀", url_path="compare"),
+    st.Page("pages/health.py", title="Health", icon="🩺", url_path="health"),
+]
+page = st.navigation(PAGES)
+
+conf = ui.settings()
+api = ui.api()
+try:
+    runs = api.runs()
+except Exception as err:  # the collector went away or answered with an error: say so, keep the page up
+    st.error(f"The collector did not answer the list of runs: {err}")
+    st.stop()
+run_ids = [r["id"] for r in runs]
+
+# A run can be named in the address (`/run?run=ID`) or chosen by a page before switching to another page.
+pending = st.session_state.pop(ui.PENDING_RUN_KEY, None) or st.query_params.get("run")
+if pending in run_ids:
+    st.session_state[ui.RUN_KEY] = pending
+if st.session_state.get(ui.RUN_KEY) not in run_ids:
+    st.session_state[ui.RUN_KEY] = run_ids[0] if run_ids else None
+
+with st.sidebar:
+    if run_ids:
+        st.selectbox(
+            "Run", run_ids, key=ui.RUN_KEY, help="The run shown on the Run, Checkpoints and Health pages"
+        )
+        st.query_params["run"] = st.session_state[ui.RUN_KEY]
+    conn = ui.connection()
+    st.caption(
+        f"Database `{conf.db}`  \nRoots: {', '.join(f'`{r}`' for r in conf.roots)}  \n"
+        f"Collector pid {conn.info.get('pid')} on port {conn.info.get('port')}"
+        + (" (started by this dashboard)" if conn.started_here else "")
+        + f"  \nLive charts refresh every {conf.refresh_s:g} s"
+    )
+
+page.run()

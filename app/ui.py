@@ -1,0 +1,106 @@
+"""What every page shares: settings, the API handle, the chosen run, and formatting for people."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import streamlit as st
+
+from app.api import DashboardApi
+from app.connection import CollectorUnavailable, Connection, connect
+from app.settings import Settings, SettingsError, read_settings
+
+RUN_KEY = "run"
+PENDING_RUN_KEY = "pending_run"  # set by a page to choose the run shown after switching pages
+SEVERITIES = ("error", "warn", "info")
+STATUS_ICONS = {"running": "🟢", "completed": "✅", "failed": "❌", "stalled": "⏸️"}
+
+
+def settings() -> Settings:
+    """The dashboard's settings, or a stop with an error box that names the bad setting."""
+    try:
+        return read_settings(sys.argv[1:], os.environ, Path.cwd())
+    except SettingsError as err:
+        st.error(f"runwatch cannot use its settings: {err}")
+        st.stop()
+
+
+@st.cache_resource(show_spinner="Connecting to the collector...")
+def _connection(db: str, roots: tuple[str, ...]) -> Connection:
+    return connect(Path(db), tuple(Path(r) for r in roots))
+
+
+def _make_api(conn: Connection, db: Path) -> DashboardApi:
+    from collector.client import Client
+
+    return DashboardApi(Client.from_db(db))
+
+
+def api() -> DashboardApi:
+    """The API of the collector for the configured database (started when none runs), or a stop with why."""
+    conf = settings()
+    try:
+        conn = _connection(str(conf.db), tuple(str(r) for r in conf.roots))
+    except CollectorUnavailable as err:
+        st.error(f"No collector for {conf.db}: {err}")
+        st.stop()
+    if conn.started_here and not st.session_state.get("_told_started"):
+        st.session_state["_told_started"] = True
+        st.toast(f"Started a collector for {conf.db} (pid {conn.info.get('pid')}, log {conn.log})")
+    return _make_api(conn, conf.db)
+
+
+def connection() -> Connection:
+    conf = settings()
+    return _connection(str(conf.db), tuple(str(r) for r in conf.roots))
+
+
+def selected_run() -> str | None:
+    """The run chosen in the sidebar (shared by the run, checkpoint and health pages)."""
+    return st.session_state.get(RUN_KEY)
+
+
+def open_run(run: str, page: str = "pages/run.py") -> None:
+    """Show `run` on `page` (switching pages reruns the app; the sidebar picks the run up first)."""
+    st.session_state[PENDING_RUN_KEY] = run
+    st.switch_page(page)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def parse_time(value: str | float | None) -> datetime | None:
+    """An API timestamp (ISO text or epoch seconds) as an aware datetime, or None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC)
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def fmt_number(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    return f"{value:.{digits}g}"
+
+
+def alert_counts_text(counts: dict | None) -> str:
+    counts = counts or {}
+    parts = [f"{counts[s]} {s}" for s in SEVERITIES if counts.get(s)]
+    return ", ".join(parts) if parts else "none"

@@ -1,0 +1,83 @@
+"""Settings from flags, environment and defaults; finding a collector's marker (live or stale)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.connection import read_marker, roots_differ
+from app.panels import metric_names, metrics_by_role, role_panels
+from app.settings import DEFAULT_REFRESH_S, SettingsError, read_settings
+
+
+def test_defaults_work_from_the_repository_root(tmp_path: Path):
+    conf = read_settings([], {}, tmp_path)
+    assert conf.db == tmp_path / "runs" / "runwatch.duckdb"
+    assert conf.roots == (tmp_path / "runs",)
+    assert conf.refresh_s == DEFAULT_REFRESH_S
+
+
+def test_flags_win_over_environment(tmp_path: Path):
+    env = {
+        "RUNWATCH_DB": "/x/env.duckdb",
+        "RUNWATCH_ROOTS": os.pathsep.join(["/a", "/b"]),
+        "RUNWATCH_REFRESH": "9",
+    }
+    from_env = read_settings([], env, tmp_path)
+    assert from_env.db == Path("/x/env.duckdb")
+    assert from_env.roots == (Path("/a"), Path("/b"))
+    assert from_env.refresh_s == 9
+    flags = ["--db", "d.duckdb", "--root", "r1", "--root", "/r2", "--refresh", "3", "--unrelated", "x"]
+    conf = read_settings(flags, env, tmp_path)
+    assert conf.db == tmp_path / "d.duckdb"
+    assert conf.roots == (tmp_path / "r1", Path("/r2"))
+    assert conf.refresh_s == 3
+
+
+@pytest.mark.parametrize("bad", ["soon", "0", "-2"])
+def test_a_bad_refresh_names_its_source(tmp_path: Path, bad: str):
+    with pytest.raises(SettingsError, match="RUNWATCH_REFRESH"):
+        read_settings([], {"RUNWATCH_REFRESH": bad}, tmp_path)
+    with pytest.raises(SettingsError, match="--refresh"):
+        read_settings(["--refresh", bad], {}, tmp_path)
+
+
+def test_marker_of_a_dead_process_is_stale(tmp_path: Path):
+    db = tmp_path / "r.duckdb"
+    assert read_marker(db) is None
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    Path(f"{db}.collector.json").write_text(json.dumps({"pid": int(dead.stdout), "port": 1234, "roots": []}))
+    assert read_marker(db) is None
+    Path(f"{db}.collector.json").write_text(json.dumps({"pid": os.getpid(), "port": 1234, "roots": ["/a"]}))
+    assert read_marker(db)["port"] == 1234
+    assert roots_differ(read_marker(db), (Path("/a"), Path("/b"))) == ["/b"]
+    Path(f"{db}.collector.json").write_text("{half")
+    assert read_marker(db) is None
+
+
+def test_panels_follow_the_collector_roles():
+    from collector.detect.roles import role_of
+
+    names = metric_names(
+        [{"name": "train/loss", "points": 3}, {"name": "val/loss"}, {"name": "train/lr(1e-3)"}]
+    )
+    assert names == ["train/loss", "train/lr(1e-3)", "val/loss"]
+    roles = metrics_by_role(names, None, role_of)
+    panels = role_panels(roles)
+    assert [(p.title, p.metrics) for p in panels] == [
+        ("Loss", ("train/loss", "val/loss")),
+        ("Learning rate", ("train/lr(1e-3)",)),
+    ]
+    # roles sent by the API win over the local naming function
+    api_roles = {"loss": "train/loss", "grad_norm": ["actor/grad_norm"]}
+    assert metrics_by_role(["train/loss", "actor/grad_norm"], api_roles, role_of) == {
+        "loss": ["train/loss"],
+        "grad_norm": ["actor/grad_norm"],
+    }
