@@ -1,0 +1,287 @@
+"""Which files under the watched roots are runs, and which of their files to read, in which format.
+
+A run is a directory (its metrics files, `status.json`, `run.json`, checkpoint marker), or a single file that is a
+whole run by itself (a renamed `trainer_state.json`, or one of several verl `<experiment>.jsonl` files in one
+project folder). Reads only names and the first few KiB of files whose name is ambiguous.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMATS = (
+    "jsonl",
+    "console",
+    "csv",
+    "hf_trainer_state",
+    "tensorboard",
+    "status",
+    "run_config",
+    "checkpoint_marker",
+)
+# When one run has several views of the same metrics, only the first present here is ingested for points;
+# ingesting both would count every point twice.
+METRICS_PRECEDENCE = ("jsonl", "tensorboard", "hf_trainer_state", "csv", "console")
+META_FORMATS = ("status", "run_config", "checkpoint_marker")
+
+# Folders that never hold a run's own metrics: checkpoints, model exports, other tools' state.
+SKIP_DIRS = {"huggingface", "wandb", ".git", "node_modules", "__pycache__"}
+_CHECKPOINT_DIR = re.compile(r"^(global_step_\d+|checkpoint-\d+)$")
+_HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+_CONSOLE_STEP = re.compile(rb"step:\s*\d+\s+-\s+[^\s:]+:")
+_STEP_COLUMNS = {"step", "global_step", "epoch"}
+
+SNIFF_BYTES = 64 * 1024
+HF_STATE_NAME = "trainer_state.json"
+MARKER_NAME = "latest_checkpointed_iteration.txt"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One file of a run: `role` is "metrics" (ingested for points), "meta" (status, config, checkpoint
+    marker) or "ignored" (a second view of metrics already ingested from a better source)."""
+
+    path: Path
+    format: str
+    role: str
+
+
+@dataclass(slots=True)
+class Run:
+    """A run: `id` is stable across restarts of the collector (see `find_runs`); `format` is the format its
+    points come from (or its first meta source's format while it has no metrics yet)."""
+
+    id: str
+    root: Path
+    dir: Path
+    format: str
+    sources: list[Source] = field(default_factory=list)
+
+    def metrics_sources(self) -> list[Source]:
+        return [s for s in self.sources if s.role == "metrics"]
+
+
+def classify(path: Path) -> str | None:
+    """The format of one file, from its name and, for `.json`, `.csv` and `.txt`, a peek at its first bytes.
+
+    Returns one of `FORMATS`, or None for files runwatch does not read. Never raises (an unreadable file
+    whose name is ambiguous is None).
+    """
+    name = path.name
+    if name == "status.json":
+        return "status"
+    if name == "run.json":
+        return "run_config"
+    if name == MARKER_NAME:
+        return "checkpoint_marker"
+    if name == HF_STATE_NAME:
+        return "hf_trainer_state"
+    if name.startswith("events.out.tfevents."):
+        return "tensorboard"
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix in (".log", ".out"):
+        return "console"
+    if suffix == ".txt":
+        head = _head(path)
+        return "console" if head is not None and _CONSOLE_STEP.search(head) else None
+    if suffix == ".csv":
+        head = _head(path)
+        return "csv" if head is not None and _csv_has_step_column(head) else None
+    if suffix == ".json":
+        head = _head(path)
+        return "hf_trainer_state" if head is not None and b'"log_history"' in head else None
+    return None
+
+
+def find_runs(roots: list[Path]) -> list[Run]:
+    """Every run under `roots`, sorted by id.
+
+    Run ids: the run directory's path under its root with `/` separators; the root itself as a run uses the
+    root's folder name; a file that is a run by itself uses its path under the root without extension, or
+    its stem when the root is that file. When ids from different roots collide, each gets its root's folder
+    name as a prefix (`rootname/id`). Does not descend into checkpoint folders (`global_step_*`,
+    `checkpoint-*`), `huggingface/`, `wandb/`, hidden folders, `node_modules`, `__pycache__`, nor follow
+    symlinked folders.
+    """
+    found: list[Run] = []
+    for root in roots:
+        root = Path(root)
+        if root.is_file():
+            found.extend(_file_root_runs(root))
+            continue
+        for dirpath, dirnames, _ in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(d))
+            found.extend(_runs_in_dir(Path(dirpath), root))
+    return _prefix_colliding_ids(found, roots)
+
+
+def run_for_path(path: Path, roots: list[Path]) -> Run | None:
+    """The run a changed file belongs to, or None when no run reads it.
+
+    Cheap: looks at the file's own folder only (plus the other roots, to keep ids the same as
+    `find_runs`). A file inside a run's checkpoint folder (`global_step_N/...`, `checkpoint-N/...`) belongs
+    to that run, so checkpoint changes can be noticed; files under `wandb/`, `.git` and the like belong to none.
+    """
+    path = Path(path)
+    root = _root_of(path, roots)
+    if root is None:
+        return None
+    if root == path:
+        runs = _file_root_runs(root) if root.is_file() else []
+        return _with_unique_id(runs[0], roots) if runs else None
+    rel_parts = path.relative_to(root).parts
+    # Find the folder that would be the run: the file's own folder, or the folder above a checkpoint folder.
+    run_dir = path.parent
+    in_checkpoint = False
+    for i, part in enumerate(rel_parts[:-1]):
+        if part in SKIP_DIRS or part.startswith("."):
+            return None
+        if _CHECKPOINT_DIR.match(part):
+            run_dir = root.joinpath(*rel_parts[:i])
+            in_checkpoint = True
+            break
+    runs = _runs_in_dir(run_dir, root)
+    folder_id = _rel_id(run_dir, root)
+    for run in runs:
+        if in_checkpoint and run.id == folder_id:
+            return _with_unique_id(run, roots)
+        if any(source.path == path for source in run.sources):
+            return _with_unique_id(run, roots)
+    return None
+
+
+def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
+    """The runs one folder defines: one run for the folder, plus one per file that is a run by itself."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    files: list[tuple[Path, str]] = []
+    hf_checkpoints: list[tuple[int, Path]] = []
+    for entry in entries:
+        try:
+            is_file = entry.is_file()
+            is_dir = not is_file and entry.is_dir(follow_symlinks=False)
+        except OSError:
+            continue
+        if is_file:
+            fmt = classify(Path(entry.path))
+            if fmt is not None:
+                files.append((Path(entry.path), fmt))
+        elif is_dir and (match := _HF_CHECKPOINT_DIR.match(entry.name)):
+            state = Path(entry.path) / HF_STATE_NAME
+            if state.is_file():
+                hf_checkpoints.append((int(match.group(1)), state))
+
+    runs: list[Run] = []
+    folder_files: list[tuple[Path, str]] = []
+    jsonl_files = [p for p, fmt in files if fmt == "jsonl"]
+    # A folder in runwatch's own layout is one run; a verl project folder holding several
+    # `<experiment>.jsonl` files is one run per file.
+    runwatch_layout = any(p.name in ("metrics.jsonl", "status.json", "run.json") for p, _ in files)
+    jsonl_are_runs = len(jsonl_files) > 1 and not runwatch_layout
+    for path, fmt in files:
+        file_is_run = (fmt == "hf_trainer_state" and path.name != HF_STATE_NAME) or (
+            fmt == "jsonl" and jsonl_are_runs
+        )
+        if file_is_run:
+            run_id = _rel_id(path.with_suffix(""), root)
+            runs.append(Run(run_id, root, folder, fmt, [Source(path, fmt, "metrics")]))
+        else:
+            folder_files.append((path, fmt))
+    if hf_checkpoints and not any(fmt == "hf_trainer_state" for _, fmt in folder_files):
+        # HF Trainer output folder without a top-level state: its newest checkpoint's state is the history.
+        folder_files.append((max(hf_checkpoints)[1], "hf_trainer_state"))
+
+    if any(fmt != "checkpoint_marker" for _, fmt in folder_files):
+        runs.insert(0, _folder_run(folder, root, folder_files))
+    return runs
+
+
+def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]]) -> Run:
+    present = {fmt for _, fmt in files}
+    winner = next((fmt for fmt in METRICS_PRECEDENCE if fmt in present), None)
+    sources = []
+    for path, fmt in files:
+        role = "meta" if fmt in META_FORMATS else "metrics" if fmt == winner else "ignored"
+        sources.append(Source(path, fmt, role))
+    run_format = winner or next(fmt for fmt in META_FORMATS if fmt in present)
+    return Run(_rel_id(folder, root), root, folder, run_format, sources)
+
+
+def _file_root_runs(path: Path) -> list[Run]:
+    fmt = classify(path)
+    if fmt is None or fmt in META_FORMATS:
+        return []
+    return [Run(path.stem, path, path.parent, fmt, [Source(path, fmt, "metrics")])]
+
+
+def _rel_id(path: Path, root: Path) -> str:
+    rel = path.relative_to(root)
+    return root.name if rel == Path(".") else rel.as_posix()
+
+
+def _prefix_colliding_ids(runs: list[Run], roots: list[Path]) -> list[Run]:
+    roots_of_id: dict[str, set[Path]] = {}
+    for run in runs:
+        roots_of_id.setdefault(run.id, set()).add(run.root)
+    for run in runs:
+        if len(roots_of_id[run.id]) > 1:
+            run.id = f"{_root_name(run.root)}/{run.id}"
+    return sorted(runs, key=lambda r: r.id)
+
+
+def _with_unique_id(run: Run, roots: list[Path]) -> Run:
+    """Prefix the run's id with its root's name when another root has a run with the same id."""
+    for other in roots:
+        other = Path(other)
+        if other == run.root:
+            continue
+        if other.is_file():
+            others = _file_root_runs(other)
+        else:
+            # The only folders of the other root that could define a run with this id.
+            folders = {other, other / run.id, (other / run.id).parent}
+            others = [o for folder in folders if folder.is_dir() for o in _runs_in_dir(folder, other)]
+        if any(o.id == run.id for o in others):
+            run.id = f"{_root_name(run.root)}/{run.id}"
+            break
+    return run
+
+
+def _root_name(root: Path) -> str:
+    return root.stem if root.is_file() else root.name
+
+
+def _root_of(path: Path, roots: list[Path]) -> Path | None:
+    best: Path | None = None
+    for root in roots:
+        root = Path(root)
+        if (path == root or path.is_relative_to(root)) and (
+            best is None or len(root.parts) > len(best.parts)
+        ):
+            best = root
+    return best
+
+
+def _skipped_dir(name: str) -> bool:
+    return name in SKIP_DIRS or name.startswith(".") or bool(_CHECKPOINT_DIR.match(name))
+
+
+def _head(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(SNIFF_BYTES)
+    except OSError:
+        return None
+
+
+def _csv_has_step_column(head: bytes) -> bool:
+    first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
+    columns = {c.strip().strip('"').lower() for c in first.split(",")}
+    return bool(columns & _STEP_COLUMNS)

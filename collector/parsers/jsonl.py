@@ -1,0 +1,120 @@
+"""JSON-lines metrics: verl's file logger (`{"step": N, "data": {...}}`) and nested JSONL (`{"step": 1, "loss": {...}}`).
+
+This is the backfill hot path: a finished run can hold millions of points. Each line goes through orjson and,
+when it is the plain verl shape with numeric values, straight into the columnar lists without a per-point
+Python object. Everything else (bare `NaN`/`Infinity`, which orjson rejects; nested records; other step keys;
+bad lines) takes the slower general path, one line at a time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+
+from collector.model import BadLine, ParseResult
+from collector.parsers._common import (
+    STEP_KEYS,
+    WALL_TIME_KEYS,
+    as_step,
+    bad_text,
+    complete_lines,
+    flatten_numbers,
+    wall_time_of,
+)
+
+_FLOAT = float
+_INT = int
+
+
+def parse(data: bytes, first_line: int = 1) -> ParseResult:
+    """Points from the complete lines of `data`, a JSONL metrics file read from some offset.
+
+    Promises: only complete lines are consumed (`consumed` ends just after a `\\n`); blank lines are skipped;
+    a line that is not JSON, not UTF-8, not an object, or has no whole-number step is reported in `bad` with
+    its 1-based line number (counted from `first_line`) and never raises. In a verl record (`"data"` holds an
+    object) the metrics are the numbers under `data`; otherwise every top-level number except the step and
+    wall-time fields is a metric. Nested objects are flattened with `/`. `NaN`, `Infinity`, `-Infinity` are
+    kept as non-finite floats; strings and nulls are skipped; booleans become 0/1.
+    """
+    lines, consumed = complete_lines(data)
+    result = ParseResult(consumed=consumed, lines=len(lines))
+    points = result.points
+    steps, metrics, values = points.step, points.metric, points.value
+    wall_times = points.wall_time  # filled lazily: stays short while no record has a wall time
+    loads = orjson.loads
+    line_no = first_line - 1
+    for raw in lines:
+        line_no += 1
+        # Fast path: the verl shape, exactly {"step": int, "data": {name: number, ...}}.
+        try:
+            record = loads(raw)
+            step = record["step"]
+            fields = record["data"]
+            if len(record) != 2 or type(step) is not _INT or type(fields) is not dict:
+                raise TypeError
+            has_int = False
+            for value in fields.values():
+                t = type(value)
+                if t is not _FLOAT:
+                    if t is not _INT:
+                        raise TypeError
+                    has_int = True
+        except Exception:
+            _parse_general(raw, line_no, result)
+            continue
+        n = len(fields)
+        steps.extend([step] * n)
+        metrics.extend(fields)
+        values.extend(map(float, fields.values()) if has_int else fields.values())
+    if wall_times:
+        wall_times.extend([None] * (len(steps) - len(wall_times)))
+    else:
+        wall_times.extend([None] * len(steps))
+    return result
+
+
+def _parse_general(raw: bytes, line_no: int, result: ParseResult) -> None:
+    """Add the points of one line that the fast path did not take, or a BadLine for it."""
+    if not raw.strip():
+        return
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        result.bad.append(BadLine(line_no, f"non-UTF-8 bytes at column {err.start + 1}", bad_text(raw)))
+        return
+    try:
+        # The stdlib parser accepts bare NaN / Infinity / -Infinity, which verl's json.dumps writes.
+        record = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as err:
+        reason = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+        result.bad.append(BadLine(line_no, f"invalid JSON: {reason}", bad_text(text)))
+        return
+    if type(record) is not dict:
+        result.bad.append(BadLine(line_no, f"not a JSON object (a {type(record).__name__})", bad_text(text)))
+        return
+    step_key = next((key for key in STEP_KEYS if key in record), None)
+    if step_key is None:
+        result.bad.append(BadLine(line_no, f"missing step (none of {', '.join(STEP_KEYS)})", bad_text(text)))
+        return
+    step = as_step(record[step_key])
+    if step is None:
+        reason = f"{step_key} is not a whole number: {record[step_key]!r}"
+        result.bad.append(BadLine(line_no, reason, bad_text(text)))
+        return
+    names: list[str] = []
+    numbers: list[float] = []
+    if type(record.get("data")) is dict:
+        flatten_numbers(record["data"], "", names, numbers)
+    else:
+        flatten_numbers(record, "", names, numbers, skip=(step_key, *WALL_TIME_KEYS))
+    if not names:
+        return
+    points = result.points
+    wall_time = wall_time_of(record)
+    if wall_time is not None or points.wall_time:
+        points.wall_time.extend([None] * (len(points.step) - len(points.wall_time)))
+        points.wall_time.extend([wall_time] * len(names))
+    points.step.extend([step] * len(names))
+    points.metric.extend(names)
+    points.value.extend(numbers)

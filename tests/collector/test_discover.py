@@ -1,0 +1,177 @@
+"""Run discovery over real folders: which folders and files are runs, their ids, formats and source roles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from collector.discover import classify, find_runs, run_for_path
+
+
+def write(path: Path, text: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def roles(run) -> dict[str, tuple[str, str]]:
+    return {s.path.relative_to(run.dir).as_posix(): (s.format, s.role) for s in run.sources}
+
+
+HF_STATE = json.dumps({"global_step": 10, "log_history": [{"step": 10, "loss": 1.0}]})
+
+
+def test_classify_by_name_and_by_a_peek_at_the_content(tmp_path):
+    assert classify(write(tmp_path / "metrics.jsonl")) == "jsonl"
+    assert classify(write(tmp_path / "status.json", "{}")) == "status"
+    assert classify(write(tmp_path / "run.json", "{}")) == "run_config"
+    assert classify(write(tmp_path / "trainer_state.json", HF_STATE)) == "hf_trainer_state"
+    assert classify(write(tmp_path / "renamed.json", HF_STATE)) == "hf_trainer_state"
+    assert classify(write(tmp_path / "config.json", '{"hidden_size": 64}')) is None
+    assert classify(write(tmp_path / "events.out.tfevents.1.host")) == "tensorboard"
+    assert classify(write(tmp_path / "train.log")) == "console"
+    assert classify(write(tmp_path / "job.out")) == "console"
+    assert classify(write(tmp_path / "stdout.txt", "loading\nstep:1 - train/loss:2.0\n")) == "console"
+    assert classify(write(tmp_path / "requirements.txt", "torch==2.13.0\n")) is None
+    assert classify(write(tmp_path / "latest_checkpointed_iteration.txt", "5")) == "checkpoint_marker"
+    assert classify(write(tmp_path / "training_history.csv", "step,train/loss\n1,2\n")) == "csv"
+    assert classify(write(tmp_path / "epochs.csv", "epoch,acc\n1,0.5\n")) == "csv"
+    assert classify(write(tmp_path / "table.csv", "name,size\na,1\n")) is None
+    assert classify(tmp_path / "missing.csv") is None
+    assert classify(write(tmp_path / "model.safetensors")) is None
+
+
+def test_runwatch_run_folder_prefers_jsonl_and_ignores_its_duplicate_views(tmp_path):
+    run_dir = tmp_path / "sft" / "run-a"
+    write(run_dir / "metrics.jsonl", '{"step":1,"data":{"a":1}}\n')
+    write(run_dir / "training_history.csv", "step,a\n1,1\n")
+    write(run_dir / "validation_history.csv", "step,val/loss\n1,1\n")
+    write(run_dir / "train.log", "step:1 - a:1\n")
+    write(run_dir / "status.json", "{}")
+    write(run_dir / "run.json", "{}")
+    write(run_dir / "latest_checkpointed_iteration.txt", "1")
+    write(run_dir / "global_step_1" / "huggingface" / "metrics.jsonl", "")
+    write(run_dir / "wandb" / "run" / "metrics.jsonl", "")
+    [run] = find_runs([tmp_path])
+    assert (run.id, run.dir, run.root, run.format) == ("sft/run-a", run_dir, tmp_path, "jsonl")
+    assert roles(run) == {
+        "metrics.jsonl": ("jsonl", "metrics"),
+        "training_history.csv": ("csv", "ignored"),
+        "validation_history.csv": ("csv", "ignored"),
+        "train.log": ("console", "ignored"),
+        "status.json": ("status", "meta"),
+        "run.json": ("run_config", "meta"),
+        "latest_checkpointed_iteration.txt": ("checkpoint_marker", "meta"),
+    }
+
+
+def test_precedence_between_metrics_formats(tmp_path):
+    write(tmp_path / "tb" / "events.out.tfevents.1.h")
+    write(tmp_path / "tb" / "trainer_state.json", HF_STATE)
+    write(tmp_path / "hf" / "trainer_state.json", HF_STATE)
+    write(tmp_path / "hf" / "history.csv", "epoch,loss\n1,1\n")
+    write(tmp_path / "csv" / "training_history.csv", "step,loss\n1,1\n")
+    write(tmp_path / "csv" / "validation_history.csv", "step,val/loss\n1,1\n")
+    write(tmp_path / "csv" / "console.log")
+    write(tmp_path / "log" / "console.log")
+    runs = {r.id: r for r in find_runs([tmp_path])}
+    assert sorted(runs) == ["csv", "hf", "log", "tb"]
+    assert roles(runs["tb"]) == {
+        "events.out.tfevents.1.h": ("tensorboard", "metrics"),
+        "trainer_state.json": ("hf_trainer_state", "ignored"),
+    }
+    assert roles(runs["hf"])["history.csv"] == ("csv", "ignored")
+    assert roles(runs["csv"]) == {
+        "training_history.csv": ("csv", "metrics"),
+        "validation_history.csv": ("csv", "metrics"),
+        "console.log": ("console", "ignored"),
+    }
+    assert runs["log"].format == "console"
+
+
+def test_a_folder_with_only_a_status_file_is_a_run_and_one_with_nothing_readable_is_not(tmp_path):
+    write(tmp_path / "starting" / "status.json", "{}")
+    write(tmp_path / "other" / "notes.md", "hi")
+    write(tmp_path / "ckpt-only" / "latest_checkpointed_iteration.txt", "3")
+    [run] = find_runs([tmp_path])
+    assert (run.id, run.format) == ("starting", "status")
+
+
+def test_files_that_are_runs_by_themselves(tmp_path):
+    write(tmp_path / "a__root.json", HF_STATE)
+    write(tmp_path / "sub" / "b__ckpt.json", HF_STATE)
+    write(tmp_path / "proj" / "exp1.jsonl", "")
+    write(tmp_path / "proj" / "exp2.jsonl", "")
+    runs = {r.id: r for r in find_runs([tmp_path])}
+    assert sorted(runs) == ["a__root", "proj/exp1", "proj/exp2", "sub/b__ckpt"]
+    assert runs["proj/exp1"].sources[0].path == tmp_path / "proj" / "exp1.jsonl"
+    assert runs["a__root"].format == "hf_trainer_state"
+    # Given the file itself as the root, the id is its stem.
+    [alone] = find_runs([tmp_path / "sub" / "b__ckpt.json"])
+    assert alone.id == "b__ckpt"
+    assert (
+        run_for_path(tmp_path / "sub" / "b__ckpt.json", [tmp_path / "sub" / "b__ckpt.json"]).id == "b__ckpt"
+    )
+
+
+def test_the_root_itself_as_a_run_uses_its_folder_name(tmp_path):
+    root = tmp_path / "my-run"
+    write(root / "metrics.jsonl")
+    [run] = find_runs([root])
+    assert (run.id, run.dir) == ("my-run", root)
+
+
+def test_colliding_ids_from_several_roots_get_the_root_name(tmp_path):
+    write(tmp_path / "alpha" / "run1" / "metrics.jsonl")
+    write(tmp_path / "beta" / "run1" / "metrics.jsonl")
+    write(tmp_path / "beta" / "run2" / "metrics.jsonl")
+    roots = [tmp_path / "alpha", tmp_path / "beta"]
+    assert [r.id for r in find_runs(roots)] == ["alpha/run1", "beta/run1", "run2"]
+    assert run_for_path(tmp_path / "beta" / "run1" / "metrics.jsonl", roots).id == "beta/run1"
+    assert run_for_path(tmp_path / "beta" / "run2" / "metrics.jsonl", roots).id == "run2"
+
+
+def test_hf_output_folder_reads_the_newest_checkpoint_state_until_a_top_level_one_exists(tmp_path):
+    out = tmp_path / "output"
+    for n in (50, 100, 150):
+        write(out / f"checkpoint-{n}" / "trainer_state.json", HF_STATE)
+    write(out / "checkpoint-200" / "config.json", "{}")  # being written: no state yet
+    [run] = find_runs([tmp_path])
+    assert run.id == "output"
+    assert [s.path for s in run.metrics_sources()] == [out / "checkpoint-150" / "trainer_state.json"]
+    # A newer checkpoint moves the source to its file: the same run, a new path.
+    newer = write(out / "checkpoint-200" / "trainer_state.json", HF_STATE)
+    moved = run_for_path(newer, [tmp_path])
+    assert moved.id == "output"
+    assert [s.path for s in moved.metrics_sources()] == [newer]
+    # An older checkpoint's change still belongs to the run (its checkpoint index may change).
+    assert run_for_path(out / "checkpoint-50" / "trainer_state.json", [tmp_path]).id == "output"
+    write(out / "trainer_state.json", HF_STATE)
+    [run] = find_runs([tmp_path])
+    assert [s.path for s in run.metrics_sources()] == [out / "trainer_state.json"]
+
+
+def test_run_for_path_maps_changed_files_to_their_run(tmp_path):
+    run_dir = tmp_path / "r"
+    metrics = write(run_dir / "metrics.jsonl")
+    status = write(run_dir / "status.json", "{}")
+    shard = write(run_dir / "global_step_5" / "model_world_size_1_rank_0.pt")
+    hf_config = write(run_dir / "global_step_5" / "huggingface" / "config.json", "{}")
+    marker = write(run_dir / "latest_checkpointed_iteration.txt", "5")
+    roots = [tmp_path]
+    assert run_for_path(metrics, roots).id == "r"
+    assert run_for_path(status, roots).id == "r"
+    assert run_for_path(marker, roots).id == "r"
+    assert run_for_path(shard, roots).id == "r"
+    assert run_for_path(hf_config, roots).id == "r"
+    assert run_for_path(write(run_dir / "status.json.tmp", "{}"), roots) is None
+    assert run_for_path(write(run_dir / "wandb" / "x.log"), roots) is None
+    assert run_for_path(tmp_path.parent / "elsewhere.jsonl", roots) is None
+
+
+def test_find_runs_over_the_real_runs_folder(real_runs):
+    runs = find_runs([real_runs])
+    names = sorted(p.stem for p in real_runs.glob("*.json"))
+    assert [r.id for r in runs] == names
+    assert {r.format for r in runs} == {"hf_trainer_state"}
+    assert all(len(r.sources) == 1 and r.sources[0].role == "metrics" for r in runs)
