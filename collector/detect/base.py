@@ -1,0 +1,86 @@
+"""What every rule shares: its verdict type, a bounded robust window, and number formatting for messages.
+
+A rule is a small object fed one finite point at a time (`feed(step, value, run)`); it answers with a
+`Finding` (the condition holds at this point), `None` (the condition does not hold: counts towards closing
+an open episode) or `HOLD` (no verdict here: too little history, an excluded step). It keeps bounded state
+and does no I/O. `rewind(step)` forgets what it saw at `step` and later (a rewritten or resumed file).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
+
+HOLD = object()  # "no verdict at this point": neither opens nor clears an episode
+
+MAD_TO_SIGMA = 1.4826  # scales the median absolute deviation to a normal sigma
+
+
+@dataclass(slots=True)
+class Finding:
+    """The condition of a rule holds at one point."""
+
+    severity: str
+    value: float | None
+    message: str
+    evidence: dict = field(default_factory=dict)
+    # the episode becomes an error once it has this many hit points (sustained trouble)
+    error_after_points: int | None = None
+    # for rules whose episode starts before the point that confirmed it (val_loss_rise: the first worse eval)
+    first_step: int | None = None
+    # the step this verdict is about, when a rule judges a point late (step_time waits for the next step)
+    at_step: int | None = None
+
+
+class Window:
+    """The last `size` (step, value) points of one metric, with robust statistics over them."""
+
+    __slots__ = ("points",)
+
+    def __init__(self, size: int) -> None:
+        self.points: deque[tuple[int, float]] = deque(maxlen=max(1, size))
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def add(self, step: int, value: float) -> None:
+        self.points.append((step, value))
+
+    def values(self) -> list[float]:
+        return [v for _, v in self.points]
+
+    def median_mad(self) -> tuple[float, float]:
+        """Median and median absolute deviation of the window (0, 0 when empty)."""
+        values = self.values()
+        if not values:
+            return 0.0, 0.0
+        mid = median(values)
+        return mid, median(abs(v - mid) for v in values)
+
+    def rewind(self, step: int) -> None:
+        """Forget points at `step` and after."""
+        while self.points and self.points[-1][0] >= step:
+            self.points.pop()
+
+
+def robust_z(value: float, mid: float, mad: float, floor: float) -> float:
+    """How many robust sigmas `value` is above `mid`; `floor` keeps a flat window from dividing by zero."""
+    sigma = max(MAD_TO_SIGMA * mad, floor, 1e-12)
+    return (value - mid) / sigma
+
+
+def fmt(value: float | None) -> str:
+    """A number short enough for a one-line message (4 significant digits)."""
+    if value is None:
+        return "none"
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Inf" if value > 0 else "-Inf"
+    return f"{value:.4g}"
+
+
+def is_finite(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value))

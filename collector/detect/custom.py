@@ -1,0 +1,70 @@
+"""Users' own threshold rules from runwatch.toml: `metric op value` for `for_points` points in a row.
+
+The alert's rule id is `custom:<id>`. `falling` / `rising` compare each point with the one before (a
+per-epoch metric falling for 10 epochs is `op = "falling"`, `for_points = 10`).
+"""
+
+from __future__ import annotations
+
+import operator
+from fnmatch import fnmatchcase
+
+from collector.detect.base import Finding, fmt
+from collector.detect.config import CustomRule
+
+_OPS = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+def custom_matches(rule: CustomRule, metric: str) -> bool:
+    """Whether a custom rule applies to a metric: exact name or glob pattern (`val/*accuracy*`)."""
+    return rule.metric == metric or fnmatchcase(metric, rule.metric)
+
+
+class CustomThreshold:
+    """One user rule on one metric."""
+
+    def __init__(self, metric: str, rule: CustomRule) -> None:
+        self.metric, self.rule = metric, rule
+        self.rule_id = f"custom:{rule.id}"
+        self.clear_after = 1
+        self.count = 0
+        self.first = 0
+        self.previous: float | None = None
+
+    def rewind(self, step: int) -> None:
+        self.count = 0
+        self.previous = None
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        rule = self.rule
+        if rule.op == "falling":
+            holds = self.previous is not None and value < self.previous
+        elif rule.op == "rising":
+            holds = self.previous is not None and value > self.previous
+        else:
+            holds = _OPS[rule.op](value, rule.value)
+        self.previous = value
+        if not holds:
+            self.count = 0
+            return None
+        if self.count == 0:
+            self.first = step
+        self.count += 1
+        if self.count < rule.for_points:
+            return None
+        condition = rule.op if rule.op in ("falling", "rising") else f"{rule.op} {fmt(rule.value)}"
+        return Finding(
+            rule.severity,
+            value,
+            f"{self.metric} {condition} for {self.count} points (since step {self.first}, now {fmt(value)} at step "
+            f"{step}): custom rule {rule.id!r}." + (f" {rule.message}" if rule.message else ""),
+            {"op": rule.op, "threshold": rule.value, "for_points": rule.for_points, "points": self.count},
+            first_step=self.first,
+        )

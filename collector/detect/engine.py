@@ -1,0 +1,400 @@
+"""The per-run detection engine: feeds points to the rules as they arrive and turns verdicts into episodes.
+
+Stable interface (the collector calls this; see docs/architecture.md):
+
+- `AlertEvent`: one event for one episode (rule, severity, metric, first_step, last_step, value, message,
+  active, evidence). Episode identity is (run, rule, metric, first_step): every event of one episode carries
+  the same first_step, so the store upserts. `active=False` means the condition cleared (auto-resolve).
+- `RunDetector(run_id, config=None, run_info=None)`:
+  - `update(points) -> list[AlertEvent]`: incremental; points arrive in file order in batches; state per
+    metric is bounded (windows of a few dozen points). A point for a step already seen replaces it: the
+    same value again (a whole-file re-read of trainer_state.json) is skipped; a different value rewinds that
+    metric's windows to the step (a resumed run rewriting its history). One event per changed episode per call.
+  - `set_run_info(run_info)`: run.json / trainer_state info (scheduler, warmup, total steps, vocab size,
+    save_freq / test_freq...).
+  - `note_checkpoints(steps)`: steps with a saved checkpoint (their slow steps are normal).
+  - `tick(now, status, last_point_wall) -> list[AlertEvent]`: time-based rules (`stalled`).
+  - `open_episodes() -> list[AlertEvent]`: the episodes open now.
+  Pure: no I/O, no clock; time is passed in.
+- `detect_series(series, config=None, run_info=None) -> list[AlertEvent]`: every episode (open or closed) of a
+  run given as plain lists, `{metric: (steps, values)}`; for tests and one-off reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
+
+from collector.detect.base import HOLD, Finding, fmt
+from collector.detect.config import DetectConfig
+from collector.detect.custom import CustomThreshold, custom_matches
+from collector.detect.roles import role_of, value_scale
+from collector.detect.schedule import LrAnomaly, run_facts
+from collector.detect.spikes import GradSpike, KlSpike, LossSpike, StepTimeSpike
+from collector.detect.trends import (
+    LossPlateau,
+    NoLearningGrad,
+    NoLearningLoss,
+    RewardCollapse,
+    RewardStdCollapse,
+    ValLossRise,
+)
+from collector.model import Points
+
+SEVERITY_RANK = {"info": 0, "warn": 1, "error": 2}
+_RL_ROLES = {"reward", "kl", "reward_std"}
+_RECENT = 64  # per metric: steps remembered to recognise a re-read point
+
+
+@dataclass(slots=True)
+class AlertEvent:
+    """One state of one alert episode; the store upserts on (run, rule, metric, first_step)."""
+
+    rule: str
+    severity: str  # "info" | "warn" | "error"
+    metric: str
+    first_step: int
+    last_step: int
+    value: float | None
+    message: str
+    active: bool = True
+    evidence: dict = field(default_factory=dict)
+    run: str = ""
+
+    def to_dict(self) -> dict:
+        """A JSON-able dict (non-finite values as strings, since JSON has no NaN)."""
+        value = self.value
+        if value is not None and not math.isfinite(value):
+            value = str(value)
+        return {
+            "run": self.run,
+            "rule": self.rule,
+            "severity": self.severity,
+            "metric": self.metric,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "value": value,
+            "message": self.message,
+            "active": self.active,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass(slots=True)
+class _Episode:
+    event: AlertEvent
+    hits: int = 1
+    quiet: int = 0
+    error_after: int | None = None
+
+
+class _Metric:
+    """Per-metric bookkeeping: the rules that read it and the recent steps (to recognise re-reads)."""
+
+    __slots__ = ("rules", "scale", "last_step", "recent", "nonfinite_quiet")
+
+    def __init__(self, rules: list, scale: float) -> None:
+        self.rules = rules
+        self.scale = scale
+        self.last_step: int | None = None
+        self.recent: dict[int, float] = {}
+        self.nonfinite_quiet = 0
+
+
+class RunDetector:
+    """Incremental detection for one run. Pure: no I/O, no clock."""
+
+    def __init__(self, run_id: str, config: DetectConfig | None = None, run_info: dict | None = None) -> None:
+        self.run_id = run_id
+        self.config = config or DetectConfig()
+        self.facts: dict = {}
+        self.is_rl = False
+        self.checkpoint_steps: set[int] = set()
+        self.eval_steps: deque[int] = deque(maxlen=256)
+        self._metrics: dict[str, _Metric] = {}
+        self._open: dict[tuple[str, str], _Episode] = {}
+        self._closed_grad: dict[str, AlertEvent] = {}  # grad metric -> its last closed grad_spike episode
+        self._dirty: dict[tuple[str, str, int], AlertEvent] = {}
+        self._train_loss: deque[float] = deque(maxlen=self.config.rules.val_loss_rise.train_window)
+        self._lr_now: float | None = None
+        self._lr_peak = 0.0
+        self._val_best: tuple[int, float] | None = None
+        self.last_step: int | None = None
+        self._last_wall: float | None = None
+        self._intervals: deque[float] = deque(maxlen=50)
+        self._step_gaps: deque[int] = deque(maxlen=50)
+        if run_info:
+            self.set_run_info(run_info)
+
+    # ----- facts the rules read -----
+
+    def set_run_info(self, run_info: dict) -> None:
+        """Take run settings (scheduler, warmup, total steps, vocab size, save/eval frequency) from run info."""
+        self.facts = run_facts(run_info)
+        if any(k in str(run_info.get("algorithm", "")).lower() for k in ("ppo", "grpo", "rl")):
+            self.is_rl = True
+
+    def note_checkpoints(self, steps: list[int]) -> None:
+        """Remember steps with a saved checkpoint: a slow step there is the save, not trouble."""
+        self.checkpoint_steps.update(int(s) for s in steps)
+
+    def is_save_or_eval_step(self, step: int) -> bool:
+        """Whether `step` (or the step before it) saved a checkpoint or ran validation."""
+        for s in (step, step - 1):
+            if s in self.checkpoint_steps or s in self.eval_steps:
+                return True
+            for freq in (self.facts.get("save_freq"), self.facts.get("test_freq")):
+                if freq and s > 0 and s % freq == 0:
+                    return True
+        return False
+
+    def train_loss_level(self) -> float | None:
+        """Median of the last few training-loss points (None before any)."""
+        return median(self._train_loss) if self._train_loss else None
+
+    def lr_fraction(self) -> float | None:
+        """The current lr as a fraction of its peak so far (None when the run logs no lr)."""
+        if self._lr_now is None or self._lr_peak <= 0:
+            return None
+        return self._lr_now / self._lr_peak
+
+    def val_best_step(self) -> int | None:
+        """The step of the lowest validation loss so far (None before any)."""
+        return self._val_best[0] if self._val_best else None
+
+    def episode_open(self, rule: str, metric: str) -> bool:
+        return (rule, metric) in self._open
+
+    def open_episodes(self) -> list[AlertEvent]:
+        """The episodes open now, latest state of each."""
+        return [ep.event for ep in self._open.values()]
+
+    # ----- the incremental path -----
+
+    def update(self, points: Points) -> list[AlertEvent]:
+        """Feed a batch of points (file order); return one event per episode opened, changed or closed."""
+        if not self.is_rl:
+            self.is_rl = any(role_of(m) in _RL_ROLES for m in set(points.metric))
+        walls = points.wall_time
+        for i in range(len(points.step)):
+            step, metric, value = points.step[i], points.metric[i], points.value[i]
+            state = self._metrics.get(metric)
+            if state is None:
+                state = self._metrics[metric] = _Metric(self._rules_for(metric), value_scale(metric))
+            if state.last_step is not None and step <= state.last_step:
+                seen = state.recent.get(step)
+                if seen is None or seen == value or (seen != seen and value != value):
+                    continue  # a re-read of what we judged (or older than we remember)
+                for rule in state.rules:
+                    rule.rewind(step)
+                state.recent = {s: v for s, v in state.recent.items() if s < step}
+            state.last_step = step
+            state.recent[step] = value
+            if len(state.recent) > _RECENT:
+                del state.recent[next(iter(state.recent))]
+            self._note_step(step, walls[i])
+            self._judge(metric, state, step, value)
+        if self._dirty and ("stalled", "") in self._open:
+            self._close(("stalled", ""))  # points arrived: the run is moving again
+        events, self._dirty = list(self._dirty.values()), {}
+        return events
+
+    def tick(self, now: float, status: dict | None, last_point_wall: float | None) -> list[AlertEvent]:
+        """Time-based rules: `stalled` when the status says running but no point came for far too long."""
+        cfg = self.config.rules.stalled
+        key = ("stalled", "")
+        state = str((status or {}).get("status", (status or {}).get("state", ""))).lower()
+        if not cfg.enabled or state != "running" or last_point_wall is None:
+            if key in self._open:
+                self._close(key)
+        else:
+            usual = median(self._intervals) if len(self._intervals) >= 3 else None
+            limit = max(cfg.min_seconds, cfg.factor * usual) if usual else cfg.default_seconds
+            silence = now - last_point_wall
+            if silence > limit:
+                severity = "error" if silence > cfg.error_factor * limit else "warn"
+                usual_text = f"the usual {fmt(usual)} s between points" if usual else "no known step interval"
+                finding = Finding(
+                    severity,
+                    silence,
+                    f"The status says running, but no new point for {silence / 60:.1f} min (limit {limit / 60:.1f} min, "
+                    f"{usual_text}); last step {self.last_step}. Likely causes: a hung collective (NCCL/gloo), a "
+                    f"dead data loader, a full disk, a killed process that left its status file. Check the process "
+                    f"(py-spy dump), its log tail and free disk space.",
+                    {
+                        "silence_s": silence,
+                        "limit_s": limit,
+                        "usual_interval_s": usual,
+                        "last_step": self.last_step,
+                    },
+                )
+                self._hit(key, finding, self.last_step or 0)
+            elif key in self._open:
+                self._close(key)
+        events, self._dirty = list(self._dirty.values()), {}
+        return events
+
+    def _note_step(self, step: int, wall: float | None) -> None:
+        if self.last_step is None or step > self.last_step:
+            if wall is not None and self._last_wall is not None and wall > self._last_wall:
+                self._intervals.append(wall - self._last_wall)
+            if wall is not None:
+                self._last_wall = wall
+            if self.last_step is not None:
+                self._step_gaps.append(step - self.last_step)
+            self.last_step = step
+
+    def _rules_for(self, metric: str) -> list:
+        rules = self.config.rules
+        role = role_of(metric)
+        found: list = []
+        by_role = {
+            "grad_norm": ((GradSpike, rules.grad_spike), (NoLearningGrad, rules.no_learning)),
+            "loss": (
+                (LossSpike, rules.loss_spike),
+                (NoLearningLoss, rules.no_learning),
+                (LossPlateau, rules.loss_plateau),
+            ),
+            "val_loss": ((ValLossRise, rules.val_loss_rise),),
+            "lr": ((LrAnomaly, rules.lr_anomaly),),
+            "step_time": ((StepTimeSpike, rules.step_time_spike),),
+            "kl": ((KlSpike, rules.kl_spike),),
+            "reward": ((RewardCollapse, rules.reward_collapse),),
+            "reward_std": ((RewardStdCollapse, rules.reward_collapse),),
+        }
+        for cls, cfg in by_role.get(role or "", ()):
+            if cfg.enabled:
+                found.append(cls(metric, cfg))
+        found.extend(CustomThreshold(metric, c) for c in self.config.custom if custom_matches(c, metric))
+        return found
+
+    def _judge(self, metric: str, state: _Metric, step: int, value: float) -> None:
+        if value != value or value in (math.inf, -math.inf):
+            if self.config.rules.nonfinite.enabled:
+                state.nonfinite_quiet = 0
+                self._hit(("nonfinite", metric), self._nonfinite(metric, step, value), step)
+            return
+        if ("nonfinite", metric) in self._open:
+            state.nonfinite_quiet += 1
+            if state.nonfinite_quiet >= self.config.rules.nonfinite.clear_after:
+                self._close(("nonfinite", metric))
+        value *= state.scale
+        role = role_of(metric)
+        if role == "loss":
+            self._train_loss.append(value)
+        elif role == "lr":
+            self._lr_now, self._lr_peak = value, max(self._lr_peak, value)
+        elif role in ("val_loss", "val_score", "eval_metric"):
+            self.eval_steps.append(step)
+            if role == "val_loss" and (self._val_best is None or value < self._val_best[1]):
+                self._val_best = (step, value)
+        for rule in state.rules:
+            verdict = rule.feed(step, value, self)
+            key = (rule.rule_id, metric)
+            if verdict is HOLD:
+                continue
+            if verdict is None:
+                episode = self._open.get(key)
+                if episode is not None:
+                    episode.quiet += 1
+                    if episode.quiet >= rule.clear_after:
+                        self._close(key)
+                continue
+            self._hit(key, verdict, step)
+            if rule.rule_id == "loss_spike":
+                self._escalate_grad_spikes(verdict.at_step or step, metric)
+
+    def _nonfinite(self, metric: str, step: int, value: float) -> Finding:
+        return Finding(
+            "error",
+            value,
+            f"{metric} is {fmt(value)} at step {step}. Likely causes: fp16 overflow (with a dynamic loss scaler a "
+            f"few at the start are skipped steps; more mean the scale collapsed), lr too high, a bad batch "
+            f"(empty sequence, all labels masked), division by zero in a custom loss. Check the loss and the loss "
+            f"scale around this step; switch to bf16 or lower the lr if it repeats.",
+            {"value": str(value)},
+        )
+
+    def _hit(self, key: tuple[str, str], finding: Finding, step: int) -> None:
+        at = finding.at_step if finding.at_step is not None else step
+        episode = self._open.get(key)
+        if episode is None:
+            first = finding.first_step if finding.first_step is not None else at
+            event = AlertEvent(key[0], finding.severity, key[1], first, at, finding.value, finding.message,
+                               True, finding.evidence, self.run_id)  # fmt: skip
+            episode = self._open[key] = _Episode(event, error_after=finding.error_after_points)
+        else:
+            event = episode.event
+            episode.hits += 1
+            episode.quiet = 0
+            event.last_step = max(event.last_step, at)
+            event.value, event.message = finding.value, finding.message
+            event.evidence = {**event.evidence, **finding.evidence}
+            if SEVERITY_RANK[finding.severity] > SEVERITY_RANK[event.severity]:
+                event.severity = finding.severity
+            if finding.error_after_points is not None:
+                episode.error_after = finding.error_after_points
+        if (
+            episode.error_after is not None
+            and episode.hits >= episode.error_after
+            and event.severity != "error"
+        ):
+            event.severity = "error"
+            event.evidence["escalated"] = f"sustained for {episode.hits} points"
+        event.evidence["points"] = episode.hits
+        self._dirty[(event.rule, event.metric, event.first_step)] = event
+
+    def _close(self, key: tuple[str, str]) -> None:
+        episode = self._open.pop(key)
+        episode.event.active = False
+        if key[0] == "grad_spike":
+            self._closed_grad[key[1]] = episode.event
+        self._dirty[(episode.event.rule, episode.event.metric, episode.event.first_step)] = episode.event
+
+    def _escalate_grad_spikes(self, step: int, loss_metric: str) -> None:
+        """A gradient spike followed by a loss jump is an error: the update damaged the weights."""
+        horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
+        for (rule, _), episode in self._open.items():
+            if rule == "grad_spike":
+                self._mark_error(episode.event, loss_metric, step)
+        for event in self._closed_grad.values():
+            if 0 <= step - event.last_step <= horizon:
+                self._mark_error(event, loss_metric, step)
+
+    def _mark_error(self, event: AlertEvent, loss_metric: str, step: int) -> None:
+        if event.severity != "error":
+            event.severity = "error"
+            event.evidence["escalated"] = f"followed by a {loss_metric} jump at step {step}"
+            event.message += f" The loss jumped right after (step {step}): the spike damaged the weights."
+            self._dirty[(event.rule, event.metric, event.first_step)] = event
+
+    def _log_interval(self) -> int:
+        """Steps between logged points (median of recent gaps; 1 before any)."""
+        return int(median(self._step_gaps)) if self._step_gaps else 1
+
+
+def detect_series(
+    series: dict[str, tuple[list[int], list[float]]],
+    config: DetectConfig | None = None,
+    run_info: dict | None = None,
+    run_id: str = "run",
+    checkpoints: list[int] | None = None,
+) -> list[AlertEvent]:
+    """Every episode (open and closed, final state) of a run given as plain lists, points fed in step order."""
+    detector = RunDetector(run_id, config, run_info)
+    if checkpoints:
+        detector.note_checkpoints(checkpoints)
+    rows = sorted(
+        (s, order, m, v)
+        for order, (m, (steps, values)) in enumerate(series.items())
+        for s, v in zip(steps, values, strict=True)
+    )
+    points = Points()
+    for s, _, m, v in rows:
+        points.add(s, m, v)
+    latest: dict[tuple[str, str, int], AlertEvent] = {}
+    for event in detector.update(points):
+        latest[(event.rule, event.metric, event.first_step)] = event
+    return sorted(latest.values(), key=lambda e: (e.first_step, e.rule, e.metric))

@@ -1,0 +1,249 @@
+"""Spike rules: a point far above its metric's recent robust baseline (median and MAD over a window).
+
+`grad_spike` (and vanishing gradients), `loss_spike` (and divergence), `kl_spike`, `step_time_spike`.
+Each class is fed one finite point at a time; see `collector.detect.base` for the verdict protocol.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+
+from collector.detect.base import HOLD, Finding, Window, fmt, robust_z
+from collector.detect.config import GradSpikeRule, KlSpikeRule, LossSpikeRule, StepTimeSpikeRule
+
+
+class GradSpike:
+    """grad_norm far above its robust baseline, above an absolute ceiling for several points, or vanishing."""
+
+    rule_id = "grad_spike"
+
+    def __init__(self, metric: str, cfg: GradSpikeRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.window = Window(cfg.window)
+        self.above_abs = 0
+        self.vanishing = 0
+
+    def rewind(self, step: int) -> None:
+        self.window.rewind(step)
+        self.above_abs = self.vanishing = 0
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        cfg = self.cfg
+        self.above_abs = self.above_abs + 1 if value > cfg.abs_max else 0
+        enough = len(self.window) >= cfg.min_history
+        mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
+        self.window.add(step, value)
+        if self.above_abs >= cfg.abs_for:
+            return Finding(
+                "error",
+                value,
+                f"{self.metric} = {fmt(value)} at step {step}, above {fmt(cfg.abs_max)} for {self.above_abs} "
+                f"logged points in a row: the updates are exploding. Likely causes: learning rate too high, "
+                f"no or too loose gradient clipping, bad batches, fp16 overflow. Check: lower the lr or clip "
+                f"gradients (max_grad_norm 1.0), inspect the data at these steps, resume from the last good checkpoint.",
+                {"ceiling": cfg.abs_max, "points_above": self.above_abs},
+            )
+        if not enough:
+            return HOLD
+        z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
+        if value > cfg.ratio * mid and z >= cfg.z:
+            self.vanishing = 0
+            return Finding(
+                "warn",
+                value,
+                f"{self.metric} = {fmt(value)} at step {step}, {fmt(value / mid if mid else float('inf'))}x its "
+                f"recent median {fmt(mid)} (robust z {fmt(z)}). Likely causes: a bad or unusually long batch, "
+                f"learning rate too high for this phase, loss-scale overflow. Check the loss at the next steps; "
+                f"if it jumps too, lower the lr or tighten gradient clipping and resume from the checkpoint before.",
+                {
+                    "baseline_median": mid,
+                    "mad": mad,
+                    "z": z,
+                    "threshold_ratio": cfg.ratio,
+                    "window": len(self.window),
+                },
+                error_after_points=cfg.sustained_points,
+            )
+        if mid > 0 and 0 < value < mid / cfg.vanish_ratio:
+            self.vanishing += 1
+            if self.vanishing >= cfg.vanish_for:
+                return Finding(
+                    "warn",
+                    value,
+                    f"{self.metric} = {fmt(value)} at step {step}, over {fmt(cfg.vanish_ratio)}x below its recent "
+                    f"median {fmt(mid)} for {self.vanishing} points: gradients are vanishing. Likely causes: "
+                    f"frozen or detached parameters, a collapsed loss scale, saturated activations. Check which "
+                    f"parameters require grad and the loss scale.",
+                    {"baseline_median": mid, "kind": "vanishing", "points": self.vanishing},
+                )
+            return HOLD
+        self.vanishing = 0
+        return None
+
+
+class LossSpike:
+    """The training loss far above its recent robust baseline, or its rolling median rising away from its best."""
+
+    rule_id = "loss_spike"
+
+    def __init__(self, metric: str, cfg: LossSpikeRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.window = Window(cfg.window)
+        self.recent: deque[float] = deque(maxlen=max(1, cfg.diverge_window))
+        self.best_rolling: float | None = None
+        self.best_step = 0
+        self.rising = 0
+
+    def rewind(self, step: int) -> None:
+        self.window.rewind(step)
+        self.recent.clear()
+        self.rising = 0
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        if getattr(run, "is_rl", False):
+            return HOLD  # in RL runs "loss" is a policy loss: neither spikes nor trends mean much
+        cfg = self.cfg
+        enough = len(self.window) >= cfg.min_history
+        mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
+        self.window.add(step, value)
+        self.recent.append(value)
+        rolling = median(self.recent) if len(self.recent) == self.recent.maxlen else None
+        if rolling is not None and (self.best_rolling is None or rolling < self.best_rolling):
+            self.best_rolling, self.best_step = rolling, step
+        if not enough:
+            return HOLD
+        z = robust_z(value, mid, mad, floor=0.01 * abs(mid))
+        jump = value - mid
+        if z >= cfg.z and jump >= max(cfg.rel_jump * abs(mid), cfg.abs_jump):
+            return Finding(
+                "warn",
+                value,
+                f"{self.metric} jumped to {fmt(value)} at step {step}, from a recent median of {fmt(mid)} "
+                f"(robust z {fmt(z)}). Likely causes: a gradient spike just before, a bad batch, lr too high. "
+                f"Check grad_norm around this step and the batch; if the loss does not come back within a few "
+                f"steps, resume from the last good checkpoint with a lower lr.",
+                {"baseline_median": mid, "mad": mad, "z": z, "jump": jump},
+            )
+        best = self.best_rolling
+        if (
+            rolling is not None
+            and best is not None
+            and rolling > best + max(cfg.diverge_rel * abs(best), cfg.abs_jump)
+        ):
+            self.rising += 1
+            if self.rising >= cfg.diverge_for:
+                return Finding(
+                    "error",
+                    value,
+                    f"{self.metric} is diverging: its rolling median is {fmt(rolling)} at step {step}, up from its "
+                    f"best {fmt(best)} at step {self.best_step}, for {self.rising} points. Likely causes: lr too high, "
+                    f"optimizer state corrupted after a spike, numerical instability. Stop the run and resume from the "
+                    f"checkpoint near step {self.best_step} with a lower lr.",
+                    {
+                        "best_rolling_median": best,
+                        "best_step": self.best_step,
+                        "rolling_median": rolling,
+                        "kind": "diverging",
+                    },
+                )
+            return HOLD
+        self.rising = 0
+        return None
+
+
+class KlSpike:
+    """KL to the reference policy above an absolute ceiling or far above its baseline (RL)."""
+
+    rule_id = "kl_spike"
+
+    def __init__(self, metric: str, cfg: KlSpikeRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.window = Window(cfg.window)
+
+    def rewind(self, step: int) -> None:
+        self.window.rewind(step)
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        cfg = self.cfg
+        enough = len(self.window) >= cfg.min_history
+        mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
+        self.window.add(step, value)
+        advice = (
+            "Likely causes: lr too high, too many PPO epochs per batch, KL coefficient too small, reward hacking. "
+            "Check responses at this step, lower the actor lr or raise the KL penalty."
+        )
+        if value > cfg.max_value:
+            return Finding(
+                "warn",
+                value,
+                f"{self.metric} = {fmt(value)} at step {step}, above {fmt(cfg.max_value)}: the policy drifted far "
+                f"from the reference. {advice}",
+                {"threshold": cfg.max_value},
+                error_after_points=5,
+            )
+        if not enough:
+            return HOLD
+        z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
+        if mid > 0 and value > cfg.ratio * mid and z >= cfg.z:
+            return Finding(
+                "warn",
+                value,
+                f"{self.metric} = {fmt(value)} at step {step}, {fmt(value / mid)}x its recent median {fmt(mid)}. {advice}",
+                {"baseline_median": mid, "mad": mad, "z": z},
+            )
+        return None
+
+
+class StepTimeSpike:
+    """Time per step far above its median, judged one step late so a validation at that step is known."""
+
+    rule_id = "step_time_spike"
+
+    def __init__(self, metric: str, cfg: StepTimeSpikeRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.window = Window(cfg.window)
+        self.pending: tuple[int, float] | None = None
+
+    def rewind(self, step: int) -> None:
+        self.window.rewind(step)
+        if self.pending is not None and self.pending[0] >= step:
+            self.pending = None
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        # a validation record for step N is written after step N's timing: judge N when N+1 arrives
+        pending, self.pending = self.pending, (step, value)
+        if pending is None:
+            return HOLD
+        return self._judge(*pending, run)
+
+    def _judge(self, step: int, value: float, run: object) -> Finding | None | object:
+        cfg = self.cfg
+        excused = run.is_save_or_eval_step(step) if hasattr(run, "is_save_or_eval_step") else False
+        if excused:
+            return HOLD  # saving a checkpoint or validating makes this step slow by design
+        enough = len(self.window) >= cfg.min_history
+        mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
+        self.window.add(step, value)
+        if not enough:
+            return HOLD
+        z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
+        relative = mid > 0 and value > cfg.ratio * mid and z >= cfg.z
+        absolute = value > cfg.abs_max_seconds and value > cfg.abs_ratio * mid
+        if relative or absolute:
+            return Finding(
+                "warn",
+                value,
+                f"{self.metric} = {fmt(value)} s at step {step}, {fmt(value / mid if mid else float('inf'))}x the "
+                f"median {fmt(mid)} s (not a save or validation step). Likely causes: another job on the "
+                f"machine, data loading stalls, memory swapping, a slow filesystem. Check the machine's load, "
+                f"the data loader workers and free memory.",
+                {"baseline_median": mid, "z": z, "abs_max_seconds": cfg.abs_max_seconds},
+                error_after_points=20,
+                at_step=step,
+            )
+        return None

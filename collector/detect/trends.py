@@ -1,0 +1,316 @@
+"""Trend rules: what a run's curves do over many points.
+
+`val_loss_rise` (overfitting), `loss_plateau`, `no_learning` (zero gradients, a loss that does not move or
+sits at ln(vocab)), `reward_collapse` (reward trending down, reward std at zero). Each class is fed one finite
+point at a time; see `collector.detect.base` for the verdict protocol.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from statistics import median
+
+from collector.detect.base import HOLD, MAD_TO_SIGMA, Finding, fmt
+from collector.detect.config import (
+    LossPlateauRule,
+    NoLearningRule,
+    RewardCollapseRule,
+    ValLossRiseRule,
+)
+
+
+class ValLossRise:
+    """Validation loss above its best for `patience` evaluations in a row while the training loss still falls."""
+
+    rule_id = "val_loss_rise"
+    clear_after = 1  # one evaluation back near the best ends the episode
+
+    def __init__(self, metric: str, cfg: ValLossRiseRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.best: float | None = None
+        self.best_step = 0
+        self.train_at_best: float | None = None
+        self.worse: list[tuple[int, float]] = []
+
+    def rewind(self, step: int) -> None:
+        self.worse = [(s, v) for s, v in self.worse if s < step]
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        train_now = run.train_loss_level() if hasattr(run, "train_loss_level") else None
+        if self.best is None or value < self.best:
+            self.best, self.best_step, self.train_at_best = value, step, train_now
+            self.worse = []
+            return None
+        if value <= self.best + self.cfg.min_delta * abs(self.best):
+            self.worse = []
+            return None
+        self.worse.append((step, value))
+        del self.worse[: -max(self.cfg.patience, 1) * 4]  # bounded: only the first and last few matter
+        if len(self.worse) < self.cfg.patience:
+            return HOLD
+        train_falls = train_now is None or self.train_at_best is None or train_now < self.train_at_best
+        if not train_falls:
+            return HOLD  # both rising is divergence (loss_spike), not overfitting
+        rise = (value - self.best) / abs(self.best) if self.best else float("inf")
+        train_text = (
+            f"while the training loss fell from {fmt(self.train_at_best)} to {fmt(train_now)}"
+            if train_now is not None and self.train_at_best is not None
+            else "(no training loss to compare)"
+        )
+        return Finding(
+            "warn",
+            value,
+            f"{self.metric} has been above its best {fmt(self.best)} (step {self.best_step}) for "
+            f"{len(self.worse)} evaluations, now {fmt(value)} at step {step} (+{rise:.1%}) {train_text}: the model "
+            f"is overfitting. Keep the checkpoint nearest step {self.best_step}; consider stopping, more data, "
+            f"fewer epochs, a lower lr or more regularisation (dropout, weight decay, LoRA rank).",
+            {
+                "best_step": self.best_step,
+                "best_value": self.best,
+                "evaluations_above": len(self.worse),
+                "train_loss_at_best": self.train_at_best,
+                "train_loss_now": train_now,
+                "values": [[s, v] for s, v in self.worse[-8:]],
+            },
+            first_step=self.worse[0][0],
+        )
+
+
+class LossPlateau:
+    """The median training loss of the last `patience_points` points is no better than that of the points before."""
+
+    rule_id = "loss_plateau"
+
+    def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.recent: deque[tuple[int, float]] = deque(maxlen=2 * max(2, cfg.patience_points))
+        self.flat = 0
+
+    def rewind(self, step: int) -> None:
+        while self.recent and self.recent[-1][0] >= step:
+            self.recent.pop()
+        self.flat = 0
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        if getattr(run, "is_rl", False):
+            return HOLD
+        self.recent.append((step, value))
+        if len(self.recent) < self.recent.maxlen:
+            return HOLD
+        cfg = self.cfg
+        half = len(self.recent) // 2
+        values = [v for _, v in self.recent]
+        before, now = median(values[:half]), median(values[half:])
+        # comparing medians of two whole windows: single noisy points neither make nor break a plateau
+        if now < before - cfg.min_rel_improvement * abs(before):
+            self.flat = 0
+            return None
+        # the two window medians are noisy too: only a comparison that keeps failing is a plateau
+        self.flat += 1
+        if self.flat < cfg.hold_points:
+            return HOLD
+        if hasattr(run, "episode_open") and run.episode_open("no_learning", self.metric):
+            return HOLD  # a loss that does not move at all is reported once, as no_learning
+        lr_fraction = run.lr_fraction() if hasattr(run, "lr_fraction") else None
+        if lr_fraction is not None and lr_fraction < cfg.end_lr_fraction:
+            return HOLD  # flat at the end of a decayed schedule is convergence, not a plateau
+        since = self.recent[half][0]
+        val_best = run.val_best_step() if hasattr(run, "val_best_step") else None
+        if val_best is not None and val_best >= self.recent[0][0]:
+            return HOLD  # the validation loss still improves: the model still learns what matters
+        return Finding(
+            "info",
+            value,
+            f"{self.metric} has not improved by {cfg.min_rel_improvement:.1%} over the last {half} logged points: "
+            f"median {fmt(now)} from step {since} to {step}, against {fmt(before)} over the {half} points before. "
+            f"Likely causes: lr too low or already decayed, the model has learned what this data can teach, "
+            f"a data loader repeating the same batches. Check the lr schedule and the validation loss; stop early "
+            f"if the validation loss is flat too.",
+            {"median_before": before, "median_now": now, "window_points": half, "window_start_step": since},
+        )
+
+
+class NoLearningGrad:
+    """grad_norm at (or within a hair of) zero for `for_points` points in a row."""
+
+    rule_id = "no_learning"
+
+    def __init__(self, metric: str, cfg: NoLearningRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.zeros = 0
+        self.first_zero = 0
+
+    def rewind(self, step: int) -> None:
+        self.zeros = 0
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        if abs(value) > self.cfg.zero_grad:
+            self.zeros = 0
+            return None
+        if self.zeros == 0:
+            self.first_zero = step
+        self.zeros += 1
+        if self.zeros < self.cfg.for_points:
+            return HOLD
+        return Finding(
+            "error",
+            value,
+            f"{self.metric} = {fmt(value)} for {self.zeros} logged points in a row (since step {self.first_zero}): "
+            f"nothing is being learned. Likely causes: no trainable parameters (LoRA adapters not attached, all "
+            f"weights frozen), the loss detached from the graph, every label masked. Check the count of trainable "
+            f"parameters and the labels of one batch.",
+            {"zero_threshold": self.cfg.zero_grad, "points": self.zeros, "since_step": self.first_zero},
+            first_step=self.first_zero,
+        )
+
+
+class NoLearningLoss:
+    """A training loss that does not move at all, or sits at ln(vocab size) (uniform guessing)."""
+
+    rule_id = "no_learning"
+
+    def __init__(self, metric: str, cfg: NoLearningRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.recent: deque[tuple[int, float]] = deque(maxlen=max(2, cfg.for_points))
+        self.at_uniform = 0
+
+    def rewind(self, step: int) -> None:
+        self.recent.clear()
+        self.at_uniform = 0
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        if getattr(run, "is_rl", False):
+            return HOLD
+        cfg = self.cfg
+        self.recent.append((step, value))
+        vocab = run.facts.get("vocab_size") if hasattr(run, "facts") else None
+        if vocab and vocab > 1:
+            uniform = math.log(vocab)
+            self.at_uniform = self.at_uniform + 1 if abs(value - uniform) <= cfg.ln_vocab_rel * uniform else 0
+            if self.at_uniform >= cfg.ln_vocab_after:
+                return Finding(
+                    "error",
+                    value,
+                    f"{self.metric} = {fmt(value)} at step {step}, stuck at ln(vocab size {vocab}) = {fmt(uniform)} "
+                    f"for {self.at_uniform} points: the model predicts every token as equally likely. Likely causes: "
+                    f"pretrained weights not loaded (random init), lr zero, labels shuffled against inputs. Check "
+                    f"the model path and the load messages at start-up.",
+                    {"ln_vocab": uniform, "vocab_size": vocab, "points": self.at_uniform},
+                )
+        if len(self.recent) < self.recent.maxlen:
+            return HOLD
+        values = [v for _, v in self.recent]
+        spread = max(values) - min(values)
+        if spread > cfg.flat_rel * max(abs(sum(values) / len(values)), 1e-12):
+            return None
+        zero = (
+            "; a loss of exactly 0 usually means every label is masked (-100) or the loss is not computed"
+            if value == 0
+            else ""
+        )
+        return Finding(
+            "error",
+            value,
+            f"{self.metric} has not moved from {fmt(value)} for {len(values)} logged points (to step {step}){zero}. "
+            f"Nothing is being learned. Check that the loss is connected to trainable parameters, the labels of "
+            f"one batch, and the lr.",
+            {"spread": spread, "points": len(values)},
+            first_step=self.recent[0][0],
+        )
+
+
+class RewardCollapse:
+    """The reward's rolling median falling well below its best for `patience` points (RL)."""
+
+    rule_id = "reward_collapse"
+
+    def __init__(self, metric: str, cfg: RewardCollapseRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.recent: deque[float] = deque(maxlen=max(2, cfg.window))
+        self.best: float | None = None
+        self.best_step = 0
+        self.low: float | None = None
+        self.falling = 0
+        self.first_falling = 0
+
+    def rewind(self, step: int) -> None:
+        self.recent.clear()
+        self.falling = 0
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        cfg = self.cfg
+        self.recent.append(value)
+        if len(self.recent) < self.recent.maxlen:
+            return HOLD
+        values = list(self.recent)
+        rolling = median(values)
+        if self.best is None or rolling > self.best:
+            self.best, self.best_step = rolling, step
+        self.low = rolling if self.low is None else min(self.low, rolling)
+        spread = median(abs(v - rolling) for v in values) * MAD_TO_SIGMA
+        # the rolling median of n points wobbles by about 1.25 sigma / sqrt(n)
+        noise = 1.25 * spread / math.sqrt(len(values))
+        needed = max(cfg.drop_sigma * noise, cfg.min_rel_drop * (self.best - self.low), 1e-12)
+        if rolling >= self.best - needed:
+            self.falling = 0
+            return None
+        if self.falling == 0:
+            self.first_falling = step
+        self.falling += 1
+        if self.falling < cfg.patience:
+            return HOLD
+        return Finding(
+            "warn",
+            value,
+            f"{self.metric} is trending down: rolling median {fmt(rolling)} at step {step}, below its best "
+            f"{fmt(self.best)} (step {self.best_step}) for {self.falling} points. Likely causes: policy collapse "
+            f"or reward hacking turned against the reward model, lr too high, KL penalty too weak, entropy "
+            f"collapse. Check sampled responses, entropy and KL; keep the checkpoint near step {self.best_step}.",
+            {
+                "best_rolling_median": self.best,
+                "best_step": self.best_step,
+                "rolling_median": rolling,
+                "noise": noise,
+            },
+            first_step=self.first_falling,
+        )
+
+
+class RewardStdCollapse:
+    """Reward spread at zero: every sample in a group got the same reward, so there is no learning signal."""
+
+    rule_id = "reward_collapse"
+
+    def __init__(self, metric: str, cfg: RewardCollapseRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.zeros = 0
+        self.first_zero = 0
+
+    def rewind(self, step: int) -> None:
+        self.zeros = 0
+
+    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+        if value > self.cfg.std_zero:
+            self.zeros = 0
+            return None
+        if self.zeros == 0:
+            self.first_zero = step
+        self.zeros += 1
+        if self.zeros < self.cfg.std_for:
+            return HOLD
+        return Finding(
+            "warn",
+            value,
+            f"{self.metric} = {fmt(value)} for {self.zeros} points (since step {self.first_zero}): every sampled "
+            f"response gets the same reward, so the advantages are zero and the policy stops learning. Likely "
+            f"causes: the task is too easy or too hard for the model, a reward function returning a constant, "
+            f"sampling temperature too low. Check the reward function on a few responses.",
+            {"threshold": self.cfg.std_zero, "points": self.zeros},
+            first_step=self.first_zero,
+        )
