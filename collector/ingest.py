@@ -1,0 +1,435 @@
+"""From files to stored points: offsets, segments, batching, quarantine.
+
+`Ingestor.ingest(paths)` reads what is new in each file (from its stored offset, in bounded chunks), parses it
+with the format's parser, and commits the points together with the new offset in one transaction: a crash at
+any moment loses and repeats nothing. A file that shrank (truncated), was replaced (new inode: rotation) or was
+rewritten in place starts a new segment from offset 0; what was ingested from the old life stays.
+
+Large backlogs of verl JSONL are read by DuckDB's own JSON reader (several times faster than Python); a chunk
+that it cannot read as plain verl records goes through the Python parser so its bad lines are quarantined
+with their line numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import ModuleType
+
+import duckdb
+
+from collector import discover
+from collector.model import ParseResult, Points
+from collector.store import SourceState, Store
+
+log = logging.getLogger("collector.ingest")
+
+CHUNK_BYTES = 8 << 20  # one read of a file; bounds memory while a big backlog is ingested
+TXN_BYTES = 16 << 20  # bytes one shared transaction takes in before it commits
+BULK_MIN_BYTES = 1 << 20  # below this, DuckDB's reader costs more than it saves
+MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is quarantined instead of buffered forever
+SIG_BYTES = 32  # bytes before the offset remembered to notice a file rewritten in place
+# Formats whose parser reads the whole document each time it changes.
+WHOLE_FILE_FORMATS = {"hf_trainer_state", "status", "run_config", "checkpoint_marker"}
+_FLOAT_STEP = re.compile(rb'^\{"step":-?\d+[.eE]', re.MULTILINE)
+
+PointsCallback = Callable[[str, Points], None]
+
+
+@dataclasses.dataclass(slots=True)
+class Event:
+    """Something the ingest did that a person may want to read (file, line, what was done)."""
+
+    path: str
+    message: str
+
+
+class Ingestor:
+    """Reads the sources of the runs under `roots` into `store`. Not thread-safe: one ingest thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        roots: Iterable[str | Path],
+        *,
+        on_points: PointsCallback | None = None,
+        on_run_info: Callable[[str, str, dict], None] | None = None,
+        chunk_bytes: int = CHUNK_BYTES,
+        txn_bytes: int = TXN_BYTES,
+        bulk: bool = True,
+    ) -> None:
+        self.store = store
+        self.roots = [Path(r).resolve() for r in roots]
+        self.on_points = on_points
+        self.on_run_info = on_run_info
+        self.chunk_bytes = chunk_bytes
+        self.txn_bytes = txn_bytes
+        self.bulk = bulk
+        self.sources: dict[str, SourceState] = store.sources()
+        self.roles: dict[str, str] = {}  # path -> "metrics" | "meta" | "ignored"
+        self.run_dirs: dict[str, Path] = {}
+        self.max_step: dict[str, int] = store.max_steps()
+        self.events: list[Event] = []  # recent notable events, newest last (bounded)
+        self._tmpdir = tempfile.mkdtemp(prefix="runwatch-ingest-")
+        self._parsers: dict[str, ModuleType | None] = {}
+
+    def close(self) -> None:
+        shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    # ---- discovery --------------------------------------------------------------------------------
+
+    def discover(self) -> list[str]:
+        """Register every run and source under the roots; returns the paths of all readable sources."""
+        runs = discover.find_runs(self.roots)
+        for run in runs:
+            self._register(run)
+        return [p for p, role in self.roles.items() if role != "ignored"]
+
+    def note_path(self, path: str | Path) -> str | None:
+        """A file changed: register its run if new. Returns the path to read, or None when no run reads it."""
+        key = str(path)
+        if key in self.roles:
+            return key if self.roles[key] != "ignored" else None
+        try:
+            run = discover.run_for_path(Path(path), self.roots)
+        except OSError:
+            return None
+        if run is None:
+            return None
+        self._register(run)
+        role = self.roles.get(key)
+        return key if role and role != "ignored" else None
+
+    def _register(self, run: discover.Run) -> None:
+        self.run_dirs[run.id] = run.dir
+        self.store.upsert_run(run.id, str(run.root), str(run.dir), run.format)
+        for source in run.sources:
+            key = str(source.path)
+            self.roles[key] = source.role
+            if source.role == "ignored":
+                continue
+            known = self.sources.get(key)
+            if known is None:
+                self.sources[key] = self.store.add_source(run.id, key, source.format)
+            elif known.run_id != run.id or known.format != source.format:
+                # Same file, new understanding of it (a run id prefixed after a collision): keep the position.
+                fresh = self.store.add_source(run.id, key, source.format)
+                self.sources[key] = dataclasses.replace(fresh, **_position(known))
+
+    # ---- reading ----------------------------------------------------------------------------------
+
+    def ingest(self, paths: Iterable[str]) -> set[str]:
+        """Read what is new in `paths` (registered sources); returns the paths that still have more to read.
+
+        Small reads share one transaction; a big verl JSONL backlog is read chunk by chunk, each chunk its
+        own transaction. A file that fails is logged with the reason and skipped; the others go on.
+        """
+        pending: set[str] = set()
+        shared: list[str] = []
+        for path in dict.fromkeys(paths):
+            s = self.sources.get(path)
+            if s is None:
+                continue
+            if self.bulk and s.format == "jsonl" and self._backlog(s) >= BULK_MIN_BYTES:
+                if self._guarded(lambda s=s: self._bulk_chunk(s), [path]):
+                    pending.add(path)
+            else:
+                shared.append(path)
+        budget_paths: list[str] = []
+        used = 0
+        for path in shared:
+            budget_paths.append(path)
+            used += min(self._backlog(self.sources[path]), self.chunk_bytes)
+            if used >= self.txn_bytes:
+                pending |= self._shared_txn(budget_paths)
+                budget_paths, used = [], 0
+        if budget_paths:
+            pending |= self._shared_txn(budget_paths)
+        return pending
+
+    def ingest_all(self, paths: Iterable[str] | None = None) -> None:
+        """Read every source (or `paths`) to its current end."""
+        pending = set(self.discover() if paths is None else paths)
+        while pending:
+            pending = self.ingest(sorted(pending))
+
+    def _backlog(self, s: SourceState) -> int:
+        try:
+            st = os.stat(s.path)
+        except OSError:
+            return 0
+        if st.st_ino != s.inode or st.st_size < s.offset:
+            return st.st_size
+        return st.st_size - s.offset
+
+    def _shared_txn(self, paths: list[str]) -> set[str]:
+        """One transaction for many small reads; on failure, each path alone so one bad file stays alone."""
+        pending: set[str] = set()
+        if self._guarded(lambda: self._read_many(paths, pending), paths, quiet=True):
+            return pending
+        pending.clear()
+        for path in paths:
+            self._guarded(lambda path=path: self._read_many([path], pending), [path])
+        return pending
+
+    def _guarded(self, work: Callable[[], bool | None], paths: list[str], quiet: bool = False) -> bool:
+        # Sources are updated on copies and only put back after a commit, so a rollback leaves them right.
+        before = {p: self.sources[p] for p in paths}
+        try:
+            result = work()
+        except (duckdb.Error, OSError, ValueError, MemoryError) as e:
+            for p, s in before.items():
+                self.sources[p] = s
+            if not quiet:
+                self._event(paths[0], f"could not be ingested ({type(e).__name__}: {e}); skipped, will retry")
+            return False
+        return result is not False if not quiet else True
+
+    def _read_many(self, paths: list[str], pending: set[str]) -> None:
+        fresh: dict[str, Points] = {}
+        new_states: dict[str, SourceState] = {}
+        infos: list[tuple[str, str, dict]] = []
+        with self.store.transaction() as cur:
+            for path in paths:
+                s = dataclasses.replace(self.sources[path])
+                more = self._read_one(cur, s, fresh, infos)
+                new_states[path] = s
+                if more:
+                    pending.add(path)
+        self.sources.update(new_states)
+        self._after_commit(fresh, infos)
+
+    def _after_commit(self, fresh: dict[str, Points], infos: list[tuple[str, str, dict]]) -> None:
+        for run_id, pts in fresh.items():
+            if pts:
+                self.max_step[run_id] = max(self.max_step.get(run_id, pts.step[0]), max(pts.step))
+                if self.on_points:
+                    self.on_points(run_id, pts)
+        if self.on_run_info:
+            for run_id, fmt, info in infos:
+                self.on_run_info(run_id, fmt, info)
+
+    def _read_one(self, cur, s: SourceState, fresh: dict[str, Points], infos: list) -> bool:
+        """Read one chunk of one source into the open transaction; returns True when more is waiting."""
+        st = self._identity(cur, s)
+        if st is None:
+            return False
+        whole = s.format in WHOLE_FILE_FORMATS
+        if whole:
+            if (st.st_size, st.st_mtime) == (s.size, s.mtime) and s.offset == st.st_size:
+                return False
+            start, want = 0, st.st_size
+        else:
+            if st.st_size == s.offset:
+                return False
+            start, want = s.offset, min(st.st_size - s.offset, self.chunk_bytes)
+        data = _read_range(s.path, start, want)
+        result = self._parse(s, data, 1 if whole else s.lines + 1)
+        if result is None:
+            return False
+        if not whole and result.consumed == 0 and len(data) >= want and st.st_size - start > want:
+            # One line longer than a chunk: read more of it, up to a limit, then quarantine it.
+            data = _read_range(s.path, start, min(st.st_size - start, MAX_LINE_BYTES))
+            result = self._parse(s, data, s.lines + 1)
+            if result is not None and result.consumed == 0 and len(data) >= MAX_LINE_BYTES:
+                end = data.find(b"\n")
+                self._skip_long_line(cur, s, data, end)
+                return True
+        if result is None:
+            return False
+        run = s.run_id
+        overlap = whole or not result.points or min(result.points.step) <= self.max_step.get(run, -(2**62))
+        self.store.add_points(cur, s, result.points, may_overlap=overlap)
+        self._quarantine(cur, s, result)
+        if whole:
+            s.offset, s.lines = st.st_size, result.lines
+        else:
+            s.offset += result.consumed
+            s.lines += result.lines
+            s.tail_sig = (
+                data[max(0, result.consumed - SIG_BYTES) : result.consumed] if result.consumed else s.tail_sig
+            )
+        s.size, s.mtime = st.st_size, st.st_mtime
+        self.store.save_source(cur, s)
+        if result.points:
+            last = max(result.points.step)
+            self.store.update_run_info(cur, run, last_step=last, last_point_at=time.time())
+            fresh.setdefault(run, Points()).extend(result.points)
+        if result.info:
+            infos.append((run, s.format, result.info))
+            self._store_info(cur, run, s.format, result.info)
+        return not whole and s.offset < st.st_size and result.consumed > 0
+
+    def _identity(self, cur, s: SourceState) -> os.stat_result | None:
+        """Stat the file and start a new segment when it is no longer the file the offset belongs to."""
+        try:
+            st = os.stat(s.path)
+        except FileNotFoundError:
+            if s.state != "deleted":
+                s.state = "deleted"
+                self.store.save_source(cur, s)
+                self._event(s.path, "was deleted; what was ingested from it stays")
+            return None
+        reason = None
+        if s.format in WHOLE_FILE_FORMATS:
+            # Replaced atomically on every update (a new inode each time): just read it again.
+            s.inode, s.device, s.state = st.st_ino, st.st_dev, "active"
+            return st
+        if s.state == "deleted":
+            reason = "appeared again after being deleted"
+        elif s.inode and (st.st_ino, st.st_dev) != (s.inode, s.device):
+            reason = "was replaced by a new file (rotation)"
+        elif st.st_size < s.offset:
+            reason = f"shrank below the ingested offset {s.offset} (truncated)"
+        elif s.offset and s.tail_sig and s.format not in WHOLE_FILE_FORMATS:
+            before = _read_range(s.path, s.offset - len(s.tail_sig), len(s.tail_sig))
+            if before != s.tail_sig:
+                reason = "was rewritten in place"
+        if reason:
+            had = s.offset > 0 or s.state == "deleted"
+            s.offset, s.lines, s.tail_sig, s.state = 0, 0, b"", "active"
+            s.size = s.mtime = 0
+            if had:
+                s.segment += 1
+                self._event(
+                    s.path,
+                    f"{reason}: reading it again from the start as segment {s.segment}; "
+                    "earlier points stay, and steps written again replace them",
+                )
+        s.inode, s.device = st.st_ino, st.st_dev
+        return st
+
+    def _parse(self, s: SourceState, data: bytes, first_line: int) -> ParseResult | None:
+        parser = self._parser(s.format)
+        if parser is None:
+            return None
+        return parser.parse(data, first_line)
+
+    def _parser(self, fmt: str) -> ModuleType | None:
+        if fmt not in self._parsers:
+            try:
+                self._parsers[fmt] = importlib.import_module(f"collector.parsers.{fmt}")
+            except ImportError:
+                self._parsers[fmt] = None
+                log.warning("no parser for format %r yet: its files are registered but not read", fmt)
+        return self._parsers[fmt]
+
+    def _quarantine(self, cur, s: SourceState, result: ParseResult) -> None:
+        if not result.bad:
+            return
+        self.store.quarantine(cur, s, result.bad)
+        first = result.bad[0]
+        more = f" (and {len(result.bad) - 1} more bad lines)" if len(result.bad) > 1 else ""
+        self._event(s.path, f"line {first.line}: {first.reason}; line quarantined, the rest ingested{more}")
+
+    def _skip_long_line(self, cur, s: SourceState, data: bytes, end: int) -> None:
+        from collector.model import BadLine
+
+        skip = end + 1 if end >= 0 else len(data)
+        bad = [
+            BadLine(
+                s.lines + 1, f"line longer than {MAX_LINE_BYTES} bytes", data[:200].decode("utf-8", "replace")
+            )
+        ]
+        self.store.quarantine(cur, s, bad)
+        s.offset += skip
+        s.lines += 1 if end >= 0 else 0
+        s.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
+        self.store.save_source(cur, s)
+        self._event(s.path, f"line {s.lines}: longer than {MAX_LINE_BYTES} bytes; quarantined")
+
+    def _store_info(self, cur, run: str, fmt: str, info: dict) -> None:
+        import json
+
+        status = info.get("status")
+        total = info.get("total_steps")
+        self.store.update_run_info(
+            cur,
+            run,
+            status=status if isinstance(status, str) else None,
+            total_steps=total if isinstance(total, int) else None,
+            config=json.dumps(info.get("config", info), default=str) if fmt == "run_config" else None,
+            status_info=json.dumps(info, default=str) if fmt == "status" else None,
+        )
+
+    # ---- the DuckDB fast path for big verl JSONL backlogs -----------------------------------------
+
+    def _bulk_chunk(self, s0: SourceState) -> bool:
+        """Ingest one chunk of a big verl JSONL backlog in its own transaction; True when more is waiting."""
+        s = dataclasses.replace(s0)
+        fresh: dict[str, Points] = {}
+        with self.store.transaction() as cur:
+            st = self._identity(cur, s)
+            if st is None or st.st_size == s.offset:
+                self.sources[s.path] = s
+                return False
+        data = _read_range(s.path, s.offset, min(st.st_size - s.offset, self.chunk_bytes))
+        end = data.rfind(b"\n") + 1
+        lines = data.count(b"\n", 0, end)
+        staged = end > 0 and self._stage(data, end, lines)
+        if not staged:
+            # Not plain verl records (or a bad line in there): the Python parser finds and quarantines them.
+            pending: set[str] = set()
+            self.sources[s.path] = s
+            self._read_many([s.path], pending)
+            return bool(pending)
+        with self.store.transaction() as cur:
+            low = cur.execute("SELECT min(step), max(step) FROM rw_stage").fetchall()[0]
+            overlap = low[0] is not None and low[0] <= self.max_step.get(s.run_id, -(2**62))
+            self.store.add_stage(cur, s, may_overlap=overlap)
+            s.offset += end
+            s.lines += lines
+            s.tail_sig = data[max(0, end - SIG_BYTES) : end]
+            s.size, s.mtime = st.st_size, st.st_mtime
+            self.store.save_source(cur, s)
+            if low[1] is not None:
+                self.store.update_run_info(cur, s.run_id, last_step=low[1], last_point_at=time.time())
+            if self.on_points is not None and low[1] is not None:
+                fresh[s.run_id] = self.store.staged_points(cur)
+        self.sources[s.path] = s
+        if low[1] is not None:
+            self.max_step[s.run_id] = max(self.max_step.get(s.run_id, low[1]), low[1])
+        self._after_commit(fresh, [])
+        return s.offset < st.st_size
+
+    def _stage(self, data: bytes, end: int, lines: int) -> bool:
+        """Stage complete verl records with DuckDB's reader; False when the chunk is not plainly verl."""
+        # Cheap byte-level shape checks: DuckDB would silently ignore extra keys or round a float step.
+        if data.count(b'{"step":', 0, end) != lines or data.count(b"}}\n", 0, end) != lines:
+            return False
+        if _FLOAT_STEP.search(data, 0, end) or b'"step":"' in data[:end]:
+            return False
+        tmp = os.path.join(self._tmpdir, "chunk.jsonl")
+        with open(tmp, "wb") as f:
+            f.write(memoryview(data)[:end])
+        try:
+            _, missing, _ = self.store.stage_ndjson(self.store.cursor(), tmp)
+        except duckdb.Error:
+            return False
+        return missing == 0
+
+    def _event(self, path: str, message: str) -> None:
+        log.warning("%s: %s", path, message)
+        self.events.append(Event(path, message))
+        del self.events[:-200]
+
+
+def _position(s: SourceState) -> dict:
+    return {
+        k: getattr(s, k)
+        for k in ("inode", "device", "size", "mtime", "offset", "lines", "segment", "state", "tail_sig")
+    }
+
+
+def _read_range(path: str, start: int, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(size)

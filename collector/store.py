@@ -1,0 +1,430 @@
+"""The DuckDB store: the only module (with its `store_*.py` siblings) that holds SQL.
+
+One file, one connection, a cursor per thread (DuckDB allows one writer process; inside it, cursors share the
+database). Writes go through `Store.transaction()`, which serialises writers with a lock so the ingest loop
+and an API call (ack, resolve) never conflict. Every query takes parameters, never formatted values.
+
+Points are long and narrow: one row per (run, metric, step) in `points`, always the latest value; a value
+replaced by a later write of the same step (a resumed run rewriting steps, a rotated or truncated file) moves
+to `points_replaced` with the segment it came from, so both lives stay inspectable and no query pays for the
+replacement rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from collector.model import BadLine, Points
+
+# Each entry brings a database from version i to i + 1. Never edit a released entry: add one.
+MIGRATIONS: list[list[str]] = [
+    # v1: the first schema.
+    [
+        """CREATE TABLE runs (
+            id VARCHAR PRIMARY KEY, root VARCHAR, path VARCHAR, format VARCHAR, status VARCHAR,
+            last_step BIGINT, total_steps BIGINT, created_at DOUBLE, updated_at DOUBLE, last_point_at DOUBLE,
+            config VARCHAR, status_info VARCHAR)""",
+        "CREATE SEQUENCE source_ids START 1",
+        """CREATE TABLE sources (
+            id INTEGER PRIMARY KEY DEFAULT nextval('source_ids'), run_id VARCHAR, path VARCHAR UNIQUE,
+            format VARCHAR, inode BIGINT, device BIGINT, size BIGINT, mtime DOUBLE, byte_offset BIGINT,
+            lines BIGINT, segment INTEGER, state VARCHAR, updated_at DOUBLE)""",
+        """CREATE TABLE points (
+            run_id VARCHAR, metric VARCHAR, step BIGINT, value DOUBLE, wall_time DOUBLE,
+            source_id INTEGER, segment INTEGER)""",
+        """CREATE TABLE quarantine (
+            source_id INTEGER, segment INTEGER, line BIGINT, reason VARCHAR, text VARCHAR, created_at DOUBLE)""",
+        "CREATE SEQUENCE alert_ids START 1",
+        """CREATE TABLE alerts (
+            id INTEGER PRIMARY KEY DEFAULT nextval('alert_ids'), run_id VARCHAR, rule VARCHAR,
+            severity VARCHAR, metric VARCHAR, first_step BIGINT, last_step BIGINT, value DOUBLE,
+            message VARCHAR, evidence VARCHAR, state VARCHAR, active BOOLEAN, note VARCHAR,
+            created_at DOUBLE, updated_at DOUBLE, UNIQUE (run_id, rule, metric, first_step))""",
+        """CREATE TABLE alert_history (
+            alert_id INTEGER, created_at DOUBLE, event VARCHAR, state VARCHAR, note VARCHAR)""",
+        """CREATE TABLE checkpoints (
+            run_id VARCHAR, step BIGINT, path VARCHAR, complete BOOLEAN, bytes BIGINT, info VARCHAR)""",
+    ],
+    # v2: replaced values keep their own table (both lives of a resumed run), per-metric summaries for
+    # listings, and a signature of the bytes before the offset to notice a file rewritten in place.
+    [
+        """CREATE TABLE points_replaced (
+            run_id VARCHAR, metric VARCHAR, step BIGINT, value DOUBLE, wall_time DOUBLE,
+            source_id INTEGER, segment INTEGER, replaced_at DOUBLE)""",
+        """CREATE TABLE metric_stats (
+            run_id VARCHAR, metric VARCHAR, points BIGINT, last_step BIGINT, last_value DOUBLE,
+            PRIMARY KEY (run_id, metric))""",
+        """INSERT INTO metric_stats
+            SELECT run_id, metric, count(*), max(step), arg_max(value, step) FROM points GROUP BY ALL""",
+        "ALTER TABLE sources ADD COLUMN tail_sig BLOB",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used; the message names the file and what to do."""
+
+
+@dataclass(slots=True)
+class SourceState:
+    """What the store remembers about one file it reads: identity, how far it got, and which life it is in."""
+
+    id: int
+    run_id: str
+    path: str
+    format: str
+    inode: int = 0
+    device: int = 0
+    size: int = 0
+    mtime: float = 0.0
+    offset: int = 0
+    lines: int = 0
+    segment: int = 0
+    state: str = "active"
+    tail_sig: bytes = b""
+
+
+class Store:
+    """One DuckDB file. Thread-safe: each thread gets its own cursor; writers take turns."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self._con = duckdb.connect(str(self.path))
+        except duckdb.IOException as e:
+            raise StoreError(
+                f"cannot open the database {self.path}: {e}. Only one process may hold it; if a collector "
+                f"is running, use it through its API (the CLI does this by itself)."
+            ) from None
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        migrate(self._con)
+
+    def close(self) -> None:
+        """Checkpoint and close; the store is unusable afterwards."""
+        with self._write_lock:
+            self._con.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor (DuckDB connections are not shared between threads)."""
+        cur = getattr(self._local, "cur", None)
+        if cur is None:
+            cur = self._con.cursor()
+            self._local.cur = cur
+        return cur
+
+    def rows(self, sql: str, params: list | tuple = ()) -> list[tuple]:
+        """All rows of a read query."""
+        return self.cursor().execute(sql, params).fetchall()
+
+    def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
+        """All rows of a read query as dicts keyed by column name."""
+        cur = self.cursor().execute(sql, params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One atomic write: everything done with the yielded cursor commits together or not at all."""
+        with self._write_lock:
+            cur = self.cursor()
+            if getattr(self._local, "in_tx", False):
+                yield cur  # nested: the outer transaction commits
+                return
+            cur.execute("BEGIN TRANSACTION")
+            self._local.in_tx = True
+            try:
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute("ROLLBACK")
+                raise
+            finally:
+                self._local.in_tx = False
+
+    # ---- runs and sources -------------------------------------------------------------------------
+
+    def upsert_run(self, run_id: str, root: str, path: str, fmt: str) -> None:
+        """Record a run the first time it is seen; later calls keep its state and refresh path and format."""
+        now = time.time()
+        with self.transaction() as cur:
+            cur.execute(
+                """INSERT INTO runs (id, root, path, format, status, created_at, updated_at)
+                   VALUES (?, ?, ?, ?, 'unknown', ?, ?)
+                   ON CONFLICT (id) DO UPDATE SET root = excluded.root, path = excluded.path,
+                   format = excluded.format""",
+                [run_id, root, path, fmt, now, now],
+            )
+
+    def update_run_info(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        run_id: str,
+        *,
+        status: str | None = None,
+        total_steps: int | None = None,
+        config: str | None = None,
+        status_info: str | None = None,
+        last_step: int | None = None,
+        last_point_at: float | None = None,
+    ) -> None:
+        """Set the given run fields (None leaves a field as it is), inside the caller's transaction."""
+        cur.execute(
+            """UPDATE runs SET status = coalesce(?, status), total_steps = coalesce(?, total_steps),
+               config = coalesce(?, config), status_info = coalesce(?, status_info),
+               last_step = coalesce(?, last_step), last_point_at = coalesce(?, last_point_at), updated_at = ?
+               WHERE id = ?""",
+            [status, total_steps, config, status_info, last_step, last_point_at, time.time(), run_id],
+        )
+
+    def sources(self) -> dict[str, SourceState]:
+        """Every source the store knows, by path."""
+        rows = self.rows(
+            """SELECT id, run_id, path, format, inode, device, size, mtime, byte_offset, lines, segment,
+                      state, tail_sig FROM sources"""
+        )
+        return {r[2]: SourceState(*r[:12], tail_sig=bytes(r[12] or b"")) for r in rows}
+
+    def add_source(self, run_id: str, path: str, fmt: str) -> SourceState:
+        """Register a file of a run (offset 0, segment 0); returns its state."""
+        with self.transaction() as cur:
+            cur.execute(
+                """INSERT INTO sources (run_id, path, format, inode, device, size, mtime, byte_offset, lines,
+                   segment, state, updated_at, tail_sig) VALUES (?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 'active', ?, ''::BLOB)
+                   ON CONFLICT (path) DO UPDATE SET run_id = excluded.run_id, format = excluded.format
+                   RETURNING id""",
+                [run_id, path, fmt, time.time()],
+            )
+            source_id = cur.fetchall()[0][0]
+        return SourceState(id=source_id, run_id=run_id, path=path, format=fmt)
+
+    def save_source(self, cur: duckdb.DuckDBPyConnection, s: SourceState) -> None:
+        """Write a source's identity and offset, inside the transaction that wrote the rows it covers."""
+        cur.execute(
+            """UPDATE sources SET inode = ?, device = ?, size = ?, mtime = ?, byte_offset = ?, lines = ?,
+               segment = ?, state = ?, tail_sig = ?, updated_at = ? WHERE id = ?""",
+            [
+                s.inode,
+                s.device,
+                s.size,
+                s.mtime,
+                s.offset,
+                s.lines,
+                s.segment,
+                s.state,
+                s.tail_sig,
+                time.time(),
+                s.id,
+            ],
+        )
+
+    def quarantine(self, cur: duckdb.DuckDBPyConnection, s: SourceState, bad: list[BadLine]) -> None:
+        """Keep bad lines with their file line number and reason, inside the caller's transaction."""
+        if not bad:
+            return
+        now = time.time()
+        cur.executemany(
+            "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?)",
+            [[s.id, s.segment, b.line, b.reason, b.text, now] for b in bad],
+        )
+
+    def max_steps(self) -> dict[str, int]:
+        """The highest stored step of every run (what a new batch must exceed to be a plain append)."""
+        return {r[0]: r[1] for r in self.rows("SELECT run_id, max(step) FROM points GROUP BY run_id")}
+
+    # ---- points ---------------------------------------------------------------------------------
+
+    def add_points(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        s: SourceState,
+        points: Points,
+        *,
+        may_overlap: bool,
+    ) -> int:
+        """Store a batch of one source's points inside the caller's transaction; returns rows added.
+
+        With `may_overlap` (the batch reaches steps already stored for the run), a point whose
+        (metric, step) is stored with the same value is dropped, and a stored value that differs moves to
+        `points_replaced` before the new one goes in: the latest write of a step wins in every query.
+        """
+        if not points:
+            return 0
+        table = pa.table(
+            {
+                "metric": pa.array(points.metric, pa.string()),
+                "step": pa.array(points.step, pa.int64()),
+                "value": pa.array(points.value, pa.float64()),
+                "wall_time": pa.array(points.wall_time, pa.float64()),
+            }
+        )
+        cur.register("rw_batch", table)
+        try:
+            if not may_overlap:
+                cur.execute(
+                    """INSERT INTO points SELECT ?, metric, step, value, wall_time, ?, ? FROM rw_batch""",
+                    [s.run_id, s.id, s.segment],
+                )
+                self._bump_stats(cur, s.run_id, "rw_batch")
+                return len(points)
+            cur.execute(
+                "CREATE OR REPLACE TEMP TABLE rw_stage AS SELECT *, row_number() OVER () AS seq FROM rw_batch"
+            )
+        finally:
+            cur.unregister("rw_batch")
+        return self._merge_stage(cur, s)
+
+    def stage_ndjson(self, cur: duckdb.DuckDBPyConnection, path: str) -> tuple[int, int, int | None]:
+        """Read a file of complete verl JSON lines into the staging table with DuckDB's own reader.
+
+        Returns (points, points without a step, lowest step); null values are skipped as the parsers do.
+        Raises duckdb.Error when a line does not fit the verl shape (the caller then parses that chunk in
+        Python to find and quarantine it). Runs outside a transaction: a failed read must not abort one.
+        """
+        cur.execute(
+            """CREATE OR REPLACE TEMP TABLE rw_stage AS
+               SELECT metric, step, value, NULL::DOUBLE AS wall_time, 0::BIGINT AS seq FROM (
+                 SELECT unnest(map_keys(data)) AS metric, step, unnest(map_values(data)) AS value
+                 FROM read_ndjson(?, columns = {'step': 'BIGINT', 'data': 'MAP(VARCHAR, DOUBLE)'},
+                                  format = 'newline_delimited'))
+               WHERE value IS NOT NULL""",
+            [path],
+        )
+        count, missing, low = cur.execute(
+            "SELECT count(*), count(*) FILTER (WHERE step IS NULL), min(step) FROM rw_stage"
+        ).fetchall()[0]
+        return count, missing, low
+
+    def staged_points(self, cur: duckdb.DuckDBPyConnection) -> Points:
+        """The staging table's points as a columnar batch (for the detectors)."""
+        table = cur.execute("SELECT step, metric, value FROM rw_stage").fetch_arrow_table()
+        steps = table.column("step").to_pylist()
+        return Points(
+            step=steps,
+            metric=table.column("metric").to_pylist(),
+            value=table.column("value").to_pylist(),
+            wall_time=[None] * len(steps),
+        )
+
+    def add_stage(self, cur: duckdb.DuckDBPyConnection, s: SourceState, *, may_overlap: bool) -> int:
+        """Move the staging table's points into `points` (see `add_points` for the overlap rule)."""
+        if not may_overlap:
+            cur.execute(
+                "INSERT INTO points SELECT ?, metric, step, value, wall_time, ?, ? FROM rw_stage",
+                [s.run_id, s.id, s.segment],
+            )
+            self._bump_stats(cur, s.run_id, "rw_stage")
+            return cur.execute("SELECT count(*) FROM rw_stage").fetchall()[0][0]
+        cur.execute(
+            "CREATE OR REPLACE TEMP TABLE rw_stage AS SELECT * EXCLUDE (seq), row_number() OVER () AS seq FROM rw_stage"
+        )
+        return self._merge_stage(cur, s)
+
+    def _merge_stage(self, cur: duckdb.DuckDBPyConnection, s: SourceState) -> int:
+        now = time.time()
+        run = s.run_id
+        # Within the batch the last write of a (metric, step) wins; earlier ones are an older life too.
+        cur.execute(
+            """INSERT INTO points_replaced
+               SELECT ?, metric, step, value, wall_time, ?, ?, ? FROM rw_stage
+               QUALIFY row_number() OVER (PARTITION BY metric, step ORDER BY seq DESC) > 1""",
+            [run, s.id, s.segment, now],
+        )
+        cur.execute(
+            """CREATE OR REPLACE TEMP TABLE rw_new AS SELECT metric, step, value, wall_time FROM rw_stage
+               QUALIFY row_number() OVER (PARTITION BY metric, step ORDER BY seq DESC) = 1"""
+        )
+        low, high = cur.execute("SELECT min(step), max(step) FROM rw_new").fetchall()[0]
+        if low is None:
+            return 0
+        # The step range lets DuckDB skip row groups of other steps (zone maps) instead of scanning the run.
+        cur.execute(
+            """CREATE OR REPLACE TEMP TABLE rw_match AS
+               SELECT p.* FROM points p JOIN rw_new n ON p.metric = n.metric AND p.step = n.step
+               WHERE p.run_id = ? AND p.step BETWEEN ? AND ?""",
+            [run, low, high],
+        )
+        # Same value already stored (a whole-file format read again, a copy of the same history): nothing to do.
+        cur.execute(
+            """DELETE FROM rw_new WHERE EXISTS (SELECT 1 FROM rw_match p WHERE p.metric = rw_new.metric
+               AND p.step = rw_new.step AND (p.value = rw_new.value OR (isnan(p.value) AND isnan(rw_new.value))))"""
+        )
+        cur.execute(
+            """DELETE FROM rw_match WHERE NOT EXISTS (SELECT 1 FROM rw_new n WHERE n.metric = rw_match.metric
+               AND n.step = rw_match.step)"""
+        )
+        cur.execute("INSERT INTO points_replaced SELECT *, ? FROM rw_match", [now])
+        cur.execute(
+            """DELETE FROM points p USING rw_match m WHERE p.run_id = ? AND p.step BETWEEN ? AND ?
+               AND p.metric = m.metric AND p.step = m.step""",
+            [run, low, high],
+        )
+        cur.execute(
+            "INSERT INTO points SELECT ?, metric, step, value, wall_time, ?, ? FROM rw_new",
+            [run, s.id, s.segment],
+        )
+        self._bump_stats(cur, run, "rw_new", minus="rw_match")
+        return cur.execute("SELECT count(*) FROM rw_new").fetchall()[0][0]
+
+    def _bump_stats(
+        self, cur: duckdb.DuckDBPyConnection, run: str, table: str, minus: str | None = None
+    ) -> None:
+        """Fold a batch into the per-metric summaries (count, last step, value at the last step)."""
+        # `table` and `minus` are our own staging tables, never user input.
+        assert table in ("rw_batch", "rw_stage", "rw_new") and minus in (None, "rw_match")
+        cur.execute(
+            f"""INSERT INTO metric_stats
+                SELECT ?, metric, count(*), max(step), arg_max(value, step) FROM {table} GROUP BY metric
+                ON CONFLICT (run_id, metric) DO UPDATE SET
+                  points = metric_stats.points + excluded.points,
+                  last_value = CASE WHEN excluded.last_step >= metric_stats.last_step
+                                    THEN excluded.last_value ELSE metric_stats.last_value END,
+                  last_step = greatest(excluded.last_step, metric_stats.last_step)""",
+            [run],
+        )
+        if minus:
+            cur.execute(
+                f"""UPDATE metric_stats SET points = points - m.n
+                    FROM (SELECT metric, count(*) AS n FROM {minus} GROUP BY metric) m
+                    WHERE metric_stats.run_id = ? AND metric_stats.metric = m.metric""",
+                [run],
+            )
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The database's schema version (0 for an empty file)."""
+    con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)")
+    rows = con.execute("SELECT max(version) FROM schema_version").fetchall()
+    return rows[0][0] or 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection, target: int = SCHEMA_VERSION) -> int:
+    """Bring the database up to `target`, one version per transaction; idempotent. Returns the version."""
+    version = schema_version(con)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the database is schema version {version}, newer than this collector's {SCHEMA_VERSION}; "
+            f"upgrade runwatch (nothing was changed)"
+        )
+    while version < target:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for statement in MIGRATIONS[version]:
+                con.execute(statement)
+            con.execute("INSERT INTO schema_version VALUES (?)", [version + 1])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        version += 1
+    return version
