@@ -1,0 +1,263 @@
+"""Backfill: how fast a finished 1M-step verl history gets into the store, at what peak memory.
+
+In one run, on the same generated file (4 metrics per step plus val/loss every 1000 steps, 5 planted
+grad-norm spikes, one NaN loss):
+  ours      `python -m collector ingest --db DB ROOT`, a subprocess: wall time, peak RSS, and the stored
+            point count read back through `python -m collector ... --json`;
+  duckdb    DuckDB's own read_ndjson + UNPIVOT into a table of the same shape (the yardstick), a subprocess;
+  tensorboard  EventAccumulator loads of the same history as an event file: keep-all, its default size
+            guidance, and the TensorBoard server's default (1,000 scalars per tag), each a subprocess, with
+            how many planted spikes and the NaN each keeps.
+Then peak RSS of our ingest at 1/4, 1/2 and all of the steps (is memory flat in the file size?).
+The database our ingest built is kept in bench/out/db/ for bench/query.py.
+
+    .venv/bin/python bench/backfill.py [--steps 1000000] [--skip-tb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gen  # noqa: E402
+import harness  # noqa: E402
+
+NAME = "backfill"
+TB_MODES = ("keep_all", "default", "server_default")
+TARGET_RATIO = 0.8
+TARGET_POINTS_PER_S = 3e6
+
+
+def db_path(h: gen.History) -> Path:
+    """Where the database of our ingest of `h` is kept for the query benchmark."""
+    return gen.OUT / "db" / f"{h.key}.duckdb"
+
+
+def remove_db(db: Path) -> None:
+    """Delete a benchmark database and every file the collector keeps beside it."""
+    for p in db.parent.glob(db.name + "*"):
+        p.unlink()
+
+
+def ingest_ours(h: gen.History, db: Path) -> dict:
+    """Backfill `h` into a fresh `db` with our CLI and check the stored point count."""
+    root = gen.verl_root(h)
+    remove_db(db)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    m = harness.measured_run(harness.collector_cmd("ingest", "--db", str(db), str(root)))
+    res = {"wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb, "rc": m.rc, "points_expected": h.points}
+    if m.rc != 0:
+        res["error"] = f"collector ingest exited {m.rc}: {m.output[-1500:]}"
+        return res
+    res["points_stored"] = stored_points(db)
+    res["points_per_s"] = h.points / m.wall_s
+    return res
+
+
+def stored_points(db: Path) -> int:
+    """Total points of the benchmark run as the CLI reports them (the API's JSON)."""
+    run = harness.collector_json("runs", "--db", str(db), gen.RUN_NAME)
+    return sum(int(m["points"]) for m in run["metrics"])
+
+
+def yardstick(path: Path, db: Path) -> dict:
+    """DuckDB alone: the verl JSONL into a long (run, metric, step, value) table on disk, in this process."""
+    import duckdb
+
+    t0 = time.perf_counter()
+    con = duckdb.connect(str(db))
+    con.execute(
+        """CREATE TABLE points AS
+           SELECT 'bench-run' AS run_id, metric, step, value, NULL::DOUBLE AS wall_time,
+                  1 AS source_id, 0 AS segment
+           FROM (UNPIVOT (SELECT step, data.* FROM read_ndjson(?)) ON COLUMNS(* EXCLUDE step)
+                 INTO NAME metric VALUE value)""",
+        [str(path)],
+    )
+    n, nans = con.execute("SELECT count(*), count(*) FILTER (WHERE isnan(value)) FROM points").fetchall()[0]
+    con.close()
+    return {"load_s": time.perf_counter() - t0, "points": n, "nan_points": nans}
+
+
+def tb_load(logdir: Path, mode: str, h: gen.History) -> dict:
+    """Load the event file with TensorBoard's accumulator in `mode`; count what survived of the trouble."""
+    from tensorboard.backend.event_processing import (
+        data_ingester,
+        event_accumulator,
+        plugin_event_accumulator,
+    )
+    from tensorboard.util import tensor_util
+
+    t0 = time.perf_counter()
+    if mode == "server_default":
+        # What `tensorboard --logdir` keeps (its Python ingester): 1,000 scalars per tag, reservoir sampled.
+        acc = plugin_event_accumulator.EventAccumulator(
+            str(logdir),
+            size_guidance=data_ingester.DEFAULT_SIZE_GUIDANCE,
+            tensor_size_guidance=data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE,
+        )
+        acc.Reload()
+        series = {
+            tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto).item())) for e in acc.Tensors(tag)]
+            for tag in acc.Tags()["tensors"]
+        }
+    else:
+        guidance = {event_accumulator.SCALARS: 0} if mode == "keep_all" else None
+        acc = event_accumulator.EventAccumulator(str(logdir), size_guidance=guidance)
+        acc.Reload()
+        series = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    load_s = time.perf_counter() - t0
+    grad = dict(series.get("train/grad_norm", []))
+    kept_spikes = sum(1 for s, v in zip(h.spike_steps, h.spike_values, strict=True) if grad.get(s) == v)
+    nan_kept = any(math.isnan(v) for _, v in series.get("train/loss", []))
+    return {
+        "load_s": load_s,
+        "points": sum(len(v) for v in series.values()),
+        "spikes_kept": kept_spikes,
+        "spikes_planted": len(h.spike_steps),
+        "nan_kept": nan_kept,
+    }
+
+
+def _child(args: list[str]) -> dict:
+    """Run this script's hidden child mode in a fresh interpreter; merge its JSON with wall and peak RSS."""
+    m = harness.measured_run([sys.executable, __file__, *args])
+    last = m.output.strip().splitlines()[-1] if m.output.strip() else ""
+    if m.rc != 0 or not last.startswith("{"):
+        return {"error": f"exited {m.rc}: {m.output[-1500:]}", "wall_s": m.wall_s}
+    return json.loads(last) | {"wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=1_000_000, help="steps in the history (default 1000000)")
+    ap.add_argument("--skip-tb", action="store_true", help="leave out the TensorBoard loads (minutes at 1M)")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    h = gen.history(args.steps)
+    if args.child:
+        kind, *rest = args.child
+        if kind == "yardstick":
+            out = yardstick(Path(rest[0]), Path(rest[1]))
+        else:
+            out = tb_load(Path(rest[0]), rest[1], h)
+        print(json.dumps(out))
+        return
+
+    t0 = time.perf_counter()
+    path = gen.verl_file(h)
+    print(
+        f"input: {path} ({path.stat().st_size / 1e6:.0f} MB, {h.points:,} points; ready in {time.perf_counter() - t0:.1f} s)"
+    )
+    result: dict = {"steps": h.steps, "points": h.points, "bytes": path.stat().st_size, "history": h.key}
+
+    db = db_path(h)
+    result["ours"] = ingest_ours(h, db)
+    print(f"ours: {result['ours']}", flush=True)
+
+    ydb = gen.OUT / "db" / f"{h.key}-yardstick.duckdb"
+    remove_db(ydb)
+    result["duckdb"] = _child(["--steps", str(h.steps), "--child", "yardstick", str(path), str(ydb)])
+    remove_db(ydb)
+    if "load_s" in result["duckdb"]:
+        result["duckdb"]["points_per_s"] = h.points / result["duckdb"]["wall_s"]
+    print(f"duckdb: {result['duckdb']}", flush=True)
+
+    if not args.skip_tb:
+        t0 = time.perf_counter()
+        logdir = gen.tensorboard_dir(h)
+        print(f"tensorboard event file ready in {time.perf_counter() - t0:.1f} s", flush=True)
+        result["tensorboard"] = {}
+        for mode in TB_MODES:
+            r = _child(["--steps", str(h.steps), "--child", "tb", str(logdir), mode])
+            result["tensorboard"][mode] = r
+            print(f"tensorboard {mode}: {r}", flush=True)
+
+    result["rss_flatness"] = rss_flatness(h, result["ours"])
+    ours, duck = result["ours"], result["duckdb"]
+    if "points_per_s" in ours and "points_per_s" in duck:
+        result["ratio_vs_duckdb"] = ours["points_per_s"] / duck["points_per_s"]
+        result["target_ratio"], result["target_points_per_s"] = TARGET_RATIO, TARGET_POINTS_PER_S
+        result["met"] = (
+            result["ratio_vs_duckdb"] >= TARGET_RATIO and ours["points_per_s"] >= TARGET_POINTS_PER_S
+        )
+        result["count_ok"] = ours.get("points_stored") == h.points
+    report(result)
+    print(f"wrote {gen.write_json(NAME, result)}")
+
+
+def rss_flatness(h: gen.History, full: dict) -> list[dict]:
+    """Peak RSS of our ingest for a quarter, half and all of the steps (the full run reused)."""
+    rows = []
+    for n in (h.steps // 4, h.steps // 2):
+        part = gen.history(n, h.seed, h.val_every)
+        tmp = gen.OUT / "db" / f"{part.key}-rss.duckdb"
+        r = ingest_ours(part, tmp)
+        remove_db(tmp)
+        rows.append({"steps": n} | r)
+        print(f"ours at {n:,} steps: {r}", flush=True)
+    rows.append({"steps": h.steps} | full)
+    return rows
+
+
+def report(r: dict) -> None:
+    ours, duck = r["ours"], r["duckdb"]
+    rows = [
+        [
+            "ours: collector ingest",
+            ours.get("wall_s", math.nan),
+            ours.get("points_per_s", math.nan),
+            ours.get("peak_rss_mb", math.nan),
+            ours.get("points_stored", "error"),
+        ],
+        [
+            "DuckDB read_ndjson+UNPIVOT",
+            duck.get("wall_s", math.nan),
+            duck.get("points_per_s", math.nan),
+            duck.get("peak_rss_mb", math.nan),
+            duck.get("points", "error"),
+        ],
+    ]
+    for mode, t in r.get("tensorboard", {}).items():
+        rows.append(
+            [
+                f"TensorBoard EventAccumulator {mode}",
+                t.get("wall_s", math.nan),
+                r["points"] / t["wall_s"] if "wall_s" in t else math.nan,
+                t.get("peak_rss_mb", math.nan),
+                t.get("points", "error"),
+            ]
+        )
+    gen.print_table(
+        f"Backfill of {r['steps']:,} steps ({r['points']:,} points, {r['bytes'] / 1e6:.0f} MB), wall time of each subprocess",
+        ["loader", "wall s", "points/s", "peak RSS MB", "points kept"],
+        rows,
+    )
+    if "ratio_vs_duckdb" in r:
+        print(
+            f"ours/duckdb speed: {r['ratio_vs_duckdb']:.2f}x (target >= {TARGET_RATIO}x and >= {TARGET_POINTS_PER_S / 1e6:.0f}M points/s: {'met' if r['met'] else 'NOT met'}); stored count {'matches' if r['count_ok'] else 'DIFFERS'}"
+        )
+    tb = r.get("tensorboard", {})
+    if tb:
+        gen.print_table(
+            "Planted trouble kept by TensorBoard",
+            ["size guidance", "spikes kept", "NaN kept"],
+            [
+                [m, f"{t.get('spikes_kept', '?')}/{t.get('spikes_planted', '?')}", t.get("nan_kept", "?")]
+                for m, t in tb.items()
+            ],
+        )
+    gen.print_table(
+        "Peak RSS of our ingest by history length",
+        ["steps", "wall s", "peak RSS MB"],
+        [[x["steps"], x.get("wall_s", math.nan), x.get("peak_rss_mb", math.nan)] for x in r["rss_flatness"]],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Processes for the benchmarks: a measured subprocess, and a real collector daemon reached over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import gen
+
+
+@dataclass
+class Measured:
+    """A finished subprocess: exit code, wall seconds, the kernel's peak RSS for it, and its output."""
+
+    rc: int
+    wall_s: float
+    peak_rss_mb: float
+    output: str
+
+
+# Forks the measured command from a small interpreter: on Linux a child's ru_maxrss starts from the
+# high-water mark of the process that forked it, so forking from the (large) benchmark would inflate it.
+_WRAPPER = """
+import os, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(cmd[0], cmd)
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+with open(out, "w") as f:
+    f.write("%d %r %d" % (os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss))
+"""
+
+
+def measured_run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = gen.REPO) -> Measured:
+    """Run `cmd` to completion and measure it: wall time from fork to exit, and its peak RSS.
+
+    Peak RSS comes from wait4() on this very child (ru_maxrss of it and the children it waited for), so
+    several measurements in one benchmark never share a high-water mark.
+    """
+    full_env = dict(os.environ) | (env or {})
+    with tempfile.NamedTemporaryFile(prefix="bench-rusage-") as res:
+        wrapped = [sys.executable, "-S", "-c", _WRAPPER, res.name, *cmd]
+        proc = subprocess.run(
+            wrapped, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        fields = Path(res.name).read_text().split()
+    out = proc.stdout.decode(errors="replace")
+    if len(fields) != 3:
+        return Measured(proc.returncode or 1, float("nan"), float("nan"), out)
+    return Measured(int(fields[0]), float(fields[1]), int(fields[2]) / 1024, out)
+
+
+def collector_cmd(*args: str) -> list[str]:
+    """`python -m collector ARGS` with the interpreter running the benchmark."""
+    return [sys.executable, "-m", "collector", *args]
+
+
+def collector_json(*args: str) -> object:
+    """Run a collector command with --json and parse its output; raise with the output when it fails."""
+    res = subprocess.run(collector_cmd(*args, "--json"), cwd=gen.REPO, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(
+            f"python -m collector {' '.join(args)} --json exited {res.returncode}: {res.stderr[-800:]}"
+        )
+    return json.loads(res.stdout)
+
+
+class Daemon:
+    """A real `python -m collector serve` over a root, found through DB.collector.json and DB.token.
+
+    Use as a context manager; the daemon gets SIGTERM (then SIGKILL) on exit and its log is kept in
+    `log_path` for the report when something goes wrong.
+    """
+
+    def __init__(self, db: Path, roots: list[Path], extra: tuple[str, ...] = ()):
+        self.db, self.roots, self.extra = db, roots, extra
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.token = ""
+        self.log_path = Path(tempfile.mkstemp(prefix="bench-daemon-", suffix=".log")[1])
+
+    def __enter__(self) -> Daemon:
+        cmd = collector_cmd("serve", "--db", str(self.db), *map(str, self.roots), "--port", "0", *self.extra)
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, cwd=gen.REPO, stdout=self._log, stderr=subprocess.STDOUT)
+        info_path = Path(str(self.db) + ".collector.json")
+        token_path = Path(str(self.db) + ".token")
+        deadline = time.monotonic() + 120  # start-up on a loaded 2-core machine; not a measured figure
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"collector serve exited {self.proc.returncode}: {self.log_tail()}")
+            try:
+                info = json.loads(info_path.read_text())
+                if info.get("pid") == self.proc.pid and info.get("port") and token_path.exists():
+                    self.port, self.token = int(info["port"]), token_path.read_text().strip()
+                    if self.get("/api/health").get("ok"):
+                        return self
+            except (OSError, ValueError, urllib.error.URLError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"collector serve did not come up in 120 s: {self.log_tail()}")
+            time.sleep(0.1)
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def log_tail(self, n: int = 2000) -> str:
+        return self.log_path.read_text(errors="replace")[-n:]
+
+    def url(self, path: str, params: dict | list | None = None) -> str:
+        query = ("?" + urllib.parse.urlencode(params, doseq=True)) if params else ""
+        return f"http://127.0.0.1:{self.port}{path}{query}"
+
+    def get(self, path: str, params: dict | list | None = None, timeout: float = 30) -> object:
+        """GET an API path with the token and return the parsed JSON."""
+        req = urllib.request.Request(
+            self.url(path, params), headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
