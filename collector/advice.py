@@ -1,0 +1,228 @@
+"""Which checkpoint to keep, which ones can go, and how much disk that frees. Pure: no I/O.
+
+Stable interface:
+
+- `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
+  latest_step=None) -> dict` with exactly the keys `recommended` ({step, path, reason} or None),
+  `checkpoints` ([{step, path, complete, bytes, value}]), `deletable` ([steps]), `frees_bytes`, `metric`,
+  `direction`. `checkpoints` items carry step, path, complete, bytes (and optionally `inferred`); `evals`
+  are (step, value) of the chosen metric; `bad_episodes` are (first_step, last_step) of `nonfinite` and
+  `grad_spike` episodes: a checkpoint saved inside one is never recommended.
+- `choose_metric(run_info, available_metrics, evals_by_metric=None) -> (metric, direction)`: which
+  evaluation metric decides (validation loss, min, by default; the HF run's own best metric when known).
+- `hf_checkpoints_from_state(info, last_step) -> list[dict]`: the checkpoints a Hugging Face run most
+  likely saved, for a lone trainer_state.json copy: INFERRED (multiples of save_steps, the best model
+  checkpoint, the final step), each marked `inferred: True`, bytes unknown (0).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+from collector.detect.base import fmt
+from collector.detect.roles import eval_metric_direction, role_of
+
+_CKPT_STEP = re.compile(r"checkpoint-(\d+)/?$")
+
+
+def recommend_checkpoint(
+    checkpoints: list[dict],
+    evals: list[tuple[int, float]],
+    bad_episodes: list[tuple[int, int]],
+    metric: str = "val_loss",
+    direction: str = "min",
+    latest_step: int | None = None,
+) -> dict:
+    """The checkpoint to keep by `metric` (`direction` "min" or "max"), explained in one sentence.
+
+    Each checkpoint takes the value of the evaluation nearest to its step (ties go to the earlier one).
+    Only complete checkpoints outside every bad episode are candidates. Without any usable evaluation the
+    latest good checkpoint is recommended, and the reason says so. `deletable` never holds the recommended
+    checkpoint, the latest one (resume needs it: `latest_step`, else the newest complete one) nor a newest
+    incomplete one (it may still be being written).
+    """
+    if direction not in ("min", "max"):
+        raise ValueError(f"direction must be 'min' or 'max', got {direction!r}")
+    finite_evals = sorted((int(s), float(v)) for s, v in evals if v is not None and math.isfinite(v))
+    rows = []
+    for item in sorted(checkpoints, key=lambda c: int(c["step"])):
+        step = int(item["step"])
+        eval_step, value = _nearest(finite_evals, step)
+        rows.append(
+            {
+                "step": step,
+                "path": item.get("path"),
+                "complete": bool(item.get("complete")),
+                "bytes": int(item.get("bytes") or 0),
+                "value": value,
+                "_eval_step": eval_step,
+                "_bad": _inside(step, bad_episodes),
+                "_inferred": bool(item.get("inferred")),
+            }
+        )
+    complete = [r for r in rows if r["complete"]]
+    newest = rows[-1]["step"] if rows else None
+    if latest_step is None and complete:
+        latest_step = complete[-1]["step"]
+    good = [r for r in complete if r["_bad"] is None]
+    skipped_bad = [r for r in complete if r["_bad"] is not None]
+    scored = [r for r in good if r["value"] is not None]
+
+    recommended = None
+    if scored:
+        sign = 1 if direction == "min" else -1
+        best = min(scored, key=lambda r: (sign * r["value"], -r["step"]))
+        recommended = {
+            "step": best["step"],
+            "path": best["path"],
+            "reason": _reason(best, scored, skipped_bad, metric, direction, rows),
+        }
+    elif good:
+        best = good[-1]
+        why = "no evaluation of " + metric if not finite_evals else "no evaluation near a good checkpoint"
+        recommended = {
+            "step": best["step"],
+            "path": best["path"],
+            "reason": f"Step {best['step']} is the latest complete checkpoint outside any bad episode ({why}, so "
+            f"nothing better to go by){_skipped_text(skipped_bad)}.",
+        }
+
+    keep = {latest_step, recommended["step"] if recommended else None}
+    if rows and not rows[-1]["complete"]:
+        keep.add(newest)
+    deletable = [r["step"] for r in rows if r["step"] not in keep]
+    frees = sum(r["bytes"] for r in rows if r["step"] in deletable)
+    return {
+        "recommended": recommended,
+        "checkpoints": [{k: r[k] for k in ("step", "path", "complete", "bytes", "value")} for r in rows],
+        "deletable": deletable,
+        "frees_bytes": frees,
+        "metric": metric,
+        "direction": direction,
+    }
+
+
+def _nearest(evals: list[tuple[int, float]], step: int) -> tuple[int | None, float | None]:
+    if not evals:
+        return None, None
+    eval_step, value = min(evals, key=lambda e: (abs(e[0] - step), e[0]))
+    return eval_step, value
+
+
+def _inside(step: int, episodes: list[tuple[int, int]]) -> tuple[int, int] | None:
+    for first, last in episodes:
+        if first <= step <= last:
+            return (first, last)
+    return None
+
+
+def _skipped_text(skipped: list[dict]) -> str:
+    if not skipped:
+        return ""
+    steps = ", ".join(str(r["step"]) for r in skipped[:5])
+    return f"; not considered: step(s) {steps}, saved inside a non-finite or gradient-spike episode"
+
+
+def _reason(
+    best: dict, scored: list[dict], skipped: list[dict], metric: str, direction: str, rows: list[dict]
+) -> str:
+    word = "lowest" if direction == "min" else "highest"
+    where = ""
+    if best["_eval_step"] != best["step"]:
+        where = f" (evaluated at step {best['_eval_step']}, the evaluation nearest to this save)"
+    others = [
+        r for r in sorted(scored, key=lambda r: r["value"], reverse=direction == "max") if r is not best
+    ]
+    if others:
+        alt = ", ".join(f"step {r['step']} {fmt(r['value'])}" for r in others[:3])
+        alternatives = f"; the alternatives were {alt}" + (
+            f" and {len(others) - 3} more" if len(others) > 3 else ""
+        )
+    else:
+        alternatives = "; it is the only evaluated complete checkpoint"
+    inferred = (
+        " (checkpoint list inferred from save_steps, not seen on disk)"
+        if any(r["_inferred"] for r in rows)
+        else ""
+    )
+    return (
+        f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} complete "
+        f"checkpoint(s){alternatives}{_skipped_text(skipped)}{inferred}."
+    )
+
+
+def choose_metric(
+    run_info: dict | None,
+    available_metrics: Iterable[str],
+    evals_by_metric: dict[str, list[tuple[int, float]]] | None = None,
+) -> tuple[str, str]:
+    """(metric, direction) that decides the best checkpoint.
+
+    The run's own `metric_for_best_model` (HF: "wer" is logged as "eval_wer"; `greater_is_better` when
+    given) wins; failing that, the evaluation metric whose value at the run's best step equals its
+    `best_metric` (a trainer_state.json copy has no TrainingArguments); failing that, the validation loss
+    (min), then a validation score (max). With none of these, ("val_loss", "min").
+    """
+    info = run_info or {}
+    names = list(available_metrics)
+    wanted = info.get("metric_for_best_model")
+    if isinstance(wanted, str) and wanted:
+        for name in (wanted, f"eval_{wanted}", f"val/{wanted}"):
+            if name in names:
+                greater = info.get("greater_is_better")
+                if isinstance(greater, bool):
+                    return name, "max" if greater else "min"
+                return name, eval_metric_direction(name)
+    inferred = _metric_matching_best(info, evals_by_metric or {})
+    if inferred:
+        return inferred, eval_metric_direction(inferred)
+    for role, direction in (("val_loss", "min"), ("val_score", "max")):
+        candidates = [n for n in names if role_of(n) == role]
+        if candidates:
+            preferred = [n for n in candidates if n in ("val/loss", "eval_loss")]
+            return (preferred or sorted(candidates))[0], direction
+    return "val_loss", "min"
+
+
+def _metric_matching_best(info: dict, evals_by_metric: dict[str, list[tuple[int, float]]]) -> str | None:
+    best_metric = info.get("best_metric")
+    best_step = info.get("best_global_step") or checkpoint_step(info.get("best_model_checkpoint"))
+    if not isinstance(best_metric, int | float) or best_step is None:
+        return None
+    for name in sorted(evals_by_metric, key=lambda n: (role_of(n) != "val_loss", n)):
+        for step, value in evals_by_metric[name]:
+            if step == best_step and value is not None and math.isclose(value, best_metric, rel_tol=1e-6):
+                return name
+    return None
+
+
+def checkpoint_step(path: object) -> int | None:
+    """The N of a path ending in `checkpoint-N` (absolute paths from another machine included), else None."""
+    if not isinstance(path, str):
+        return None
+    found = _CKPT_STEP.search(path.strip())
+    return int(found.group(1)) if found else None
+
+
+def hf_checkpoints_from_state(info: dict, last_step: int | None) -> list[dict]:
+    """INFERRED checkpoint list of an HF run from its trainer_state info (no folders seen): multiples of
+    `save_steps` up to the last step, the `best_model_checkpoint`, and the final step (HF saves at the end).
+    Each item: step, path (`checkpoint-N`), complete True, bytes 0 (unknown), inferred True. Older
+    checkpoints may in fact have been deleted by `save_total_limit`.
+    """
+    last = last_step if last_step is not None else info.get("global_step")
+    steps: set[int] = set()
+    save_steps = info.get("save_steps")
+    if isinstance(last, int) and last > 0:
+        steps.add(last)
+        if isinstance(save_steps, int) and save_steps > 0:
+            steps.update(range(save_steps, last + 1, save_steps))
+    best = checkpoint_step(info.get("best_model_checkpoint"))
+    if best is not None:
+        steps.add(best)
+    return [
+        {"step": s, "path": f"checkpoint-{s}", "complete": True, "bytes": 0, "inferred": True}
+        for s in sorted(steps)
+    ]
