@@ -49,16 +49,24 @@ def _timed_loop(log, recs) -> float:
 
 
 def run_ours(recs, tmp: Path) -> dict:
-    """Our writers exactly as the trainer's callback calls them (metrics.jsonl, CSV, status.json)."""
-    from trainer.writers import open_run_writers  # the trainer's own entry point for its outputs
+    """Our writers through the trainer's own seam: what verl's `Tracking.init/log/finish` wrappers call.
+
+    `_train_begin` builds `default_writers` (run.json, metrics.jsonl, both CSV histories, status.json)
+    exactly as a training run does; `record` is the per-log-call path (it also stamps train/time(s)).
+    """
+    os.environ.pop("RUNWATCH_WANDB", None)  # the W&B mirror is measured on its own, as the wandb peer
+    from trainer import verl_seam
 
     t0 = time.perf_counter()
-    writers = open_run_writers(tmp / "run", total_steps=len(recs))
+    verl_seam.STATE.run_dir = tmp / "run"
+    verl_seam.STATE.run_dir.mkdir()
+    verl_seam._train_begin({"trainer": {"total_training_steps": len(recs)}})
     setup = time.perf_counter() - t0
-    loop = _timed_loop(writers.log, recs)
+    loop = _timed_loop(verl_seam.record, recs)
     t0 = time.perf_counter()
-    writers.close()
-    return {"setup_s": setup, "loop_s": loop, "finish_s": time.perf_counter() - t0}
+    verl_seam._train_end()
+    files = sorted(p.name for p in verl_seam.STATE.run_dir.iterdir())
+    return {"setup_s": setup, "loop_s": loop, "finish_s": time.perf_counter() - t0, "files": files}
 
 
 def run_wandb(recs, tmp: Path) -> dict:
