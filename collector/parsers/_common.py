@@ -5,7 +5,10 @@ All pure: bytes and Python objects in, Python objects out.
 
 from __future__ import annotations
 
+import json
 import math
+
+from collector.model import BadLine, ParseResult
 
 # Field names that carry the step, in the order they win when a record has more than one.
 STEP_KEYS = ("step", "global_step", "_step", "iteration")
@@ -93,3 +96,34 @@ def wall_time_of(record: dict) -> float | None:
         if value is not None and type(value) in (int, float):
             return float(value)
     return None
+
+
+def parse_json_document(data: bytes, what: str) -> ParseResult:
+    """A whole JSON document whose top level must be an object: the object goes to `info`, no points.
+
+    Promises `whole_file=True`. Invalid JSON (perhaps caught half-written), non-UTF-8 bytes or a top level
+    that is not an object give one BadLine and `consumed=0`, so the caller reads the file again after its
+    next change. `what` names the file kind in the reason.
+    """
+    result = ParseResult(whole_file=True)
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        result.bad.append(BadLine(line, f"{what}: non-UTF-8 bytes at byte {err.start}", bad_text(data[:200])))
+        return result
+    except json.JSONDecodeError as err:
+        reason = f"{what}: invalid JSON (incomplete write?): {err.msg} at column {err.colno}"
+        result.bad.append(BadLine(err.lineno, reason, bad_text(data[:200])))
+        return result
+    except RecursionError:
+        result.bad.append(BadLine(1, f"{what}: invalid JSON: nested too deeply", bad_text(data[:200])))
+        return result
+    if type(document) is not dict:
+        reason = f"{what}: top level is a {type(document).__name__}, not an object"
+        result.bad.append(BadLine(1, reason, bad_text(data[:200])))
+        return result
+    result.info = document
+    result.consumed = len(data)
+    result.lines = data.count(b"\n")
+    return result

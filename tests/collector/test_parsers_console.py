@@ -1,0 +1,62 @@
+"""The verl console-log parser: `step:N - key:value` records inside any other output."""
+
+from __future__ import annotations
+
+import math
+
+from collector.parsers import console
+from tests.collector.test_parsers_support import assert_split_anywhere_equals_one_shot, points_as_tuples
+
+LOG = (
+    b"Loading model from /models/tiny ...\n"
+    b"step:1 - train/loss:6.25 - train/grad_norm:3.17 - train/lr:1e-05\n"
+    b"(TaskRunner pid=1234) step:2 - train/loss:5.5 - train/total_tokens(B):0.002 - note:warmup\n"
+    b"\x1b[36m(TaskRunner pid=1234)\x1b[0m step:3 - train/loss:nan - train/grad_norm:inf - x:-inf\r\n"
+    b"Epoch 1:  50%|#####     | 1/2 [00:01<00:01]\rstep:4 - train/loss:4.0\n"
+    b"validation: step:4 - val/loss:4.5\n"
+    b"the step: is not a record\n"
+    b"step:5 - \n"
+)
+
+
+def test_records_are_read_among_other_output():
+    result = console.parse(LOG)
+    rows = points_as_tuples(result)
+    assert rows[:6] == [
+        (1, "train/loss", 6.25, None),
+        (1, "train/grad_norm", 3.17, None),
+        (1, "train/lr", 1e-05, None),
+        (2, "train/loss", 5.5, None),
+        (2, "train/total_tokens(B)", 0.002, None),
+        (3, "train/loss", rows[5][2], None),
+    ]
+    assert math.isnan(rows[5][2])
+    assert rows[6:] == [
+        (3, "train/grad_norm", math.inf, None),
+        (3, "x", -math.inf, None),
+        (4, "train/loss", 4.0, None),
+        (4, "val/loss", 4.5, None),
+    ]
+    assert result.bad == []
+    assert (result.consumed, result.lines) == (len(LOG), 8)
+
+
+def test_a_word_ending_in_step_is_not_a_record():
+    assert len(console.parse(b"laststep:3 - a:1\nmy_step:4 - a:2\n").points) == 0
+
+
+def test_undecodable_record_line_is_bad_and_other_undecodable_lines_are_ignored():
+    data = b"\xff\xfe binary progress\nstep:1 - a:\xff1\nstep:2 - a:2\n"
+    result = console.parse(data, first_line=40)
+    assert points_as_tuples(result) == [(2, "a", 2.0, None)]
+    assert [(b.line, b.reason.split(" at")[0]) for b in result.bad] == [(41, "non-UTF-8 bytes")]
+
+
+def test_partial_last_line_waits():
+    result = console.parse(b"step:1 - a:1\nstep:2 - a:")
+    assert points_as_tuples(result) == [(1, "a", 1.0, None)]
+    assert result.consumed == len(b"step:1 - a:1\n")
+
+
+def test_splitting_the_log_at_every_byte_gives_the_one_shot_result():
+    assert_split_anywhere_equals_one_shot(console.parse, LOG + b"\xc3(step:9 - a:1\n")
