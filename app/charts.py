@@ -41,11 +41,7 @@ def bucket_note(series_list: list[dict]) -> str | None:
     ]
     if not parts:
         return None
-    return (
-        "Showing min-max buckets, not raw points ("
-        + "; ".join(parts)
-        + "). Zoom in by narrowing the step range."
-    )
+    return "Showing min-max buckets, not raw points (" + "; ".join(parts) + "): the band spans each bucket."
 
 
 def alerts_for(alerts: list[dict], metrics: Iterable[str]) -> list[dict]:
@@ -250,7 +246,12 @@ def epoch_figure(rows: list[dict], *, metric: str, height: int = 300) -> go.Figu
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
-            x=epochs, y=_drawable(r.get("max") for r in rows), mode="lines", line={"width": 0}, name="max"
+            x=epochs,
+            y=_drawable(r.get("max") for r in rows),
+            mode="lines",
+            line={"width": 0},
+            name="max",
+            showlegend=False,
         )
     )
     fig.add_trace(

@@ -22,6 +22,7 @@ class Panel:
     normal_band: tuple[float, float] | None = None
     warning_line: float | None = None
     checkpoints: bool = False
+    always_log: bool = False  # grad norms span decades: the normal band only reads on a log axis
     metrics: tuple[str, ...] = field(default=())
 
 
@@ -34,6 +35,7 @@ ROLE_PANELS = (
         y_title="grad norm",
         normal_band=GRAD_NORM_BAND,
         warning_line=GRAD_NORM_WARNING,
+        always_log=True,
     ),
     Panel("Time per step", ("step_time",), y_title="seconds", checkpoints=True),
     Panel("Reward", ("reward",), y_title="reward"),

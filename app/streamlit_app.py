@@ -18,15 +18,15 @@ import streamlit as st  # noqa: E402
 
 from app import ui  # noqa: E402
 
-st.set_page_config(page_title="runwatch", page_icon="📈", layout="wide")
+st.set_page_config(page_title="runwatch", page_icon=":material/monitoring:", layout="wide")
 
 PAGES = [
-    st.Page("pages/overview.py", title="Runs", icon="📋", url_path="runs", default=True),
-    st.Page("pages/run.py", title="Run", icon="📈", url_path="run"),
-    st.Page("pages/alerts.py", title="Alerts", icon="🚨", url_path="alerts"),
-    st.Page("pages/checkpoints.py", title="Checkpoints", icon="💾", url_path="checkpoints"),
-    st.Page("pages/compare.py", title="Compare", icon="🔀", url_path="compare"),
-    st.Page("pages/health.py", title="Health", icon="🩺", url_path="health"),
+    st.Page("pages/overview.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True),
+    st.Page("pages/run.py", title="Run", icon=":material/show_chart:", url_path="run"),
+    st.Page("pages/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
+    st.Page("pages/checkpoints.py", title="Checkpoints", icon=":material/save:", url_path="checkpoints"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("pages/health.py", title="Health", icon=":material/health_and_safety:", url_path="health"),
 ]
 page = st.navigation(PAGES)
 

@@ -16,7 +16,13 @@ from app.settings import Settings, SettingsError, read_settings
 RUN_KEY = "run"
 PENDING_RUN_KEY = "pending_run"  # set by a page to choose the run shown after switching pages
 SEVERITIES = ("error", "warn", "info")
-STATUS_ICONS = {"running": "🟢", "completed": "✅", "failed": "❌", "stalled": "⏸️"}
+# Material icons: Streamlit ships their font, while emoji need a system font a headless machine may lack.
+STATUS_ICONS = {
+    "running": ":material/play_circle:",
+    "completed": ":material/check_circle:",
+    "failed": ":material/error:",
+    "stalled": ":material/pause_circle:",
+}
 
 
 def settings() -> Settings:

@@ -6,7 +6,11 @@ import streamlit as st
 
 from app import ui
 
-STATE_ICONS = {"pass": "✅", "fail": "❌", "unknown": "❔"}
+STATE_ICONS = {
+    "pass": ":green[:material/check_circle:]",
+    "fail": ":red[:material/cancel:]",
+    "unknown": ":gray[:material/help:]",
+}
 PHASES = (("start", "At the start"), ("checkpoint", "At checkpoints"), ("end", "At the end"))
 
 api = ui.api()
@@ -30,7 +34,7 @@ else:
             continue
         st.subheader(heading)
         for item in in_phase:
-            icon = STATE_ICONS.get(item.get("state"), "❔")
+            icon = STATE_ICONS.get(item.get("state"), STATE_ICONS["unknown"])
             st.markdown(f"{icon} **{item.get('title', item.get('id'))}** ({item.get('state', 'unknown')})")
             if item.get("evidence"):
                 st.caption(str(item["evidence"]))

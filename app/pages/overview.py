@@ -21,7 +21,7 @@ def _row(run: dict) -> dict:
     last, total = run.get("last_step"), run.get("total_steps")
     return {
         "run": run["id"],
-        "status": f"{ui.STATUS_ICONS.get(run.get('status'), '❔')} {run.get('status') or 'unknown'}",
+        "status": run.get("status") or "unknown",
         "progress": (last / total) if last is not None and total else None,
         "step": last,
         "total steps": total,
@@ -44,7 +44,7 @@ name_filter = left.text_input("Filter runs by name", placeholder="part of a run 
 status_filter = middle.multiselect("Status", statuses, default=statuses)
 only_alerts = right.toggle("Only runs with open alerts")
 
-shown = table[table["status"].str.split(" ", n=1).str[1].isin(status_filter)]
+shown = table[table["status"].isin(status_filter)]
 if name_filter:
     shown = shown[shown["run"].str.contains(name_filter, case=False, regex=False)]
 if only_alerts:
@@ -72,9 +72,9 @@ event = st.dataframe(
         "total steps": st.column_config.NumberColumn("total steps", format="%d"),
         "train loss": st.column_config.NumberColumn("train loss", format="%.4f"),
         "val loss": st.column_config.NumberColumn("val loss", format="%.4f"),
-        "errors": st.column_config.NumberColumn("🔴 errors", help="Open alerts of severity error"),
-        "warnings": st.column_config.NumberColumn("🟠 warnings", help="Open alerts of severity warn"),
-        "info": st.column_config.NumberColumn("🔵 info", help="Open alerts of severity info"),
+        "errors": st.column_config.NumberColumn("errors", help="Open alerts of severity error"),
+        "warnings": st.column_config.NumberColumn("warnings", help="Open alerts of severity warn"),
+        "info": st.column_config.NumberColumn("info", help="Open alerts of severity info"),
         "recommended checkpoint": st.column_config.NumberColumn("recommended checkpoint", format="%d"),
         "updated": st.column_config.DatetimeColumn("last update", format="distance"),
     },

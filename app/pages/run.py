@@ -23,14 +23,14 @@ detail = api.run(run)
 st.title(run)
 status = detail.get("status") or "unknown"
 last, total = detail.get("last_step"), detail.get("total_steps")
-head = st.columns(6)
-head[0].metric("Status", f"{ui.STATUS_ICONS.get(status, '❔')} {status}")
-head[1].metric("Step", f"{last:,} of {total:,}" if last is not None and total else f"{last or 0:,}")
-head[2].metric("Train loss", ui.fmt_number(detail.get("train_loss")))
-head[3].metric("Val loss", ui.fmt_number(detail.get("val_loss")))
-head[4].metric("Open alerts", ui.alert_counts_text(detail.get("open_alerts")))
+top, bottom = st.columns(3), st.columns(3)
+top[0].metric("Status", status)
+top[1].metric("Step", f"{last:,} / {total:,}" if last is not None and total else f"{last or 0:,}")
+top[2].metric("Open alerts", ui.alert_counts_text(detail.get("open_alerts")))
+bottom[0].metric("Train loss", ui.fmt_number(detail.get("train_loss")))
+bottom[1].metric("Val loss", ui.fmt_number(detail.get("val_loss")))
 rec = detail.get("recommended_step")
-head[5].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
+bottom[2].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
 if last is not None and total:
     st.progress(min(last / total, 1.0), text=f"{last / total:.0%} of {total:,} steps")
 
@@ -68,7 +68,7 @@ def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: s
         drawn,
         title=panel.title,
         smoothing=smoothing,
-        log_y=log_y,
+        log_y=log_y or panel.always_log,
         alerts=alerts_for(alerts, panel.metrics),
         y_title=panel.y_title,
         normal_band=panel.normal_band,
