@@ -1,0 +1,190 @@
+"""The checkpoint index of a run folder: verl `global_step_N/` and Hugging Face `checkpoint-N/` folders.
+
+A checkpoint is complete when it can be loaded as a model without the trainer: a config, weights whose files
+are whole, and for verl a tokenizer (verl's `huggingface/` export is what people deploy). Reads the
+filesystem only: names, sizes, safetensors headers, zip directories; never the weights themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MARKER_NAME = "latest_checkpointed_iteration.txt"
+_VERL_DIR = re.compile(r"^global_step_(\d+)$")
+_HF_DIR = re.compile(r"^checkpoint-(\d+)$")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# A safetensors header larger than this is not a header but a broken length field.
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """One checkpoint folder. `bytes` is the total size of the files under it; `problem` says, in words,
+    why it is not complete (None when it is)."""
+
+    step: int
+    path: Path
+    bytes: int
+    complete: bool
+    kind: str  # "verl" or "hf"
+    problem: str | None = None
+
+
+@dataclass(slots=True)
+class CheckpointIndex:
+    """The checkpoints of a run by step, and the step verl's `latest_checkpointed_iteration.txt` names."""
+
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    latest_marker: int | None = None
+
+
+def scan_checkpoints(run_dir: Path) -> CheckpointIndex:
+    """Index the checkpoint folders directly under `run_dir`, sorted by step.
+
+    verl `global_step_N/` is complete when its `huggingface/` folder (or `actor/huggingface/`, as verl's RL
+    trainer writes it) holds `config.json`, a tokenizer (`tokenizer.json` or `tokenizer_config.json`) and whole
+    weights; without a `huggingface/` folder it is indexed as incomplete ("no huggingface/ folder (model
+    shards only)"). HF `checkpoint-N/` is complete with `config.json` and whole weights, or, for LoRA,
+    `adapter_config.json` and whole adapter weights. Weights are whole when every `*.safetensors` file's
+    header parses and its size matches the header, every shard an index names exists, and every
+    `pytorch_model*.bin` / `adapter_model.bin` is a complete zip archive. A missing or unreadable `run_dir`
+    gives an empty index; never raises on what it finds.
+    """
+    index = CheckpointIndex(latest_marker=_read_marker(run_dir / MARKER_NAME))
+    try:
+        entries = list(os.scandir(run_dir))
+    except OSError:
+        return index
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        path = Path(entry.path)
+        if match := _VERL_DIR.match(entry.name):
+            problem = _verl_problem(path)
+            kind = "verl"
+        elif match := _HF_DIR.match(entry.name):
+            problem = _hf_problem(path)
+            kind = "hf"
+        else:
+            continue
+        step = int(match.group(1))
+        index.checkpoints.append(Checkpoint(step, path, _total_bytes(path), problem is None, kind, problem))
+    index.checkpoints.sort(key=lambda c: (c.step, c.kind))
+    return index
+
+
+def _verl_problem(folder: Path) -> str | None:
+    export = next((p for p in (folder / "huggingface", folder / "actor" / "huggingface") if p.is_dir()), None)
+    if export is None:
+        return "no huggingface/ folder (model shards only)"
+    where = export.relative_to(folder).as_posix()
+    if not (export / "config.json").is_file():
+        return f"{where}/ has no config.json"
+    if not any((export / name).is_file() for name in _TOKENIZER_FILES):
+        return f"{where}/ has no tokenizer (tokenizer.json or tokenizer_config.json)"
+    return _weights_problem(export, where)
+
+
+def _hf_problem(folder: Path) -> str | None:
+    if (folder / "adapter_config.json").is_file():
+        return _weights_problem(folder, folder.name, adapter=True)
+    if not (folder / "config.json").is_file():
+        return "no config.json (nor adapter_config.json for a LoRA adapter)"
+    return _weights_problem(folder, folder.name)
+
+
+def _weights_problem(folder: Path, where: str, adapter: bool = False) -> str | None:
+    """Why the weights in `folder` are not whole, or None when they are."""
+    prefixes = ("adapter_model",) if adapter else ("model", "pytorch_model")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as err:
+        return f"{where}/ cannot be listed: {err.strerror}"
+    safetensors = [n for n in names if n.endswith(".safetensors") and n.startswith(prefixes)]
+    bins = [n for n in names if n.endswith(".bin") and n.startswith(prefixes)]
+    if not safetensors and not bins:
+        wanted = (
+            "adapter_model.safetensors or adapter_model.bin"
+            if adapter
+            else "*.safetensors or pytorch_model*.bin"
+        )
+        return f"{where}/ has no weights ({wanted})"
+    for name in safetensors:
+        problem = safetensors_problem(folder / name)
+        if problem:
+            return f"{where}/{name}: {problem}"
+    for name in bins:
+        if not zipfile.is_zipfile(folder / name):
+            return f"{where}/{name}: not a complete zip archive (truncated?)"
+    for index_name in (n for n in names if n.endswith((".safetensors.index.json", ".bin.index.json"))):
+        missing = _missing_shards(folder, index_name)
+        if missing:
+            return f"{where}/{index_name} names shards that are missing: {', '.join(missing)}"
+    return None
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a `.safetensors` file is not whole, or None: the header is an 8-byte little-endian length and that
+    many bytes of JSON, and the tensors' data offsets must end exactly at the end of the file."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return "shorter than a safetensors header (truncated?)"
+            (length,) = struct.unpack("<Q", head)
+            if length > min(size - 8, _MAX_HEADER_BYTES):
+                return f"header length {length} does not fit in a {size}-byte file (truncated?)"
+            header = json.loads(f.read(length))
+    except OSError as err:
+        return f"cannot be read: {err.strerror}"
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return "header is not valid JSON (truncated or not safetensors)"
+    if type(header) is not dict:
+        return "header is not a JSON object"
+    data_end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if type(tensor) is dict else None
+        if not (type(offsets) is list and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+            return f"tensor {name!r} has no valid data_offsets"
+        data_end = max(data_end, offsets[1])
+    expected = 8 + length + data_end
+    if size != expected:
+        return f"{size} bytes but the header describes {expected} (truncated?)"
+    return None
+
+
+def _missing_shards(folder: Path, index_name: str) -> list[str]:
+    try:
+        weight_map = json.loads((folder / index_name).read_text()).get("weight_map", {})
+        shards = set(weight_map.values()) if type(weight_map) is dict else set()
+    except (OSError, ValueError, AttributeError):
+        return [f"(unreadable index {index_name})"]
+    return sorted(str(s) for s in shards if type(s) is not str or not (folder / s).is_file())
+
+
+def _total_bytes(folder: Path) -> int:
+    total = 0
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue  # removed while we looked (a rotating save_total_limit)
+    return total
+
+
+def _read_marker(path: Path) -> int | None:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isascii() and text.isdigit() else None
