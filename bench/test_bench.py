@@ -1,0 +1,85 @@
+"""Checks of the benchmark's own parts (run with `.venv/bin/pytest bench`): the generated history holds
+exactly the points and trouble it promises, the peak-RSS measurement is per child, and the visibility
+check finds planted spikes in bucket maxima and misses removed ones."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gen  # noqa: E402
+import harness  # noqa: E402
+import query  # noqa: E402
+
+
+def test_slices_hold_the_same_values_as_the_whole_run_across_noise_blocks():
+    h = gen.history(150_000)
+    whole = gen.train_columns(h)
+    part = gen.train_columns(h, 60_000, 140_000)  # spans two noise-block edges
+    for m in gen.TRAIN_METRICS:
+        np.testing.assert_array_equal(whole[m][60_000 - 1 : 140_000 - 1], part[m])
+
+
+def test_generated_file_holds_every_point_and_the_planted_trouble(tmp_path):
+    h = gen.history(5_000, val_every=1000)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(gen.verl_lines(h)))
+    rows = duckdb.sql(
+        f"""SELECT metric, step, value FROM (UNPIVOT (SELECT step, data.* FROM read_ndjson('{path}'))
+            ON COLUMNS(* EXCLUDE step) INTO NAME metric VALUE value)"""
+    ).fetchall()
+    assert len(rows) == h.points == 4 * 5_000 + 5
+    nans = [(m, s) for m, s, v in rows if math.isnan(v)]
+    assert nans == [("train/loss", h.nan_step)]
+    grad = {s: v for m, s, v in rows if m == "train/grad_norm"}
+    top5 = sorted(grad, key=grad.get)[-5:]
+    assert sorted(top5) == list(h.spike_steps)
+    assert [grad[s] for s in h.spike_steps] == list(h.spike_values)
+    assert max(v for s, v in grad.items() if s not in h.spike_steps) < 2.0
+
+
+def _buckets(h: gen.History, cols: dict, n: int) -> dict:
+    """Bucket maxima the way the API labels them (last step of each bucket), built with numpy."""
+    edges = np.array_split(np.arange(h.steps), n)
+    out = {}
+    for m in ("train/grad_norm", "train/loss"):
+        v = cols[m]
+        out[m] = {
+            "steps": [int(cols["step"][e[-1]]) for e in edges],
+            "max": [float("nan") if np.isnan(v[e]).any() else float(np.max(v[e])) for e in edges],
+        }
+    return out
+
+
+def test_visibility_check_finds_spikes_in_bucket_maxima_and_misses_removed_ones():
+    h = gen.history(20_000)
+    cols = gen.train_columns(h)
+    assert query.trouble_visible(h, _buckets(h, cols, 2000)) == {
+        "spikes_visible": 5,
+        "spikes_planted": 5,
+        "nan_visible": True,
+    }
+    cols["train/grad_norm"][h.spike_steps[2] - 1] = 1.0
+    cols["train/loss"][h.nan_step - 1] = 1.0
+    assert query.trouble_visible(h, _buckets(h, cols, 2000)) == {
+        "spikes_visible": 4,
+        "spikes_planted": 5,
+        "nan_visible": False,
+    }
+
+
+def test_peak_rss_is_the_childs_own_not_the_parents():
+    ballast = np.ones(40_000_000)  # 320 MB in this process: a forked child would inherit this high-water mark
+    small = harness.measured_run([sys.executable, "-c", "pass"])
+    big = harness.measured_run(
+        [sys.executable, "-c", "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096])"]
+    )
+    assert ballast.sum() == 40_000_000
+    assert small.rc == 0 and big.rc == 0
+    assert small.peak_rss_mb < 100
+    assert big.peak_rss_mb > 200
