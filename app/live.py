@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.api import CHART_POINTS, DashboardApi
-from app.series import append_new, from_api, last_step, with_raw_tail
+from app.series import append_new, from_api, last_step
 
 
 def _held(run: str) -> dict[str, dict]:
@@ -15,20 +15,15 @@ def _held(run: str) -> dict[str, dict]:
 def load_series(api: DashboardApi, run: str, metrics: list[str], *, poll: bool) -> dict[str, dict]:
     """The app series of `metrics` for `run`.
 
-    A metric not held yet is fetched whole (downsampled to about CHART_POINTS buckets). With `poll`, the held
-    ones ask the API only for raw points past their last step (`after=`) and append them.
+    A metric not held yet is fetched whole (downsampled to about CHART_POINTS buckets; the API draws a bucket
+    at its last step, so the last step held is the metric's real last step). With `poll`, the held ones ask
+    the API only for raw points past their last step (`after=`) and append them.
     """
     held = _held(run)
     missing = [m for m in metrics if m not in held]
     if missing:
         for series in api.metrics(run, missing, points=CHART_POINTS):
             held[series["metric"]] = from_api(series)
-        downsampled = [m for m in missing if m in held and held[m]["downsampled"] and held[m]["steps"]]
-        if downsampled:
-            after = min(held[m]["steps"][-1] for m in downsampled) - 1
-            for series in api.metrics(run, downsampled, points=CHART_POINTS, after=after):
-                metric = series["metric"]
-                held[metric] = with_raw_tail(held[metric], from_api({**series, "downsampled": False}))
         for metric in missing:
             held.setdefault(metric, from_api({"metric": metric, "steps": [], "values": []}))
     elif poll:

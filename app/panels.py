@@ -60,6 +60,22 @@ def metric_names(detail_metrics: object) -> list[str]:
     return sorted(names)
 
 
+def api_roles(detail_metrics: object) -> dict[str, list[str]] | None:
+    """Role -> metrics from the run detail's `metrics` entries that carry a `role`, or None when none do."""
+    if not isinstance(detail_metrics, list) or not any(
+        isinstance(m, dict) and "role" in m for m in detail_metrics
+    ):
+        return None
+    roles: dict[str, list[str]] = {}
+    for item in detail_metrics:
+        name = item.get("name") or item.get("metric")
+        if item.get("role") and name:
+            roles.setdefault(item["role"], []).append(name)
+    for names in roles.values():
+        names.sort()
+    return roles
+
+
 def metrics_by_role(
     names: list[str], api_roles: dict | None, role_of: Callable[[str], str | None] | None
 ) -> dict[str, list[str]]:

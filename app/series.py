@@ -93,29 +93,6 @@ def append_new(series: dict, new: dict) -> dict:
     }
 
 
-def with_raw_tail(series: dict, raw: dict) -> dict:
-    """Replace the last bucket of a downsampled series by the raw points from that bucket's first step on.
-
-    A bucket is drawn at its first step, so the series' last step would be below the run's real last step
-    and the first live poll (`after=last step`) would draw the last bucket's points twice. With the tail raw,
-    the last step held is a real one.
-    """
-    if not series["downsampled"] or not series["steps"]:
-        return series
-    start = series["steps"][-1]
-    head = {key: series[key][:-1] for key in ("steps", "values", "mins", "maxs")}
-    tail = [i for i, s in enumerate(raw["steps"]) if s >= start]
-    for i in tail:
-        head["steps"].append(raw["steps"][i])
-        head["values"].append(raw["values"][i])
-        head["mins"].append(raw["mins"][i])
-        head["maxs"].append(raw["maxs"][i])
-    nonfinite = {s for s in series["nonfinite_steps"] if s < start} | {
-        s for s in raw["nonfinite_steps"] if s >= start
-    }
-    return {**series, **head, "nonfinite_steps": sorted(nonfinite)}
-
-
 def debiased_ema(values: list[float], weight: float) -> list[float]:
     """TensorBoard's smoothing: an exponential moving average divided by (1 - weight^n) to remove the start bias.
 

@@ -10,7 +10,7 @@ import streamlit as st
 from app import ui
 from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, load_series
-from app.panels import Panel, metric_names, metrics_by_role, role_panels
+from app.panels import Panel, api_roles, metric_names, metrics_by_role, role_panels
 from app.series import group_metrics, real_units_name, scaled, unit_scale
 
 api = ui.api()
@@ -39,7 +39,7 @@ try:
     from collector.detect.roles import role_of
 except ImportError:  # the naming module is missing: panels fall back to prefix groups
     role_of = None
-roles = metrics_by_role(names, detail.get("roles"), role_of)
+roles = metrics_by_role(names, detail.get("roles") or api_roles(detail.get("metrics")), role_of)
 panels = role_panels(roles)
 
 controls = st.columns([3, 1, 1, 1])

@@ -16,7 +16,6 @@ from app.series import (
     real_units_name,
     scaled,
     unit_scale,
-    with_raw_tail,
 )
 
 
@@ -167,24 +166,3 @@ def test_epoch_figure_draws_mean_with_spread():
     mean = next(t for t in fig["data"] if t["name"] == "mean")
     assert mean["x"] == [0, 1] and mean["y"] == [3.0, 2.0]
     assert mean["error_y"]["array"] == [0.2, 0.5]
-
-
-def test_raw_tail_replaces_the_last_bucket_so_live_polls_do_not_repeat_points():
-    down = from_api(
-        {
-            "metric": "train/loss",
-            "steps": [0, 10, 20],
-            "values": [3.0, 2.0, 1.0],
-            "min": [2.5, 1.5, 0.5],
-            "max": [3.5, 2.5, 1.5],
-            "downsampled": True,
-            "total_points": 25,
-            "nonfinite_steps": [20],
-        }
-    )
-    raw = raw_series("train/loss", [19, 20, 21, 22, 23, 24], [9.0, 1.0, 1.1, None, 0.9, 0.8])
-    merged = with_raw_tail(down, raw)
-    assert merged["steps"] == [0, 10, 20, 21, 22, 23, 24]
-    assert merged["maxs"][:2] == [3.5, 2.5] and merged["values"][2:] == [1.0, 1.1, raw["values"][3], 0.9, 0.8]
-    assert merged["nonfinite_steps"] == [22]
-    assert append_new(merged, raw_series("train/loss", [24, 25], [0.8, 0.7]))["steps"][-2:] == [24, 25]

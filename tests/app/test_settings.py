@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.connection import read_marker, roots_differ
-from app.panels import metric_names, metrics_by_role, role_panels
+from app.panels import api_roles, metric_names, metrics_by_role, role_panels
 from app.settings import DEFAULT_REFRESH_S, SettingsError, read_settings
 
 
@@ -81,3 +81,13 @@ def test_panels_follow_the_collector_roles():
         "loss": ["train/loss"],
         "grad_norm": ["actor/grad_norm"],
     }
+
+
+def test_roles_sent_per_metric_in_the_run_detail_are_used():
+    detail_metrics = [
+        {"metric": "train/loss", "points": 9, "role": "loss"},
+        {"metric": "val/loss", "points": 2, "role": "val_loss"},
+        {"metric": "perf/mfu", "points": 9, "role": None},
+    ]
+    assert api_roles(detail_metrics) == {"loss": ["train/loss"], "val_loss": ["val/loss"]}
+    assert api_roles([{"metric": "train/loss"}]) is None
