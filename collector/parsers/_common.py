@@ -70,20 +70,26 @@ def as_value(value: object) -> float | None:
 
 
 def flatten_numbers(
-    obj: dict, prefix: str, metrics: list[str], values: list[float], skip: tuple = ()
+    obj: dict,
+    prefix: str,
+    metrics: list[str],
+    values: list[float],
+    skip: tuple = (),
+    null_is_nan: bool = False,
 ) -> None:
     """Append every number in `obj` (nested dicts joined with `/`) to `metrics` and `values`.
 
-    Keys in `skip` are left out at the top level only.
+    Keys in `skip` are left out at the top level only. With `null_is_nan`, a JSON null is a NaN point
+    (for writers known to write non-finite numbers as null) instead of being skipped.
     """
     for key, value in obj.items():
         if key in skip:
             continue
         name = prefix + key if prefix else str(key)
         if type(value) is dict:
-            flatten_numbers(value, name + "/", metrics, values)
+            flatten_numbers(value, name + "/", metrics, values, null_is_nan=null_is_nan)
             continue
-        number = as_value(value)
+        number = math.nan if value is None and null_is_nan else as_value(value)
         if number is not None:
             metrics.append(name)
             values.append(number)

@@ -16,6 +16,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "step:12 - " at the start of the line or after a separator (prefixes like "(TaskRunner pid=1) " are common).
 _RECORD = re.compile(r"(?:^|(?<=[\s\]\)|>]))step:\s*(\d+)\s+-\s+(.*)$")
 _ITEM_SEPARATOR = re.compile(r"\s+-\s+")
+# A numpy or torch scalar as Python prints it: np.float32(1.5), tensor(2., device='cuda:0').
+_WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^(),]+)(?:,.*)?\)$")
 
 
 def parse(data: bytes, first_line: int = 1) -> ParseResult:
@@ -48,13 +50,27 @@ def parse(data: bytes, first_line: int = 1) -> ParseResult:
                 continue
             step = int(match.group(1))
             for item in _ITEM_SEPARATOR.split(match.group(2)):
-                name, sep, raw_value = item.rpartition(":")
+                name, sep, raw_value = item.partition(":")
                 name = name.strip()
                 if not sep or not name:
                     continue
-                try:
-                    value = float(raw_value)
-                except ValueError:
-                    continue
-                points.add(step, name, value)
+                value = _number(raw_value)
+                if value is not None:
+                    points.add(step, name, value)
     return result
+
+
+def _number(text: str) -> float | None:
+    """A printed number: `1e-05`, `nan`, `-inf`, or a numpy/torch scalar's repr (`np.float32(1.5)`,
+    `tensor(2.)`), which verl prints for values it did not convert to Python floats."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    match = _WRAPPED.match(text.strip())
+    if match is None:
+        return None
+    try:
+        return float(match.group(1))
+    except ValueError:
+        return None

@@ -33,9 +33,10 @@ def parse(data: bytes, first_line: int = 1) -> ParseResult:
     Promises: only complete lines are consumed (`consumed` ends just after a `\\n`); blank lines are skipped;
     a line that is not JSON, not UTF-8, not an object, or has no whole-number step is reported in `bad` with
     its 1-based line number (counted from `first_line`) and never raises. In a verl record (`"data"` holds an
-    object) the metrics are the numbers under `data`; otherwise every top-level number except the step and
-    wall-time fields is a metric. Nested objects are flattened with `/`. `NaN`, `Infinity`, `-Infinity` are
-    kept as non-finite floats; strings and nulls are skipped; booleans become 0/1.
+    object) the metrics are the numbers under `data`, and a `null` there is a NaN point (verl writes
+    non-finite values through orjson, which turns them into null); otherwise every top-level number except
+    the step and wall-time fields is a metric and nulls are skipped. Nested objects are flattened with `/`.
+    `NaN`, `Infinity`, `-Infinity` are kept as non-finite floats; strings are skipped; booleans become 0/1.
     """
     lines, consumed = complete_lines(data)
     result = ParseResult(consumed=consumed, lines=len(lines))
@@ -105,7 +106,9 @@ def _parse_general(raw: bytes, line_no: int, result: ParseResult) -> None:
     names: list[str] = []
     numbers: list[float] = []
     if type(record.get("data")) is dict:
-        flatten_numbers(record["data"], "", names, numbers)
+        # verl's file logger serializes with orjson, which writes NaN and +-Infinity as null: a null there
+        # is a non-finite value the run produced, and dropping it would hide exactly what we watch for.
+        flatten_numbers(record["data"], "", names, numbers, null_is_nan=True)
     else:
         flatten_numbers(record, "", names, numbers, skip=(step_key, *WALL_TIME_KEYS))
     if not names:

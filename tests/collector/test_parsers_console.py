@@ -41,6 +41,13 @@ def test_records_are_read_among_other_output():
     assert (result.consumed, result.lines) == (len(LOG), 8)
 
 
+def test_numpy_and_torch_scalars_as_verl_prints_them():
+    line = b"step:3 - a:np.float32(1.5) - b:tensor(2., device='cuda:0') - c:np.float64(nan) - d:foo(bar) - e:np.int64(4)\n"
+    rows = points_as_tuples(console.parse(line))
+    assert [(m, v) for _, m, v, _ in rows if m != "c"] == [("a", 1.5), ("b", 2.0), ("e", 4.0)]
+    assert rows[2][1] == "c" and math.isnan(rows[2][2])
+
+
 def test_a_word_ending_in_step_is_not_a_record():
     assert len(console.parse(b"laststep:3 - a:1\nmy_step:4 - a:2\n").points) == 0
 

@@ -75,9 +75,20 @@ def test_wall_time_fields_give_wall_time_and_are_not_metrics():
 
 
 def test_non_numeric_values_are_skipped_without_a_bad_line():
-    result = jsonl.parse(b'{"step":1,"data":{"name":"x","none":null,"list":[1,2],"n":3}}\n')
-    assert points_as_tuples(result) == [(1, "n", 3.0, None)]
+    result = jsonl.parse(b'{"step":1,"loss":{"name":"x","none":null,"list":[1,2],"n":3}}\n')
+    assert points_as_tuples(result) == [(1, "loss/n", 3.0, None)]
     assert result.bad == []
+
+
+def test_null_in_a_verl_record_is_nan_because_verl_writes_nan_through_orjson():
+    import orjson
+
+    # What verl 0.9.1's FileLogger writes for a NaN loss and an infinite grad norm.
+    line = orjson.dumps({"step": 3, "data": {"train/loss": math.nan, "train/grad_norm": math.inf, "s": "x"}})
+    assert line == b'{"step":3,"data":{"train/loss":null,"train/grad_norm":null,"s":"x"}}'
+    result = jsonl.parse(line + b"\n")
+    assert result.points.metric == ["train/loss", "train/grad_norm"]
+    assert all(math.isnan(v) for v in result.points.value)
 
 
 def test_bad_lines_are_reported_with_their_line_number_and_reason_and_never_raise():
