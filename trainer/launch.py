@@ -1,0 +1,274 @@
+"""Start a verl SFT run that writes a monitorable run directory.
+
+    python -m trainer.launch --preset {demo,overfit,spike,nan,stall,healthy,smoke,gpu} --out RUN_DIR
+                             [--nproc N] [--steps N] [--data DIR] [--model PATH] [--wandb]
+                             [key=value verl overrides...]
+
+Runs `torchrun -m verl.trainer.sft_trainer` (verl's own trainer, unforked) with the preset's overrides,
+our plugin loaded through `VERL_USE_EXTERNAL_MODULES`, checkpoints in RUN_DIR/global_step_N/, and the
+run-directory files (metrics.jsonl, training_history.csv, validation_history.csv, status.json, run.json)
+written by the plugin. Returns torchrun's exit code; 2 when pre-flight checks fail (nothing is started).
+Running it again on the same RUN_DIR resumes from the latest checkpoint (`trainer.resume_mode=auto`) and
+appends to the metrics files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainer.preflight import RunPlan, check_run, count_steps, parquet_rows
+from trainer.presets import PRESETS, merge_overrides, override_value
+from trainer.writers import write_json_atomic
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO / "data" / "build"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.launch",
+        description="Start a verl SFT run that writes a runwatch run directory.",
+    )
+    parser.add_argument(
+        "--preset", required=True, choices=sorted(PRESETS), help="run recipe (see trainer/presets.py)"
+    )
+    parser.add_argument("--out", required=True, type=Path, help="run directory (checkpoints go here too)")
+    parser.add_argument("--nproc", type=int, default=1, help="processes (GPUs, or gloo CPU processes)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="stop after N steps (trainer.total_training_steps)"
+    )
+    parser.add_argument(
+        "--data", type=Path, default=None, help="folder with sft_train.parquet / sft_val.parquet"
+    )
+    parser.add_argument(
+        "--model", type=Path, default=None, help="model folder (default: the tiny local model)"
+    )
+    parser.add_argument(
+        "--wandb", action="store_true", help="mirror metrics to W&B (WANDB_MODE=offline by default)"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="verl Hydra overrides, key=value (they win over the preset)"
+    )
+    return parser.parse_args(argv)
+
+
+def build_overrides(args: argparse.Namespace) -> list[str]:
+    """The full verl override list for this launch: preset, paths, process count, then the user's own."""
+    preset = PRESETS[args.preset]
+    out = args.out.resolve()
+    data = (args.data or DEFAULT_DATA).resolve()
+    model = args.model or (
+        Path(os.environ["RUNWATCH_MODEL_PATH"]) if os.environ.get("RUNWATCH_MODEL_PATH") else None
+    )
+    model = (model or DEFAULT_DATA / "model").resolve()
+    base = dict(preset.overrides)
+    base.update(
+        {
+            "data.train_files": str(data / "sft_train.parquet"),
+            "data.val_files": str(data / "sft_val.parquet"),
+            "model.path": str(model),
+            "trainer.default_local_dir": str(out),
+            "trainer.experiment_name": out.name,
+            "trainer.n_gpus_per_node": args.nproc,
+            "trainer.nnodes": 1,
+            "trainer.logger": "[console]",
+            # Hydra's own output (resolved config, overrides, its log) stays inside the run, out of sight.
+            "hydra.run.dir": str(out / ".hydra"),
+            "hydra.output_subdir": ".",
+        }
+    )
+    if args.steps is not None:
+        base["trainer.total_training_steps"] = args.steps
+    return merge_overrides(base, args.overrides)
+
+
+def plan_from_overrides(args: argparse.Namespace, overrides: list[str]) -> RunPlan:
+    def value(key: str, default=None):
+        return override_value(overrides, key, default)
+
+    def paths(key: str) -> list[Path]:
+        raw = value(key)
+        if raw in (None, "null", "None", ""):
+            return []
+        return [Path(p.strip(" '\"")) for p in raw.strip("[]").split(",") if p.strip()]
+
+    total = value("trainer.total_training_steps")
+    tokenizer = value("model.tokenizer_path")
+    return RunPlan(
+        out=args.out.resolve(),
+        nproc=args.nproc,
+        train_files=paths("data.train_files"),
+        val_files=paths("data.val_files"),
+        model_path=Path(value("model.path")),
+        tokenizer_path=Path(tokenizer) if tokenizer not in (None, "null") else None,
+        train_batch_size=int(value("data.train_batch_size", 256)),
+        micro_batch_size=int(value("data.micro_batch_size_per_gpu", 4)),
+        train_max_samples=int(value("data.train_max_samples", -1)),
+        total_epochs=int(value("trainer.total_epochs", 4)),
+        total_steps=int(total) if total not in (None, "null") else None,
+    )
+
+
+def latest_checkpoint(out: Path) -> int:
+    """The step in RUN_DIR/latest_checkpointed_iteration.txt, 0 when there is none."""
+    try:
+        return int((out / "latest_checkpointed_iteration.txt").read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def worker_env(args: argparse.Namespace, preset_faults: list[dict], extra: dict) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p)
+    modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    env["VERL_USE_EXTERNAL_MODULES"] = ",".join(dict.fromkeys(["trainer.verl_plugin", *modules]))
+    env["RUNWATCH_RUN_DIR"] = str(args.out.resolve())
+    env["RUNWATCH_PRESET"] = args.preset
+    env["RUNWATCH_FAULTS"] = json.dumps(preset_faults)
+    env["RUNWATCH_EXTRA"] = json.dumps(extra)
+    env["RUNWATCH_WANDB"] = "1" if args.wandb else ""
+    env.setdefault("WANDB_MODE", "offline")
+    env["HYDRA_FULL_ERROR"] = "1"
+    if PRESETS[args.preset].cpu:
+        # One thread per process: on a shared 2-core machine more threads only fight each other.
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def finish_status(out: Path, rc: int, tail: list[str], total_steps: int, stopped_by: str | None) -> None:
+    """After a failed torchrun, make status.json say `failed` with the reason, unless the run already did.
+
+    The workers write `failed` themselves when Python sees the exception; a run killed by a signal, or one
+    that died before training began, cannot, so the launcher writes it from the exit code and the log tail.
+    """
+    path = out / "status.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    if doc.get("state") == "failed":
+        return
+    reason = f"stopped by {stopped_by}" if stopped_by else f"torchrun exited with code {rc}"
+    error_lines = [line for line in tail if line.strip()][-8:]
+    doc.update(
+        state="failed",
+        step=doc.get("step", latest_checkpoint(out)),
+        total_steps=doc.get("total_steps", total_steps),
+        pid=doc.get("pid", os.getpid()),
+        host=doc.get("host", socket.gethostname()),
+        error=reason + ("\n" + "\n".join(error_lines) if error_lines else ""),
+        updated_at=time.time(),
+        finished_at=time.time(),
+    )
+    write_json_atomic(path, doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    preset = PRESETS[args.preset]
+    try:
+        overrides = build_overrides(args)
+    except ValueError as exc:
+        print(f"trainer.launch: {exc}", file=sys.stderr)
+        return 2
+    plan = plan_from_overrides(args, overrides)
+    problems = check_run(plan)
+    if problems:
+        print(
+            f"trainer.launch: pre-flight failed for preset {args.preset!r}, nothing was started:",
+            file=sys.stderr,
+        )
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+
+    total_steps = count_steps(sum(parquet_rows(p) for p in plan.train_files), plan)
+    if override_value(overrides, "trainer.total_training_steps") in (None, "null"):
+        overrides = merge_overrides({}, [*overrides, f"trainer.total_training_steps={total_steps}"])
+    out = plan.out
+    resume_from = latest_checkpoint(out)
+    extra = {"nproc": args.nproc, "launcher_pid": os.getpid(), "vocab_size": _vocab_size(plan.model_path)}
+    extra["warmup_steps"] = round(
+        float(override_value(overrides, "optim.lr_warmup_steps_ratio", 0)) * total_steps
+    )
+    write_json_atomic(
+        out / "status.json",
+        {
+            "state": "running",
+            "step": resume_from,
+            "total_steps": total_steps,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "updated_at": time.time(),
+            "error": None,
+        },
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc_per_node={args.nproc}",
+        "-m",
+        "verl.trainer.sft_trainer",
+        *overrides,
+    ]
+    print(
+        f"trainer.launch: preset {args.preset} ({preset.description}); {total_steps} steps, {args.nproc} process(es), "
+        f"run directory {out}" + (f"; resuming from step {resume_from}" if resume_from else ""),
+        flush=True,
+    )
+    proc = subprocess.Popen(
+        command,
+        env=worker_env(args, preset.faults, extra),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
+    stopped_by: list[str] = []
+
+    def forward(signum, _frame):
+        stopped_by.append(signal.Signals(signum).name)
+        proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    tail: collections.deque[str] = collections.deque(maxlen=60)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            tail.append(line.rstrip("\n"))
+        rc = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if rc != 0:
+        finish_status(out, rc, list(tail), total_steps, stopped_by[0] if stopped_by else None)
+        print(f"trainer.launch: run {out} failed (exit code {rc}); see status.json", file=sys.stderr)
+    return rc
+
+
+def _vocab_size(model_path: Path) -> int | None:
+    try:
+        return int(json.loads((model_path / "config.json").read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""runwatch's verl plugin, imported by verl itself (`VERL_USE_EXTERNAL_MODULES=trainer.verl_plugin`).
+
+verl imports external modules at the end of `import verl`, before its trainer module body runs, so what
+this module patches is in place when the trainer looks it up. On import it:
+
+1. without CUDA: registers the `cpu` platform (gloo), selects it (`VERL_PLATFORM=cpu`), lets verl pick its
+   FSDP engine (registered for cuda/npu only: `VERL_ENGINE_DEVICE=cuda`), and replaces verl's process-group
+   set-up, whose `cpu:gloo,cpu:gloo` backend string torch rejects, with a plain gloo one;
+2. with RUNWATCH_RUN_DIR set: attaches the run-directory writers (`trainer.verl_seam`), and when the
+   process group comes up, the checkpoint hooks and the scenario faults.
+
+verl skips a plugin that fails to import without a word, so the plugin announces itself: `LOADED` is set,
+`runwatch plugin loaded` is printed once per process, and run.json records `plugin`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+
+LOADED = False
+PLATFORM = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _initialize_gloo_process_group(timeout_second: int = 36000):
+    """verl's `initialize_global_process_group` for CPU: the same contract, with a gloo-only group."""
+    torch.distributed.init_process_group(
+        backend="gloo",
+        timeout=timedelta(seconds=timeout_second),
+        init_method=os.environ.get("DIST_INIT_METHOD", None),
+    )
+    return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def _install() -> None:
+    global LOADED
+    import verl.utils.distributed as distributed
+
+    if PLATFORM == "cpu":
+        os.environ.setdefault("VERL_PLATFORM", "cpu")
+        os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
+        import trainer.cpu_platform  # noqa: F401 - registers the platform
+
+    base_init = (
+        _initialize_gloo_process_group if PLATFORM == "cpu" else distributed.initialize_global_process_group
+    )
+    run_dir = os.environ.get("RUNWATCH_RUN_DIR")
+
+    def initialize_global_process_group(*args, **kwargs):
+        result = base_init(*args, **kwargs)
+        if run_dir:
+            # Here verl is fully imported, so its worker and checkpoint classes can be patched safely.
+            from trainer import verl_seam
+
+            verl_seam.install_checkpoint_hooks()
+            verl_seam.install_faults(verl_seam.env_json("RUNWATCH_FAULTS", []))
+        return result
+
+    distributed.initialize_global_process_group = initialize_global_process_group
+    if run_dir:
+        from trainer import verl_seam
+
+        # Let an exception reach sys.excepthook (and status.json) instead of Hydra's own report-and-exit.
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+        extra = verl_seam.env_json("RUNWATCH_EXTRA", {})
+        extra["plugin"] = {"module": __name__, "platform": PLATFORM, "loaded": True}
+        os.environ["RUNWATCH_EXTRA"] = json.dumps(extra)
+        verl_seam.install_writers(Path(run_dir))
+    LOADED = True
+    if os.environ.get("RANK", "0") == "0":
+        print(f"runwatch plugin loaded: platform={PLATFORM} run_dir={run_dir or '-'}", flush=True)
+
+
+_install()

@@ -1,0 +1,244 @@
+"""Run-directory writers: metrics.jsonl, the CSV histories, status.json and run.json.
+
+Each one is a `RunCallback` with one concern. Files that are appended (JSONL, CSV) are opened in append
+mode, so a resumed run adds to what the crashed run wrote and never truncates it. Whole-file documents
+(status.json, run.json) are replaced atomically (write a temporary file, then rename), so a reader never
+sees half a document.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.callbacks import RunCallback, RunInfo
+
+
+def scalar(value: Any) -> Any:
+    """A JSON-ready value: tensors and numpy scalars become floats; other numbers and strings pass."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError, RuntimeError):
+            return str(value)
+    return str(value)
+
+
+def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
+    """Replace `path` with `document` in one rename, so readers see the old or the new file, never a mix."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def metrics_line(step: int, metrics: dict[str, Any]) -> str:
+    """One line of verl's file-logger format, `{"step":N,"data":{...}}`.
+
+    Unlike verl's logger (orjson, which writes NaN as null), non-finite values stay `NaN`/`Infinity`, so
+    a NaN loss reaches the monitor as a NaN and not as a missing value.
+    """
+    data = {key: scalar(value) for key, value in metrics.items()}
+    return json.dumps({"step": step, "data": data}, separators=(",", ":"), allow_nan=True)
+
+
+class MetricsJsonlWriter(RunCallback):
+    """metrics.jsonl: one line per log call, appended, flushed at once (the collector tails it live)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.fp = None
+
+    def on_train_begin(self, info: RunInfo) -> None:
+        self.fp = open(self.path, "a", buffering=1)  # noqa: SIM115 - held open for the whole run
+
+    def _write(self, step: int, metrics: dict[str, Any]) -> None:
+        if self.fp is not None:
+            self.fp.write(metrics_line(step, metrics) + "\n")
+
+    def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
+        self._write(step, metrics)
+
+    def on_validation_end(self, step: int, metrics: dict[str, float]) -> None:
+        self._write(step, metrics)
+
+    def _close(self) -> None:
+        if self.fp is not None:
+            self.fp.close()
+            self.fp = None
+
+    def on_train_end(self, step: int) -> None:
+        self._close()
+
+    def on_exception(self, step: int, error: str) -> None:
+        self._close()
+
+
+class CsvHistoryWriter(RunCallback):
+    """A CSV with a `step` column and one column per metric, one row per logged step, appended.
+
+    `kind` picks which records it takes: "train" (training_history.csv) or "val" (validation_history.csv).
+    A metric that first appears mid-run widens the header; the file is then rewritten once, atomically,
+    with the earlier rows kept (empty cells for the new column).
+    """
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path = path
+        self.kind = kind
+        self.columns: list[str] = []
+
+    def on_train_begin(self, info: RunInfo) -> None:
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with open(self.path, newline="") as fp:
+                self.columns = next(csv.reader(fp), [])
+
+    def _widen(self, new_columns: list[str]) -> None:
+        rows: list[dict[str, str]] = []
+        if self.path.exists():
+            with open(self.path, newline="") as fp:
+                rows = list(csv.DictReader(fp))
+        self.columns = self.columns or ["step"]
+        self.columns += [c for c in new_columns if c not in self.columns]
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(tmp, "w", newline="") as fp:
+            writer = csv.DictWriter(fp, fieldnames=self.columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.path)
+
+    def _append(self, step: int, metrics: dict[str, Any]) -> None:
+        values = {key: scalar(value) for key, value in metrics.items()}
+        missing = [key for key in values if key not in self.columns]
+        if missing or not self.columns:
+            self._widen(missing)
+        row = {"step": step, **{key: _csv_cell(value) for key, value in values.items()}}
+        with open(self.path, "a", newline="") as fp:
+            csv.DictWriter(fp, fieldnames=self.columns).writerow(row)
+
+    def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
+        if self.kind == "train":
+            self._append(step, metrics)
+
+    def on_validation_end(self, step: int, metrics: dict[str, float]) -> None:
+        if self.kind == "val":
+            self._append(step, metrics)
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # nan, inf, -inf: what float() reads back
+    return value
+
+
+class StatusWriter(RunCallback):
+    """status.json: state (running|completed|failed), step, total_steps, pid, host, updated_at (epoch s)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "status.json"
+        self.doc: dict[str, Any] = {}
+
+    def _save(self, **changes: Any) -> None:
+        self.doc.update(changes, updated_at=time.time())
+        write_json_atomic(self.path, self.doc)
+
+    def on_train_begin(self, info: RunInfo) -> None:
+        self.doc = {
+            "state": "running",
+            "step": info.resume_step,
+            "total_steps": info.total_steps,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": time.time(),
+            "resumed_from": info.resume_step or None,
+            "last_checkpoint_step": info.resume_step or None,
+            "error": None,
+        }
+        self._save()
+
+    def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
+        self._save(step=step)
+
+    def on_checkpoint_saved(self, step: int, path: str) -> None:
+        self._save(last_checkpoint_step=step)
+
+    def on_train_end(self, step: int) -> None:
+        self._save(state="completed", step=step, finished_at=time.time())
+
+    def on_exception(self, step: int, error: str) -> None:
+        self._save(state="failed", step=step, error=error, finished_at=time.time())
+
+
+class RunJsonWriter(RunCallback):
+    """run.json: trainer, preset, resolved config, start time, versions, injected faults, schedule facts.
+
+    Written once per start. A resumed run keeps the first start's `started_at` and adds itself to
+    `resumes`, so the document still describes the whole run.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "run.json"
+
+    def on_train_begin(self, info: RunInfo) -> None:
+        previous: dict[str, Any] = {}
+        if self.path.exists():
+            try:
+                previous = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                previous = {}
+        now = time.time()
+        optim = info.config.get("optim", {}) or {}
+        doc = {
+            "trainer": info.trainer,
+            "preset": info.preset,
+            "started_at": previous.get("started_at", now),
+            "total_steps": info.total_steps,
+            "lr_scheduler": optim.get("lr_scheduler_type"),
+            "warmup_ratio": optim.get("lr_warmup_steps_ratio"),
+            "injected": info.injected,
+            "versions": versions(),
+            "host": socket.gethostname(),
+            "resumes": previous.get("resumes", []),
+            **info.extra,
+            "config": info.config,
+        }
+        if info.resume_step:
+            doc["resumes"] = [*doc["resumes"], {"step": info.resume_step, "at": now}]
+        write_json_atomic(self.path, doc)
+
+
+def versions() -> dict[str, str]:
+    """Versions of what produced the run (python, torch, verl, transformers)."""
+    found = {"python": platform.python_version()}
+    for name in ("torch", "verl", "transformers", "tokenizers"):
+        try:
+            module = __import__(name)
+            found[name] = str(getattr(module, "__version__", "unknown"))
+        except ImportError:
+            continue
+    return found
+
+
+def default_writers(run_dir: Path, wandb: bool = False) -> list[RunCallback]:
+    """The standard set for a run directory; `wandb=True` adds the W&B mirror (offline unless told)."""
+    writers: list[RunCallback] = [
+        RunJsonWriter(run_dir),
+        MetricsJsonlWriter(run_dir),
+        CsvHistoryWriter(run_dir / "training_history.csv", "train"),
+        CsvHistoryWriter(run_dir / "validation_history.csv", "val"),
+    ]
+    if wandb:
+        from trainer.wandb_mirror import WandbMirror
+
+        writers.append(WandbMirror(run_dir))
+    # Last, so status.json never names a step whose metrics are not on disk yet.
+    writers.append(StatusWriter(run_dir))
+    return writers
