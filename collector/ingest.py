@@ -13,7 +13,7 @@ with their line numbers.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import json
 import logging
 import os
 import re
@@ -22,11 +22,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import ModuleType
 
 import duckdb
 
-from collector import discover
+from collector import discover, parsers
 from collector.model import ParseResult, Points
 from collector.store import SourceState, Store
 
@@ -79,7 +78,7 @@ class Ingestor:
         self.max_step: dict[str, int] = store.max_steps()
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
         self._tmpdir = tempfile.mkdtemp(prefix="runwatch-ingest-")
-        self._parsers: dict[str, ModuleType | None] = {}
+        self._parsers: dict[str, Callable[..., ParseResult] | None] = {}
 
     def close(self) -> None:
         shutil.rmtree(self._tmpdir, ignore_errors=True)
@@ -136,7 +135,7 @@ class Ingestor:
         shared: list[str] = []
         for path in dict.fromkeys(paths):
             s = self.sources.get(path)
-            if s is None:
+            if s is None or not self.changed(s):
                 continue
             if self.bulk and s.format == "jsonl" and self._backlog(s) >= BULK_MIN_BYTES:
                 if self._guarded(lambda s=s: self._bulk_chunk(s), [path]):
@@ -160,6 +159,39 @@ class Ingestor:
         pending = set(self.discover() if paths is None else paths)
         while pending:
             pending = self.ingest(sorted(pending))
+
+    def changed(self, s: SourceState) -> bool:
+        """Whether the file differs from what was ingested (cheap: one stat)."""
+        try:
+            st = os.stat(s.path)
+        except OSError:
+            return s.state != "deleted"
+        if s.state == "deleted" or (st.st_ino, st.st_dev) != (s.inode, s.device):
+            return True
+        if s.format in WHOLE_FILE_FORMATS:
+            return (st.st_size, st.st_mtime) != (s.size, s.mtime)
+        return st.st_size != s.offset or st.st_mtime != s.mtime
+
+    def moved(self, src: str, dest: str) -> None:
+        """A source was renamed (rotation: `metrics.jsonl` -> `metrics.jsonl.1`): read what is left of its old
+        life from the new name first, so the lines written just before the rotation are not lost."""
+        s = self.sources.get(src)
+        if s is None or s.format in WHOLE_FILE_FORMATS:
+            return
+        try:
+            st = os.stat(dest)
+        except OSError:
+            return
+        if (st.st_ino, st.st_dev) != (s.inode, s.device) or dest in self.sources:
+            return
+        self.sources[dest] = dataclasses.replace(s, path=dest)
+        try:
+            pending = {dest}
+            while pending:
+                pending = self.ingest(pending)
+        finally:
+            caught_up = self.sources.pop(dest)
+            self.sources[src] = dataclasses.replace(caught_up, path=src)
 
     def _backlog(self, s: SourceState) -> int:
         try:
@@ -208,14 +240,21 @@ class Ingestor:
         self._after_commit(fresh, infos)
 
     def _after_commit(self, fresh: dict[str, Points], infos: list[tuple[str, str, dict]]) -> None:
+        """Tell detection what the commit added; a failure there is logged and never undoes the ingest."""
         for run_id, pts in fresh.items():
             if pts:
                 self.max_step[run_id] = max(self.max_step.get(run_id, pts.step[0]), max(pts.step))
-                if self.on_points:
-                    self.on_points(run_id, pts)
-        if self.on_run_info:
-            for run_id, fmt, info in infos:
-                self.on_run_info(run_id, fmt, info)
+                self._notify(self.on_points, run_id, pts)
+        for run_id, fmt, info in infos:
+            self._notify(self.on_run_info, run_id, fmt, info)
+
+    def _notify(self, callback: Callable | None, run_id: str, *args: object) -> None:
+        if callback is None:
+            return
+        try:
+            callback(run_id, *args)
+        except Exception:
+            log.exception("run %s: detection failed on new points; the points are stored, ingest goes on", run_id)
 
     def _read_one(self, cur, s: SourceState, fresh: dict[str, Points], infos: list) -> bool:
         """Read one chunk of one source into the open transaction; returns True when more is waiting."""
@@ -295,7 +334,7 @@ class Ingestor:
                 reason = "was rewritten in place"
         if reason:
             had = s.offset > 0 or s.state == "deleted"
-            s.offset, s.lines, s.tail_sig, s.state = 0, 0, b"", "active"
+            s.offset, s.lines, s.tail_sig, s.state, s.parser_state = 0, 0, b"", "active", None
             s.size = s.mtime = 0
             if had:
                 s.segment += 1
@@ -308,18 +347,26 @@ class Ingestor:
         return st
 
     def _parse(self, s: SourceState, data: bytes, first_line: int) -> ParseResult | None:
-        parser = self._parser(s.format)
-        if parser is None:
+        parse = self._parser(s.format)
+        if parse is None:
             return None
-        return parser.parse(data, first_line)
+        if s.format != "csv":
+            return parse(data, first_line)
+        # A CSV's header is line 1; reads from a later offset need it back (kept with the source).
+        header = json.loads(s.parser_state) if s.parser_state and s.offset else None
+        result = parse(data, first_line, header=header)
+        if result.info.get("header") is not None:
+            s.parser_state = json.dumps(result.info["header"])
+        result.info = {}
+        return result
 
-    def _parser(self, fmt: str) -> ModuleType | None:
+    def _parser(self, fmt: str) -> Callable[..., ParseResult] | None:
         if fmt not in self._parsers:
             try:
-                self._parsers[fmt] = importlib.import_module(f"collector.parsers.{fmt}")
-            except ImportError:
+                self._parsers[fmt] = parsers.parser_for(fmt)
+            except (ImportError, KeyError) as e:
                 self._parsers[fmt] = None
-                log.warning("no parser for format %r yet: its files are registered but not read", fmt)
+                log.warning("no parser for format %r (%s): its files are registered but not read", fmt, e)
         return self._parsers[fmt]
 
     def _quarantine(self, cur, s: SourceState, result: ParseResult) -> None:
@@ -347,16 +394,14 @@ class Ingestor:
         self._event(s.path, f"line {s.lines}: longer than {MAX_LINE_BYTES} bytes; quarantined")
 
     def _store_info(self, cur, run: str, fmt: str, info: dict) -> None:
-        import json
-
-        status = info.get("status")
-        total = info.get("total_steps")
+        status = info.get("status", info.get("state")) if fmt == "status" else None
+        total = info.get("total_steps", info.get("max_steps"))
         self.store.update_run_info(
             cur,
             run,
             status=status if isinstance(status, str) else None,
-            total_steps=total if isinstance(total, int) else None,
-            config=json.dumps(info.get("config", info), default=str) if fmt == "run_config" else None,
+            total_steps=total if isinstance(total, int) and not isinstance(total, bool) else None,
+            config=json.dumps(info, default=str) if fmt in ("run_config", "hf_trainer_state") else None,
             status_info=json.dumps(info, default=str) if fmt == "status" else None,
         )
 
@@ -405,7 +450,7 @@ class Ingestor:
         # Cheap byte-level shape checks: DuckDB would silently ignore extra keys or round a float step.
         if data.count(b'{"step":', 0, end) != lines or data.count(b"}}\n", 0, end) != lines:
             return False
-        if _FLOAT_STEP.search(data, 0, end) or b'"step":"' in data[:end]:
+        if b'"step":"' in data[:end]:
             return False
         tmp = os.path.join(self._tmpdir, "chunk.jsonl")
         with open(tmp, "wb") as f:

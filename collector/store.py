@@ -65,6 +65,7 @@ MIGRATIONS: list[list[str]] = [
         """INSERT INTO metric_stats
             SELECT run_id, metric, count(*), max(step), arg_max(value, step) FROM points GROUP BY ALL""",
         "ALTER TABLE sources ADD COLUMN tail_sig BLOB",
+        "ALTER TABLE sources ADD COLUMN parser_state VARCHAR",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -91,6 +92,7 @@ class SourceState:
     segment: int = 0
     state: str = "active"
     tail_sig: bytes = b""
+    parser_state: str | None = None  # JSON the parser needs back next time (a CSV header)
 
 
 class Store:
@@ -191,9 +193,9 @@ class Store:
         """Every source the store knows, by path."""
         rows = self.rows(
             """SELECT id, run_id, path, format, inode, device, size, mtime, byte_offset, lines, segment,
-                      state, tail_sig FROM sources"""
+                      state, tail_sig, parser_state FROM sources"""
         )
-        return {r[2]: SourceState(*r[:12], tail_sig=bytes(r[12] or b"")) for r in rows}
+        return {r[2]: SourceState(*r[:12], tail_sig=bytes(r[12] or b""), parser_state=r[13]) for r in rows}
 
     def add_source(self, run_id: str, path: str, fmt: str) -> SourceState:
         """Register a file of a run (offset 0, segment 0); returns its state."""
@@ -212,7 +214,7 @@ class Store:
         """Write a source's identity and offset, inside the transaction that wrote the rows it covers."""
         cur.execute(
             """UPDATE sources SET inode = ?, device = ?, size = ?, mtime = ?, byte_offset = ?, lines = ?,
-               segment = ?, state = ?, tail_sig = ?, updated_at = ? WHERE id = ?""",
+               segment = ?, state = ?, tail_sig = ?, parser_state = ?, updated_at = ? WHERE id = ?""",
             [
                 s.inode,
                 s.device,
@@ -223,6 +225,7 @@ class Store:
                 s.segment,
                 s.state,
                 s.tail_sig,
+                s.parser_state,
                 time.time(),
                 s.id,
             ],
@@ -307,12 +310,12 @@ class Store:
 
     def staged_points(self, cur: duckdb.DuckDBPyConnection) -> Points:
         """The staging table's points as a columnar batch (for the detectors)."""
-        table = cur.execute("SELECT step, metric, value FROM rw_stage").fetch_arrow_table()
-        steps = table.column("step").to_pylist()
+        table = cur.execute("SELECT step, metric, value FROM rw_stage").fetchnumpy()
+        steps = table["step"].tolist()
         return Points(
             step=steps,
-            metric=table.column("metric").to_pylist(),
-            value=table.column("value").to_pylist(),
+            metric=table["metric"].tolist(),
+            value=table["value"].tolist(),
             wall_time=[None] * len(steps),
         )
 

@@ -1,0 +1,291 @@
+"""`python -m collector ...`: the daemon and the commands that read and act on a database.
+
+Every command works against the running collector of `--db` through its API when there is one (DuckDB lets
+only one process open the file), else on the database directly. `--json` prints exactly the API's JSON
+(the same functions build both); without it a table for people.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from collector import api_views
+from collector.client import ApiError, Client
+from collector.config import Settings, read_marker
+from collector.store import Store, StoreError
+
+
+class CliError(RuntimeError):
+    """A command failed in a way the user can fix; the message says how."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m collector", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", type=Path, required=True, help="the DuckDB file")
+    common.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
+
+    serve = sub.add_parser(
+        "serve", parents=[common], help="run the collector daemon (watch, ingest, detect, API)"
+    )
+    serve.add_argument("roots", nargs="+", type=Path, help="folders (or files) holding runs")
+    serve.add_argument("--port", type=int, default=0, help="API port on 127.0.0.1 (0 = a free one)")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    serve.add_argument("--polling", action="store_true", help="poll instead of inotify (network filesystems)")
+    serve.add_argument("--webhook", help="POST alerts to this URL (Slack-compatible)")
+    serve.add_argument("--once", action="store_true", help="ingest what is there now, then exit")
+
+    ingest = sub.add_parser("ingest", parents=[common], help="ingest these paths once (twice adds nothing)")
+    ingest.add_argument("paths", nargs="+", type=Path)
+
+    sub.add_parser("runs", parents=[common], help="list runs")
+
+    metrics = sub.add_parser("metrics", parents=[common], help="one metric of a run")
+    metrics.add_argument("--run", required=True)
+    metrics.add_argument("--metric", required=True)
+    metrics.add_argument(
+        "--points", type=int, default=2000, help="at most this many buckets (raw when fewer)"
+    )
+    metrics.add_argument("--start", type=int)
+    metrics.add_argument("--end", type=int)
+
+    alerts = sub.add_parser("alerts", parents=[common], help="list alerts")
+    alerts.add_argument("--run")
+    alerts.add_argument("--rule")
+    alerts.add_argument("--severity", choices=["info", "warn", "error"])
+    alerts.add_argument("--state", default="all", choices=["open", "acked", "resolved", "all"])
+
+    for name, what in (("ack", "acknowledge an alert"), ("resolve", "resolve an alert")):
+        p = sub.add_parser(name, parents=[common], help=what)
+        p.add_argument("alert_id", type=int)
+        p.add_argument("--note", help="why (kept in the alert's history)")
+
+    checkpoints = sub.add_parser(
+        "checkpoints", parents=[common], help="checkpoints of a run and which to keep"
+    )
+    checkpoints.add_argument("--run", required=True)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
+    )
+    args.db = args.db.expanduser().resolve()
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "ingest":
+            return _ingest(args)
+        result = _query(args)
+    except (CliError, StoreError, ApiError, api_views.NotFound, ValueError) as e:
+        print(f"collector {args.command}: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, allow_nan=True, default=str))
+    else:
+        print(_TABLES[args.command](result))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from collector.daemon import AlreadyRunning, Collector, check_not_running, run_daemon
+
+    settings = Settings(
+        db=args.db,
+        roots=list(args.roots),
+        host=args.host,
+        port=args.port,
+        polling=args.polling,
+        webhook=args.webhook,
+    )
+    for root in settings.roots:
+        if not root.exists():
+            raise CliError(f"root {root} does not exist")
+    try:
+        check_not_running(args.db)
+        if args.once:
+            collector = Collector(settings)
+            try:
+                collector.ingest_once()
+            finally:
+                collector.close()
+            return 0
+        return run_daemon(settings)
+    except AlreadyRunning as e:
+        print(f"collector serve: {e}", file=sys.stderr)
+        return 1
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    paths = [p.expanduser().resolve() for p in args.paths]
+    for p in paths:
+        if not p.exists():
+            raise CliError(f"{p} does not exist")
+    client = Client.for_db(args.db)
+    if client is not None:
+        # The daemon holds the database: ask it (it only takes paths inside its roots).
+        result = client.post("/api/ingest", {"paths": [str(p) for p in paths]})
+        print(
+            json.dumps(result)
+            if args.json
+            else f"queued for the running collector: {', '.join(result['queued'])}"
+        )
+        return 0
+    from collector import sinks
+    from collector.config import alerts_log_path
+    from collector.daemon import Collector
+
+    collector = Collector(
+        Settings(db=args.db, roots=paths), sinks=[sinks.JsonlSink(alerts_log_path(args.db))]
+    )
+    before = _count_points(collector.store)
+    started = time.perf_counter()
+    try:
+        collector.ingest_once()
+        after = _count_points(collector.store)
+        runs = sorted(collector.ingestor.run_dirs)
+    finally:
+        collector.close()
+    seconds = time.perf_counter() - started
+    summary = {"runs": runs, "points_added": after - before, "points": after, "seconds": round(seconds, 3)}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"ingested {len(runs)} run(s): {after - before} new points ({after} stored) in {seconds:.2f} s")
+    return 0
+
+
+def _count_points(store: Store) -> int:
+    return store.rows("SELECT count(*) FROM points")[0][0]
+
+
+def _query(args: argparse.Namespace) -> Any:
+    """The command's JSON: from the running collector's API, else from the database directly."""
+    client = Client.for_db(args.db)
+    path, params, direct = _request(args)
+    if client is not None:
+        try:
+            if args.command in ("ack", "resolve"):
+                return client.post(path, {"note": args.note})
+            result = client.get(path, params=params)
+        finally:
+            client.close()
+        return result["series"][0] if args.command == "metrics" else result
+    if not args.db.exists():
+        raise CliError(f"no database at {args.db} (start `python -m collector serve --db {args.db} ROOT...`)")
+    if read_marker(args.db) is None and not args.db.is_file():
+        raise CliError(f"{args.db} is not a file")
+    store = Store(args.db)
+    try:
+        return direct(store)
+    finally:
+        store.close()
+
+
+def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]]:
+    c = args.command
+    if c == "runs":
+        return "/api/runs", None, api_views.runs
+    if c == "metrics":
+        params = {"metric": args.metric, "points": args.points}
+        params |= {k: v for k, v in (("start", args.start), ("end", args.end)) if v is not None}
+        return (
+            f"/api/runs/{quote(args.run, safe='/')}/metrics",
+            params,
+            lambda s: api_views.metrics(s, args.run, [args.metric], args.points, args.start, args.end)[
+                "series"
+            ][0],
+        )
+    if c == "alerts":
+        params = {"state": args.state} | {
+            k: v for k, v in (("run", args.run), ("rule", args.rule), ("severity", args.severity)) if v
+        }
+        return (
+            "/api/alerts",
+            params,
+            lambda s: api_views.alerts(s, args.run, args.rule, args.severity, args.state),
+        )
+    if c in ("ack", "resolve"):
+        state = "acked" if c == "ack" else "resolved"
+        return (
+            f"/api/alerts/{args.alert_id}/{c}",
+            None,
+            lambda s: api_views.set_alert_state(s, args.alert_id, state, args.note),
+        )
+    if c == "checkpoints":
+        return (
+            f"/api/runs/{quote(args.run, safe='/')}/checkpoints",
+            None,
+            lambda s: api_views.checkpoints(s, args.run),
+        )
+    raise CliError(f"unknown command {c}")
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    text = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(t[i]) for t in text)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(t.ljust(w) for t, w in zip(row, widths, strict=True)) for row in text]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict):
+        return " ".join(f"{k}:{v}" for k, v in value.items() if v)
+    return str(value)
+
+
+def _metrics_table(series: dict) -> str:
+    head = f"{series['run']} {series['metric']}: {series['total_points']} points"
+    head += f", {len(series['steps'])} buckets (min/max per bucket)" if series["downsampled"] else ""
+    rows = [{"step": s, "value": v} for s, v in zip(series["steps"], series["values"], strict=True)]
+    if series["downsampled"]:
+        for row, mn, mx in zip(rows, series["min"], series["max"], strict=True):
+            row |= {"min": mn, "max": mx}
+    return head + "\n" + _table(rows, list(rows[0]) if rows else ["step", "value"])
+
+
+def _checkpoints_table(advice: dict) -> str:
+    rec = advice.get("recommended")
+    head = (
+        f"keep step {rec['step']}: {rec['path']}\n  {rec['reason']}" if rec else "no checkpoint to recommend"
+    )
+    body = _table(advice.get("checkpoints", []), ["step", "complete", "bytes", "value", "path"])
+    return f"{head}\n{body}\ndeletable: {advice.get('deletable') or 'none'}"
+
+
+def _alert_line(a: dict) -> str:
+    return f"alert {a['id']} [{a['severity']}] {a['rule']} ({a['state']}): {a['message']}"
+
+
+_TABLES: dict[str, Callable[[Any], str]] = {
+    "runs": lambda rows: _table(
+        rows, ["id", "format", "status", "last_step", "total_steps", "train_loss", "val_loss", "open_alerts"]
+    ),
+    "metrics": _metrics_table,
+    "alerts": lambda rows: _table(
+        rows, ["id", "run", "rule", "severity", "first_step", "last_step", "state", "message"]
+    ),
+    "ack": _alert_line,
+    "resolve": _alert_line,
+    "checkpoints": _checkpoints_table,
+}

@@ -1,0 +1,103 @@
+"""The collector's settings and the runtime files beside the database (marker, token, alert log, thresholds)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COMMIT_INTERVAL_S = 0.25  # the store commits at most this often while files change (batching, not per event)
+RESCAN_INTERVAL_S = 5.0  # a full look at the roots, for events a filesystem did not deliver
+POLL_INTERVAL_S = 0.25  # the polling observer's period (network filesystems)
+
+
+@dataclass
+class Settings:
+    """What `serve` runs with. Defaults are what a user gets without flags."""
+
+    db: Path
+    roots: list[Path] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = a free port, written to the marker file
+    polling: bool = False
+    webhook: str | None = None
+    commit_interval_s: float = COMMIT_INTERVAL_S
+    rescan_interval_s: float = RESCAN_INTERVAL_S
+
+
+def marker_path(db: Path) -> Path:
+    """`DB.collector.json`: pid, host, port, started_at, roots of the running daemon."""
+    return Path(f"{db}.collector.json")
+
+
+def token_path(db: Path) -> Path:
+    return Path(f"{db}.token")
+
+
+def alerts_log_path(db: Path) -> Path:
+    return Path(f"{db}.alerts.jsonl")
+
+
+def thresholds_path(db: Path) -> Path:
+    return Path(f"{db}.runwatch.toml")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, someone else's
+    return True
+
+
+def read_marker(db: Path) -> dict | None:
+    """The live daemon's marker for `db`, or None when there is none, it is half-written, or its pid is dead."""
+    try:
+        info = json.loads(marker_path(db).read_text())
+    except (OSError, ValueError):
+        return None
+    pid = info.get("pid") if isinstance(info, dict) else None
+    if not isinstance(pid, int) or not pid_alive(pid) or not info.get("port"):
+        return None
+    return info
+
+
+def write_marker(db: Path, info: dict) -> None:
+    """Write the marker atomically (readers never see half a file)."""
+    path = marker_path(db)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, path)
+
+
+def remove_marker(db: Path, pid: int) -> None:
+    """Remove the marker if it is ours (a newer daemon's marker stays)."""
+    path = marker_path(db)
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text()).get("pid") == pid:
+            path.unlink()
+
+
+def read_token(db: Path) -> str | None:
+    try:
+        return token_path(db).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def ensure_token(db: Path) -> str:
+    """The API token for `db`, created (mode 0600, only the owner can read it) when missing."""
+    existing = read_token(db)
+    if existing:
+        os.chmod(token_path(db), 0o600)
+        return existing
+    token = secrets.token_urlsafe(32)
+    fd = os.open(token_path(db), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

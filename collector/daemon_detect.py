@@ -1,0 +1,143 @@
+"""Detection and alert delivery inside the collector: one incremental `RunDetector` per run, fed the points
+each commit adds; its events are upserted as alerts (and their history) and new, escalated or cleared alerts go
+to the sinks (console, `DB.alerts.jsonl`, webhook). After a restart a detector's state is rebuilt from a
+bounded tail of the run's stored points, never from its whole history.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from collector import store_alerts, store_read
+from collector.checkpoints import scan_checkpoints
+from collector.config import alerts_log_path, thresholds_path
+from collector.detect.config import ConfigError, DetectConfig, load_config
+from collector.detect.engine import AlertEvent, RunDetector
+from collector.model import Points
+from collector.store import Store
+
+log = logging.getLogger("collector.detect")
+
+REBUILD_POINTS_PER_METRIC = 256  # enough history for every rule's window, bounded whatever the run's length
+TELL_SINKS = ("opened", "escalated", "auto_resolved")
+
+
+class Detection:
+    """Runs the detectors of every run and delivers what they find. Used from the ingest thread only."""
+
+    def __init__(self, store: Store, db: Path, sinks: list | None = None) -> None:
+        self.store = store
+        self.db = Path(db)
+        self.sinks = sinks if sinks is not None else []
+        self.detectors: dict[str, RunDetector] = {}
+        self.run_dirs: dict[str, Path] = {}
+        self.status: dict[str, dict] = {}
+        self.run_info: dict[str, dict] = {}
+
+    def _config(self, run: str) -> DetectConfig:
+        run_dir = self.run_dirs.get(run)
+        try:
+            return load_config(thresholds_path(self.db), run_dir / "runwatch.toml" if run_dir else None)
+        except ConfigError as e:
+            log.warning("%s; run %s uses the default thresholds", e, run)
+            return DetectConfig()
+
+    def warm_up(self) -> None:
+        """Rebuild every stored run's detector from the last points of each metric (after a restart)."""
+        for r in store_read.runs(self.store):
+            det = self.detector(r["id"])
+            recent = store_read.recent_points(self.store, r["id"], REBUILD_POINTS_PER_METRIC)
+            # Replayed episodes upsert onto the alerts already stored (same first step), so nothing is told
+            # twice; an episode the store never saw (it was found while the collector was down) is new.
+            self._handle(r["id"], det.update(recent))
+
+    def detector(self, run: str) -> RunDetector:
+        """The run's detector (created empty on first use)."""
+        found = self.detectors.get(run)
+        if found is None:
+            found = self.detectors[run] = RunDetector(run, self._config(run), self.run_info.get(run))
+        return found
+
+    def points_added(self, run: str, points: Points) -> None:
+        """Feed the points a commit just added."""
+        self._handle(run, self.detector(run).update(points))
+
+    def run_info_changed(self, run: str, fmt: str, info: dict) -> None:
+        if fmt == "status":
+            self.status[run] = info
+            return
+        if fmt in ("run_config", "hf_trainer_state"):
+            self.run_info[run] = info
+            if run in self.detectors:
+                self.detectors[run].set_run_info(info)
+        if fmt == "checkpoint_marker":
+            self.scan_checkpoints(run)
+
+    def scan_checkpoints(self, run: str) -> None:
+        """Index the run folder's checkpoints into the store and tell its detector the saved steps."""
+        run_dir = self.run_dirs.get(run)
+        if run_dir is None or not run_dir.is_dir():
+            return
+        index = scan_checkpoints(run_dir)
+        items = [
+            {
+                "step": c.step,
+                "path": str(c.path),
+                "complete": c.complete,
+                "bytes": c.bytes,
+                "kind": c.kind,
+                "problem": c.problem,
+            }
+            for c in index.checkpoints
+        ]
+        if items != store_alerts.checkpoints(self.store, run):
+            store_alerts.replace_checkpoints(self.store, run, items)
+        if run in self.detectors:
+            self.detectors[run].note_checkpoints([c.step for c in index.checkpoints])
+
+    def tick(self, now: float | None = None) -> None:
+        """Time-based rules (stalled) for every run with a status file."""
+        now = time.time() if now is None else now
+        last_point = {r["id"]: r["last_point_at"] for r in store_read.runs(self.store)}
+        for run, status in self.status.items():
+            self._handle(run, self.detector(run).tick(now, status, last_point.get(run)))
+
+    def _handle(self, run: str, events: list[AlertEvent]) -> None:
+        if not events:
+            return
+        for ev in events:
+            ev.run = run
+        changed = store_alerts.upsert_events(self.store, run, events)
+        if not changed:
+            return
+        by_key = {(e.rule, e.metric or "", e.first_step): e for e in events}
+        for alert in store_alerts.list_alerts(self.store, ids=[c["id"] for c in changed]):
+            kind = next(c["event"] for c in changed if c["id"] == alert["id"])
+            ev = by_key.get((alert["rule"], alert["metric"], alert["first_step"]))
+            if kind in TELL_SINKS and ev is not None:
+                body = ev.to_dict() | {"id": alert["id"], "state": alert["state"], "event": kind}
+                self._deliver(body)
+
+    def _deliver(self, alert: dict) -> None:
+        from collector import sinks
+
+        sinks.deliver(self.sinks, alert)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as e:  # a sink failing at shutdown must not stop the final commit
+                log.warning("alert sink %s did not close cleanly: %s", type(sink).__name__, e)
+
+
+def default_sinks(db: Path, webhook: str | None) -> list:
+    """Console, `DB.alerts.jsonl`, and a webhook when given."""
+    from collector import sinks
+
+    out: list = [sinks.ConsoleSink(), sinks.JsonlSink(alerts_log_path(db))]
+    if webhook:
+        out.append(sinks.WebhookSink(webhook))
+    return out

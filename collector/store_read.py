@@ -1,0 +1,194 @@
+"""Read queries over the store for the API and the CLI: runs, series (downsampled or raw), sources, quarantine.
+
+SQL lives here and in `store.py` / `store_alerts.py` only; every query takes parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from collector.model import Points
+from collector.store import Store
+
+
+def runs(store: Store, run: str | None = None) -> list[dict]:
+    """Runs with their state, newest activity first (or just `run`)."""
+    where, params = ("WHERE id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"""SELECT id, root, path, format, status, last_step, total_steps, created_at, updated_at, last_point_at,
+                   config, status_info
+            FROM runs {where} ORDER BY coalesce(last_point_at, created_at) DESC, id""",
+        params,
+    )
+
+
+def metric_stats(store: Store, run: str | None = None) -> list[dict]:
+    """Per (run, metric): point count, last step and the value there."""
+    where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"SELECT run_id AS run, metric, points, last_step, last_value FROM metric_stats {where} ORDER BY run_id, metric",
+        params,
+    )
+
+
+def open_alert_counts(store: Store) -> dict[str, dict[str, int]]:
+    """Per run: open (not resolved) alerts by severity."""
+    counts: dict[str, dict[str, int]] = {}
+    for run, severity, n in store.rows(
+        "SELECT run_id, severity, count(*) FROM alerts WHERE state != 'resolved' GROUP BY ALL"
+    ):
+        counts.setdefault(run, {"error": 0, "warn": 0, "info": 0})[severity] = n
+    return counts
+
+
+def series(
+    store: Store,
+    run: str,
+    metric: str,
+    points: int = 2000,
+    start: int | None = None,
+    end: int | None = None,
+    after: int | None = None,
+) -> dict:
+    """One metric of one run: raw when it has at most `points` points (or with `after`), else bucketed.
+
+    Bucketed by step range into at most `points` buckets; each bucket keeps its first, last, min and max
+    (finite values) and its last step; a bucket holding a NaN reports NaN as its value and max, so a NaN
+    is never averaged or sampled away. `values` is the bucket's last value.
+    """
+    low = -(2**62) if start is None else start
+    high = 2**62 if end is None else end
+    if after is not None:
+        low = max(low, after + 1)
+    total = store.rows(
+        "SELECT count(*) FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?",
+        [run, metric, low, high],
+    )[0][0]
+    out = {"run": run, "metric": metric, "total_points": total}
+    if after is not None or total <= max(points, 1):
+        table = (
+            store.cursor()
+            .execute(
+                "SELECT step, value FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ? ORDER BY step",
+                [run, metric, low, high],
+            )
+            .fetchnumpy()
+        )
+        out.update(
+            steps=table["step"].tolist(),
+            values=table["value"].tolist(),
+            downsampled=False,
+        )
+        return out
+    rows = store.rows(
+        """WITH s AS (SELECT step, value FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?),
+                r AS (SELECT min(step) AS lo, max(step) - min(step) + 1 AS span FROM s)
+           SELECT max(step), arg_min(value, step), arg_max(value, step),
+                  min(value) FILTER (WHERE NOT isnan(value)), max(value) FILTER (WHERE NOT isnan(value)),
+                  bool_or(isnan(value))
+           FROM (SELECT step, value, least(((step - r.lo) * ?) // r.span, ? - 1) AS bucket FROM s, r)
+           GROUP BY bucket ORDER BY bucket""",
+        [run, metric, low, high, points, points],
+    )
+    nan = math.nan
+    steps, values, mins, maxs, firsts, lasts = [], [], [], [], [], []
+    for step, first, last, mn, mx, has_nan in rows:
+        steps.append(step)
+        firsts.append(first)
+        lasts.append(last)
+        values.append(nan if has_nan else last)
+        mins.append(nan if mn is None else mn)
+        maxs.append(nan if has_nan or mx is None else mx)
+    out.update(steps=steps, values=values, min=mins, max=maxs, first=firsts, last=lasts, downsampled=True)
+    return out
+
+
+def points_from(
+    store: Store, run: str, metrics: list[str] | None, after_step: int, limit: int
+) -> list[tuple]:
+    """(step, metric, value) of a run with step > `after_step`, in step order, at most `limit` rows."""
+    if metrics:
+        marks = ", ".join("?" for _ in metrics)
+        return store.rows(
+            f"""SELECT step, metric, value FROM points WHERE run_id = ? AND step > ? AND metric IN ({marks})
+                ORDER BY step, metric LIMIT ?""",
+            [run, after_step, *metrics, limit],
+        )
+    return store.rows(
+        "SELECT step, metric, value FROM points WHERE run_id = ? AND step > ? ORDER BY step, metric LIMIT ?",
+        [run, after_step, limit],
+    )
+
+
+def recent_points(store: Store, run: str, per_metric: int) -> Points:
+    """The last `per_metric` points of each metric of a run, in step order (to rebuild detector state)."""
+    table = (
+        store.cursor()
+        .execute(
+            """SELECT step, metric, value, wall_time FROM points WHERE run_id = ?
+               QUALIFY row_number() OVER (PARTITION BY metric ORDER BY step DESC) <= ?
+               ORDER BY step, metric""",
+            [run, per_metric],
+        )
+        .fetchnumpy()
+    )
+    return Points(
+        step=table["step"].tolist(),
+        metric=table["metric"].tolist(),
+        value=table["value"].tolist(),
+        wall_time=table["wall_time"].tolist(),
+    )
+
+
+def sources(store: Store, run: str | None = None) -> list[dict]:
+    """Sources with their offsets, segments and quarantined-line counts."""
+    where, params = ("WHERE s.run_id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"""SELECT s.id, s.run_id AS run, s.path, s.format, s.byte_offset AS offset, s.lines, s.segment, s.state,
+                   (SELECT count(*) FROM quarantine q WHERE q.source_id = s.id) AS bad_lines
+            FROM sources s {where} ORDER BY s.path""",
+        params,
+    )
+
+
+def quarantined(store: Store, run: str | None = None, limit: int = 200) -> list[dict]:
+    """Quarantined lines (file, segment, line number, reason, text), oldest first."""
+    where, params = ("WHERE s.run_id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"""SELECT s.path, q.segment, q.line, q.reason, q.text FROM quarantine q JOIN sources s ON s.id = q.source_id
+            {where} ORDER BY q.created_at, q.line LIMIT ?""",
+        [*params, limit],
+    )
+
+
+def replaced_points(store: Store, run: str, metric: str) -> list[dict]:
+    """Earlier values of a metric replaced by later writes of the same step (the older lives)."""
+    return store.dicts(
+        """SELECT step, value, segment, source_id, replaced_at FROM points_replaced
+           WHERE run_id = ? AND metric = ? ORDER BY step, replaced_at""",
+        [run, metric],
+    )
+
+
+def epochs(store: Store, run: str, metric: str, epoch_metric: str) -> list[dict]:
+    """Per-epoch mean, std, min, max of `metric`, the epoch of a step being the run's `epoch_metric` there."""
+    return store.dicts(
+        """WITH e AS (SELECT step, floor(value)::BIGINT AS epoch FROM points WHERE run_id = ? AND metric = ?),
+                m AS (SELECT step, value FROM points WHERE run_id = ? AND metric = ? AND NOT isnan(value))
+           SELECT e.epoch, avg(m.value) AS mean, stddev_samp(m.value) AS std, min(m.value) AS min,
+                  max(m.value) AS max, count(*) AS points
+           FROM m ASOF JOIN e ON m.step >= e.step GROUP BY e.epoch ORDER BY e.epoch""",
+        [run, epoch_metric, run, metric],
+    )
+
+
+def parse_json(text: str | None) -> dict | None:
+    """A JSON column back to a dict (None when empty or unreadable)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else {"value": value}
