@@ -89,14 +89,16 @@ class ValLossRiseRule:
 @dataclass(frozen=True)
 class LossPlateauRule:
     enabled: bool = True
-    # seed default: 50 logged steps; counted in logged points, so a run logging every 10 steps waits 500 steps
+    # seed default: 50 logged steps; counted in logged points, so a run logging every 10 steps waits 500
+    # steps; the window grows to a tenth of the run so far (up to max_window) so slow steady progress counts
     patience_points: int = 50
-    min_rel_improvement: float = (
-        0.0  # window median better than the one before by this (relative) is progress
-    )
-    hold_points: int = 50  # the comparison must fail at this many points in a row before alerting
+    max_window: int = 1000
+    # progress = the last window's median below the one before by this much (relative)...
+    min_rel_improvement: float = 0.0
+    noise_sigmas: float = 2.0  # ...and by this many sigmas of the comparison's own noise
+    hold_checks: int = 3  # checks (every tenth of a window) that must fail in a row before alerting
     end_lr_fraction: float = 0.1  # no plateau alert once lr has decayed below 10 % of its peak
-    clear_after: int = 10  # improving points before the episode closes (windows move slowly)
+    clear_after: int = 10  # checks showing progress before the episode closes
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 
 from collector.detect.base import HOLD, Finding, fmt
@@ -169,7 +169,7 @@ class RunDetector:
 
     def open_episodes(self) -> list[AlertEvent]:
         """The episodes open now, latest state of each."""
-        return [ep.event for ep in self._open.values()]
+        return [replace(ep.event, evidence=dict(ep.event.evidence)) for ep in self._open.values()]
 
     # ----- the incremental path -----
 
@@ -178,6 +178,7 @@ class RunDetector:
         if not self.is_rl:
             self.is_rl = any(role_of(m) in _RL_ROLES for m in set(points.metric))
         walls = points.wall_time
+        fed = False
         for i in range(len(points.step)):
             step, metric, value = points.step[i], points.metric[i], points.value[i]
             state = self._metrics.get(metric)
@@ -196,10 +197,10 @@ class RunDetector:
                 del state.recent[next(iter(state.recent))]
             self._note_step(step, walls[i])
             self._judge(metric, state, step, value)
-        if self._dirty and ("stalled", "") in self._open:
+            fed = True
+        if fed and ("stalled", "") in self._open:
             self._close(("stalled", ""))  # points arrived: the run is moving again
-        events, self._dirty = list(self._dirty.values()), {}
-        return events
+        return self._flush()
 
     def tick(self, now: float, status: dict | None, last_point_wall: float | None) -> list[AlertEvent]:
         """Time-based rules: `stalled` when the status says running but no point came for far too long."""
@@ -233,7 +234,12 @@ class RunDetector:
                 self._hit(key, finding, self.last_step or 0)
             elif key in self._open:
                 self._close(key)
-        events, self._dirty = list(self._dirty.values()), {}
+        return self._flush()
+
+    def _flush(self) -> list[AlertEvent]:
+        # snapshots: the episode objects keep changing, an event handed out must not
+        events = [replace(e, evidence=dict(e.evidence)) for e in self._dirty.values()]
+        self._dirty = {}
         return events
 
     def _note_step(self, step: int, wall: float | None) -> None:

@@ -34,7 +34,15 @@ class GradSpike:
         self.above_abs = self.above_abs + 1 if value > cfg.abs_max else 0
         enough = len(self.window) >= cfg.min_history
         mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
-        self.window.add(step, value)
+        verdict = self._verdict(step, value, enough, mid, mad)
+        if not isinstance(verdict, Finding):
+            self.window.add(step, value)  # flagged points stay out of the baseline they are judged against
+        return verdict
+
+    def _verdict(
+        self, step: int, value: float, enough: bool, mid: float, mad: float
+    ) -> Finding | None | object:
+        cfg = self.cfg
         if self.above_abs >= cfg.abs_for:
             return Finding(
                 "error",

@@ -78,57 +78,74 @@ class ValLossRise:
 
 
 class LossPlateau:
-    """The median training loss of the last `patience_points` points is no better than that of the points before."""
+    """The median training loss of the last window is not significantly below that of the window before.
+
+    The window is `patience_points` logged points, or a tenth of the points so far when that is longer (a
+    long run's slow, steady progress is not a plateau), capped at `max_window` points; it is judged every
+    tenth of a window, so the cost per point stays small.
+    """
 
     rule_id = "loss_plateau"
 
     def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
-        self.recent: deque[tuple[int, float]] = deque(maxlen=2 * max(2, cfg.patience_points))
+        self.recent: deque[tuple[int, float]] = deque(maxlen=2 * max(2, cfg.patience_points, cfg.max_window))
+        self.seen = 0
         self.flat = 0
 
     def rewind(self, step: int) -> None:
         while self.recent and self.recent[-1][0] >= step:
             self.recent.pop()
+            self.seen -= 1
         self.flat = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         if getattr(run, "is_rl", False):
             return HOLD
-        self.recent.append((step, value))
-        if len(self.recent) < self.recent.maxlen:
-            return HOLD
         cfg = self.cfg
-        half = len(self.recent) // 2
-        values = [v for _, v in self.recent]
+        self.recent.append((step, value))
+        self.seen += 1
+        half = max(2, cfg.patience_points, min(cfg.max_window, self.seen // 10))
+        if len(self.recent) < 2 * half or self.seen % max(1, half // 10):
+            return HOLD
+        window = list(self.recent)[-2 * half :]
+        values = [v for _, v in window]
         before, now = median(values[:half]), median(values[half:])
-        # comparing medians of two whole windows: single noisy points neither make nor break a plateau
-        if now < before - cfg.min_rel_improvement * abs(before):
+        # medians of two whole windows, so single noisy points neither make nor break a plateau; progress must
+        # beat the noise of that comparison (a median of n points wobbles by about 1.25 sigma / sqrt(n))
+        sigma = MAD_TO_SIGMA * median(abs(v - now) for v in values[half:])
+        noise = 1.25 * sigma * math.sqrt(2 / half)
+        if before - now > max(cfg.noise_sigmas * noise, cfg.min_rel_improvement * abs(before)):
             self.flat = 0
             return None
-        # the two window medians are noisy too: only a comparison that keeps failing is a plateau
         self.flat += 1
-        if self.flat < cfg.hold_points:
+        if self.flat < cfg.hold_checks:
             return HOLD
         if hasattr(run, "episode_open") and run.episode_open("no_learning", self.metric):
             return HOLD  # a loss that does not move at all is reported once, as no_learning
         lr_fraction = run.lr_fraction() if hasattr(run, "lr_fraction") else None
         if lr_fraction is not None and lr_fraction < cfg.end_lr_fraction:
             return HOLD  # flat at the end of a decayed schedule is convergence, not a plateau
-        since = self.recent[half][0]
+        since = window[half][0]
         val_best = run.val_best_step() if hasattr(run, "val_best_step") else None
-        if val_best is not None and val_best >= self.recent[0][0]:
+        if val_best is not None and val_best >= window[0][0]:
             return HOLD  # the validation loss still improves: the model still learns what matters
         return Finding(
             "info",
             value,
-            f"{self.metric} has not improved by {cfg.min_rel_improvement:.1%} over the last {half} logged points: "
-            f"median {fmt(now)} from step {since} to {step}, against {fmt(before)} over the {half} points before. "
+            f"{self.metric} has not improved over the last {half} logged points: median {fmt(now)} from step "
+            f"{since} to {step}, against {fmt(before)} over the {half} points before (noise {fmt(noise)}). "
             f"Likely causes: lr too low or already decayed, the model has learned what this data can teach, "
             f"a data loader repeating the same batches. Check the lr schedule and the validation loss; stop early "
             f"if the validation loss is flat too.",
-            {"median_before": before, "median_now": now, "window_points": half, "window_start_step": since},
+            {
+                "median_before": before,
+                "median_now": now,
+                "noise": noise,
+                "window_points": half,
+                "window_start_step": since,
+            },
         )
 
 

@@ -1,0 +1,308 @@
+"""Each rule on synthetic series: the trouble it must catch, and the healthy shapes it must leave alone."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from collector.detect.engine import detect_series
+from tests.detect.synth import healthy_sft, replace_values, rules_of
+
+VERL_INFO = {
+    "trainer": {"total_training_steps": 2000, "save_freq": 200, "test_freq": 100},
+    "optim": {"lr": 1e-4, "lr_warmup_steps_ratio": 0.05, "lr_scheduler_type": "cosine"},
+}
+HF_NAMES = {"loss": "loss", "grad_norm": "grad_norm", "lr": "learning_rate", "val_loss": "eval_loss"}
+
+
+def only(events, rule):
+    found = [e for e in events if e.rule == rule]
+    assert len(found) == 1, (
+        f"expected one {rule} episode, got {[(e.rule, e.first_step, e.last_step) for e in events]}"
+    )
+    return found[0]
+
+
+# ----- healthy runs stay quiet -----
+
+
+@pytest.mark.parametrize("log_every", [1, 10])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_healthy_verl_run_raises_nothing(log_every, seed):
+    series = healthy_sft(log_every=log_every, seed=seed)
+    assert detect_series(series, run_info=VERL_INFO) == []
+    assert detect_series(series) == []  # nothing known about the run: still quiet
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_healthy_hf_run_logging_every_10_steps_raises_nothing(seed):
+    series = healthy_sft(log_every=10, seed=seed, names=HF_NAMES)
+    series.pop("train/time(s)")  # HF logs no time per step
+    assert detect_series(series, run_info={"max_steps": 2000, "logging_steps": 10, "save_steps": 200}) == []
+
+
+def test_periodic_step_time_spikes_at_save_steps_are_normal():
+    # saves every 150 steps, evals every 100: the save steps are not eval steps, so only knowing them excuses them
+    series = healthy_sft(save_every=150, seed=4)
+    info = {"trainer": {"save_freq": 150, "test_freq": 100}}
+    assert detect_series(series, run_info=info) == []
+    assert detect_series(series, checkpoints=list(range(150, 2001, 150))) == []
+    unexplained = detect_series(series)  # nobody said these are save steps: they are spikes
+    assert rules_of(unexplained) == {"step_time_spike"}
+
+
+# ----- nonfinite -----
+
+
+def test_nonfinite_burst_is_one_error_episode_naming_metric_and_steps():
+    series = healthy_sft(seed=5)
+    series = replace_values(series, "train/grad_norm", {300: math.nan, 301: math.inf, 305: math.nan})
+    events = detect_series(series)
+    alert = only(events, "nonfinite")
+    assert (alert.severity, alert.metric, alert.first_step, alert.last_step) == (
+        "error",
+        "train/grad_norm",
+        300,
+        305,
+    )
+    assert alert.active is False  # finite values came back: auto-resolved
+    assert "fp16" in alert.message and "step 305" in alert.message
+
+
+# ----- grad_spike -----
+
+
+def test_single_grad_spike_warns_and_resolves():
+    series = replace_values(healthy_sft(seed=6), "train/grad_norm", {700: 25.0})
+    alert = only(detect_series(series), "grad_spike")
+    assert (alert.severity, alert.first_step, alert.last_step, alert.active) == ("warn", 700, 700, False)
+    assert alert.evidence["baseline_median"] == pytest.approx(1.0, rel=0.2)
+
+
+def test_sustained_grad_spike_is_an_error():
+    series = replace_values(
+        healthy_sft(seed=7), "train/grad_norm", {s: 30.0 + s % 3 for s in range(700, 710)}
+    )
+    alert = only(detect_series(series), "grad_spike")
+    assert alert.severity == "error" and alert.first_step == 700 and alert.last_step >= 705
+
+
+def test_grad_spike_followed_by_loss_jump_is_an_error():
+    series = replace_values(healthy_sft(seed=8), "train/grad_norm", {700: 40.0})
+    series = replace_values(series, "train/loss", {702: 4.0, 703: 3.5})
+    events = detect_series(series)
+    assert only(events, "grad_spike").severity == "error"
+    assert only(events, "loss_spike").first_step == 702
+
+
+def test_grad_norm_above_100_for_several_points_is_an_error_even_without_baseline():
+    steps = list(range(1, 11))
+    events = detect_series({"actor/grad_norm": (steps, [150.0] * 10)})
+    alert = only(events, "grad_spike")
+    assert alert.severity == "error" and alert.first_step == 3  # the third point above 100
+
+
+def test_vanishing_gradients_warn():
+    series = replace_values(healthy_sft(seed=9), "train/grad_norm", {s: 1e-5 for s in range(800, 900)})
+    alert = only(detect_series(series), "grad_spike")
+    assert alert.evidence["kind"] == "vanishing" and alert.severity == "warn"
+
+
+# ----- loss_spike -----
+
+
+def test_loss_jump_warns():
+    series = replace_values(healthy_sft(seed=10), "train/loss", {900: 5.0})
+    alert = only(detect_series(series), "loss_spike")
+    assert (alert.severity, alert.first_step) == ("warn", 900)
+
+
+def test_diverging_loss_is_an_error():
+    series = healthy_sft(seed=11)
+    steps, values = series["train/loss"]
+    series["train/loss"] = (
+        steps,
+        [v * (1 + max(0, s - 1000) / 150) for s, v in zip(steps, values, strict=True)],
+    )
+    alert = next(e for e in detect_series(series) if e.rule == "loss_spike" and e.severity == "error")
+    assert alert.evidence["kind"] == "diverging" and 1000 < alert.first_step < 1300
+
+
+# ----- val_loss_rise -----
+
+
+def test_overfitting_names_the_best_step():
+    series = healthy_sft(seed=12)
+    steps, values = series["val/loss"]
+    series["val/loss"] = (
+        steps,
+        [v if s <= 800 else values[7] * (1 + (s - 800) / 2000) for s, v in zip(steps, values, strict=True)],
+    )
+    alert = only(detect_series(series), "val_loss_rise")
+    assert alert.evidence["best_step"] == 800 and alert.first_step == 900 and "step 800" in alert.message
+    assert alert.severity == "warn" and alert.active
+
+
+def test_single_eval_bump_is_not_overfitting():
+    series = replace_values(healthy_sft(seed=13), "val/loss", {1200: 2.0})
+    assert "val_loss_rise" not in rules_of(detect_series(series))
+
+
+def test_val_rise_while_train_loss_also_rises_is_not_called_overfitting():
+    series = healthy_sft(seed=14)
+    for name in ("val/loss", "train/loss"):
+        steps, values = series[name]
+        series[name] = (
+            steps,
+            [v if s <= 1000 else v + (s - 1000) / 500 for s, v in zip(steps, values, strict=True)],
+        )
+    assert "val_loss_rise" not in rules_of(detect_series(series))
+
+
+# ----- loss_plateau -----
+
+
+def flat_after(series, start, level, seed):
+    rng = random.Random(seed)
+    steps, values = series["train/loss"]
+    series["train/loss"] = (
+        steps,
+        [v if s < start else level * (1 + rng.gauss(0, 0.03)) for s, v in zip(steps, values, strict=True)],
+    )
+
+
+def test_flat_loss_with_lr_still_high_is_a_plateau_notice():
+    series = healthy_sft(seed=15)
+    flat_after(series, 300, 2.0, seed=15)
+    steps = series["train/loss"][0]
+    series.pop("val/loss")
+    series.pop("train/time(s)")
+    series["train/lr"] = (steps, [1e-4] * len(steps))
+    alert = only(detect_series(series), "loss_plateau")
+    assert alert.severity == "info" and alert.first_step > 300
+
+
+def test_flat_loss_at_the_end_of_a_decayed_schedule_is_not_a_plateau():
+    series = healthy_sft(seed=16)
+    flat_after(series, 1500, 0.95, seed=16)
+    series.pop("val/loss")
+    assert "loss_plateau" not in rules_of(detect_series(series))
+
+
+# ----- no_learning -----
+
+
+def test_zero_grad_norm_is_no_learning():
+    series = replace_values(healthy_sft(seed=17), "train/grad_norm", {s: 0.0 for s in range(500, 600)})
+    alert = only(detect_series(series), "no_learning")
+    assert (alert.severity, alert.metric, alert.first_step) == ("error", "train/grad_norm", 500)
+    assert alert.active is False  # the gradients came back at 600
+
+
+def test_a_few_zero_grad_norms_in_rl_are_not_no_learning():
+    steps = list(range(10, 510, 10))
+    grads = [0.0 if i % 4 == 0 else 0.8 for i in range(len(steps))]
+    assert "no_learning" not in rules_of(
+        detect_series({"grad_norm": (steps, grads), "reward": (steps, [1.0] * len(steps))})
+    )
+
+
+def test_loss_stuck_at_ln_vocab_is_no_learning():
+    steps = list(range(1, 200))
+    loss = [math.log(32000) * (1 + 0.002 * math.sin(s)) for s in steps]
+    events = detect_series({"train/loss": (steps, loss)}, run_info={"model": {"vocab_size": 32000}})
+    alert = only(events, "no_learning")
+    assert "ln(vocab size 32000)" in alert.message
+
+
+def test_training_from_scratch_leaves_ln_vocab_quickly_and_is_fine():
+    steps = list(range(1, 300))
+    loss = [math.log(504) * math.exp(-s / 60) + 1.0 for s in steps]
+    assert detect_series({"train/loss": (steps, loss)}, run_info={"vocab_size": 504}) == []
+
+
+# ----- kl_spike, reward_collapse (RL) -----
+
+
+def test_kl_above_one_warns():
+    steps = list(range(1, 101))
+    kl = [0.01 + 0.001 * (s % 5) for s in steps]
+    kl[60] = 2.5
+    alert = only(detect_series({"actor/ppo_kl": (steps, kl)}), "kl_spike")
+    assert alert.first_step == 61 and alert.evidence["threshold"] == 1.0
+
+
+def test_kl_far_above_its_baseline_warns():
+    steps = list(range(1, 101))
+    kl = [0.01 + 0.001 * (s % 5) for s in steps]
+    kl[70] = 0.3
+    assert only(detect_series({"actor/kl_loss": (steps, kl)}), "kl_spike").first_step == 71
+
+
+def test_reward_falling_after_its_peak_is_collapse():
+    steps = list(range(1, 301))
+    reward = [min(s, 150) / 150 - max(0, s - 150) / 100 + 0.05 * math.sin(s * 1.7) for s in steps]
+    alert = only(detect_series({"critic/score/mean": (steps, reward)}), "reward_collapse")
+    assert 150 < alert.first_step < 200 and alert.evidence["best_step"] <= 160
+
+
+def test_noisy_rising_reward_is_fine():
+    steps = list(range(1, 301))
+    reward = [s / 300 + 0.3 * math.sin(s * 2.3) for s in steps]
+    assert detect_series({"critic/score/mean": (steps, reward)}) == []
+
+
+def test_reward_std_at_zero_is_collapse():
+    steps = list(range(1, 51))
+    std = [0.5] * 20 + [0.0] * 30
+    alert = only(detect_series({"critic/score/std": (steps, std)}), "reward_collapse")
+    assert alert.first_step == 21 and alert.metric == "critic/score/std"
+
+
+# ----- step_time_spike -----
+
+
+def test_step_time_spike_off_save_steps_warns():
+    series = replace_values(healthy_sft(seed=18), "train/time(s)", {777: 9.0})
+    alert = only(detect_series(series, run_info=VERL_INFO), "step_time_spike")
+    assert alert.first_step == 777
+
+
+def test_step_time_over_30s_warns_when_steps_are_usually_short():
+    steps = list(range(1, 101))
+    times = [20.0 + (s % 3) for s in steps]
+    times[50] = 45.0
+    alert = only(detect_series({"timing_s/step": (steps, times)}), "step_time_spike")
+    assert alert.first_step == 51
+
+
+# ----- lr_anomaly -----
+
+
+def test_lr_zero_mid_run_is_an_error():
+    series = replace_values(healthy_sft(seed=19), "train/lr", {s: 0.0 for s in range(1000, 1100)})
+    alert = only(detect_series(series, run_info=VERL_INFO), "lr_anomaly")
+    assert alert.severity == "error" and alert.first_step == 1002
+
+
+def test_lr_zero_before_warmup_starts_is_fine():
+    # fp16 overflow at the first steps keeps the scheduler at 0 (the KG-LLM run): not an anomaly
+    series = replace_values(healthy_sft(seed=20), "train/lr", {1: 0.0, 2: 0.0})
+    assert detect_series(series, run_info=VERL_INFO) == []
+
+
+def test_constant_lr_when_config_says_cosine_warns():
+    series = healthy_sft(seed=21)
+    steps, _ = series["train/lr"]
+    series["train/lr"] = (steps, [1e-4] * len(steps))
+    alert = only(detect_series(series, run_info=VERL_INFO), "lr_anomaly")
+    assert alert.severity == "warn" and "cosine" in alert.message
+
+
+def test_scaled_lr_key_is_read_times_1e_minus_3():
+    series = healthy_sft(seed=22)
+    steps, values = series.pop("train/lr")
+    series["train/lr(1e-3)"] = (steps, [v * 1000 for v in values])
+    assert detect_series(series, run_info=VERL_INFO) == []
