@@ -23,8 +23,9 @@ from collector.parsers._common import (
     wall_time_of,
 )
 
-_FLOAT = float
 _INT = int
+_PLAIN_NUMBER = frozenset((float, int, bool))
+_ONLY_FLOAT = {float}
 
 
 def parse(data: bytes, first_line: int = 1) -> ParseResult:
@@ -39,39 +40,51 @@ def parse(data: bytes, first_line: int = 1) -> ParseResult:
     `NaN`, `Infinity`, `-Infinity` are kept as non-finite floats; strings are skipped; booleans become 0/1.
     """
     lines, consumed = complete_lines(data)
+    # Values are type-checked once per chunk, not once per value; in the rare chunk holding a value that is
+    # not a plain number (a null, a string, a nested object) the lines are read again, checking each one.
+    result = _parse_lines(lines, first_line, consumed, check_values=False)
+    if result is None:
+        result = _parse_lines(lines, first_line, consumed, check_values=True)
+    return result
+
+
+def _parse_lines(
+    lines: list[bytes], first_line: int, consumed: int, check_values: bool
+) -> ParseResult | None:
+    """Parse complete lines; None when `check_values` is off and some value turned out not to be a plain
+    number (float, int or bool), so the caller must parse again with it on."""
     result = ParseResult(consumed=consumed, lines=len(lines))
     points = result.points
     steps, metrics, values = points.step, points.metric, points.value
-    wall_times = points.wall_time  # filled lazily: stays short while no record has a wall time
     loads = orjson.loads
     line_no = first_line - 1
     for raw in lines:
         line_no += 1
-        # Fast path: the verl shape, exactly {"step": int, "data": {name: number, ...}}.
+        # Fast path: the verl shape, exactly {"step": int, "data": {name: value, ...}}.
         try:
             record = loads(raw)
             step = record["step"]
             fields = record["data"]
             if len(record) != 2 or type(step) is not _INT or type(fields) is not dict:
                 raise TypeError
-            has_int = False
-            for value in fields.values():
-                t = type(value)
-                if t is not _FLOAT:
-                    if t is not _INT:
+            if check_values:
+                for value in fields.values():
+                    if type(value) not in _PLAIN_NUMBER:
                         raise TypeError
-                    has_int = True
         except Exception:
             _parse_general(raw, line_no, result)
             continue
         n = len(fields)
-        steps.extend([step] * n)
-        metrics.extend(fields)
-        values.extend(map(float, fields.values()) if has_int else fields.values())
-    if wall_times:
-        wall_times.extend([None] * (len(steps) - len(wall_times)))
-    else:
-        wall_times.extend([None] * len(steps))
+        steps += [step] * n
+        metrics += fields
+        values += fields.values()
+    kinds = set(map(type, values))
+    if not kinds <= _PLAIN_NUMBER:
+        return None
+    if kinds != _ONLY_FLOAT:
+        points.value = list(map(float, values))  # ints and booleans as floats, as the contract says
+    # Wall times are filled lazily by the general path: pad them to the other columns' length.
+    points.wall_time.extend([None] * (len(steps) - len(points.wall_time)))
     return result
 
 

@@ -163,3 +163,22 @@ def test_a_large_verl_file_parses_exactly(tmp_path):
     assert len(result.points.wall_time) == expected
     assert result.points.step[-1] == 3000
     assert result.lines == len(lines)
+
+
+def test_a_chunk_with_odd_values_in_verl_records_is_read_record_by_record():
+    data = (
+        b'{"step":1,"data":{"a":1,"b":true,"c":"text","d":{"e":2},"f":null}}\n'
+        b'{"step":2,"data":{"a":2.5,"b":false}}\n'
+        b'{"step":3,"data":{"a":3}}\n'
+    )
+    rows = points_as_tuples(jsonl.parse(data))
+    assert [r for r in rows if r[1] != "f"] == [
+        (1, "a", 1.0, None),
+        (1, "b", 1.0, None),
+        (1, "d/e", 2.0, None),
+        (2, "a", 2.5, None),
+        (2, "b", 0.0, None),
+        (3, "a", 3.0, None),
+    ]
+    assert math.isnan(next(r[2] for r in rows if r[1] == "f"))
+    assert all(type(r[2]) is float for r in rows)
