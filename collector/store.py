@@ -336,13 +336,6 @@ class Store:
     def _merge_stage(self, cur: duckdb.DuckDBPyConnection, s: SourceState) -> int:
         now = time.time()
         run = s.run_id
-        # Within the batch the last write of a (metric, step) wins; earlier ones are an older life too.
-        cur.execute(
-            """INSERT INTO points_replaced
-               SELECT ?, metric, step, value, wall_time, ?, ?, ? FROM rw_stage
-               QUALIFY row_number() OVER (PARTITION BY metric, step ORDER BY seq DESC) > 1""",
-            [run, s.id, s.segment, now],
-        )
         cur.execute(
             """CREATE OR REPLACE TEMP TABLE rw_new AS SELECT metric, step, value, wall_time FROM rw_stage
                QUALIFY row_number() OVER (PARTITION BY metric, step ORDER BY seq DESC) = 1"""
@@ -361,6 +354,15 @@ class Store:
         cur.execute(
             """DELETE FROM rw_new WHERE EXISTS (SELECT 1 FROM rw_match p WHERE p.metric = rw_new.metric
                AND p.step = rw_new.step AND (p.value = rw_new.value OR (isnan(p.value) AND isnan(rw_new.value))))"""
+        )
+        # Within the batch the last write of a (metric, step) wins; earlier ones are an older life too
+        # (kept only when the winner is news, so reading a whole-file format again keeps nothing twice).
+        cur.execute(
+            """INSERT INTO points_replaced
+               SELECT ?, metric, step, value, wall_time, ?, ?, ? FROM rw_stage
+               WHERE (metric, step) IN (SELECT (metric, step) FROM rw_new)
+               QUALIFY row_number() OVER (PARTITION BY metric, step ORDER BY seq DESC) > 1""",
+            [run, s.id, s.segment, now],
         )
         cur.execute(
             """DELETE FROM rw_match WHERE NOT EXISTS (SELECT 1 FROM rw_new n WHERE n.metric = rw_match.metric

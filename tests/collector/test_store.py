@@ -1,0 +1,151 @@
+"""The store on a real DuckDB file: migrations, the replace-the-same-step rule, NaN, downsampling."""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+
+from collector import store_alerts, store_read
+from collector.model import BadLine, Points
+from collector.store import MIGRATIONS, SCHEMA_VERSION, Store, migrate, schema_version
+
+
+def _points(rows: list[tuple[int, str, float]]) -> Points:
+    p = Points()
+    for step, metric, value in rows:
+        p.add(step, metric, value)
+    return p
+
+
+def _source(store: Store, run: str = "r") -> object:
+    store.upsert_run(run, "/root", f"/root/{run}", "jsonl")
+    return store.add_source(run, f"/root/{run}/metrics.jsonl", "jsonl")
+
+
+def test_migrate_v1_database_then_again(tmp_path):
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    assert migrate(con, target=1) == 1
+    con.execute("INSERT INTO runs (id, path, format) VALUES ('a', '/x/a', 'jsonl')")
+    con.execute(
+        "INSERT INTO points VALUES ('a', 'train/loss', 1, 2.5, NULL, 1, 0), ('a', 'train/loss', 2, 2.0, NULL, 1, 0)"
+    )
+    con.close()
+
+    store = Store(db)  # opening migrates to the current version
+    assert schema_version(store.cursor()) == SCHEMA_VERSION == len(MIGRATIONS)
+    # v2 summarised the points the v1 database already held
+    assert store_read.metric_stats(store) == [
+        {"run": "a", "metric": "train/loss", "points": 2, "last_step": 2, "last_value": 2.0}
+    ]
+    assert migrate(store.cursor()) == SCHEMA_VERSION  # again: nothing to do, nothing breaks
+    assert store.rows("SELECT count(*) FROM schema_version")[0][0] == SCHEMA_VERSION
+    assert store.rows("SELECT count(*) FROM points")[0][0] == 2
+    store.close()
+
+
+def test_rewritten_steps_replace_in_queries_and_keep_the_old_life(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    s = _source(store)
+    with store.transaction() as cur:
+        store.add_points(cur, s, _points([(st, "loss", 10.0 - st) for st in range(1, 6)]), may_overlap=False)
+    s.segment = 1  # the file was truncated: its second life rewrites steps 4 and 5
+    with store.transaction() as cur:
+        store.add_points(
+            cur, s, _points([(4, "loss", 40.0), (5, "loss", 5.0), (6, "loss", 60.0)]), may_overlap=True
+        )
+
+    got = store_read.series(store, "r", "loss", points=100)
+    assert got["steps"] == [1, 2, 3, 4, 5, 6]
+    assert got["values"] == [9.0, 8.0, 7.0, 40.0, 5.0, 60.0]  # step 5 had the same value: nothing replaced
+    old = store_read.replaced_points(store, "r", "loss")
+    assert [(o["step"], o["value"], o["segment"]) for o in old] == [(4, 6.0, 0)]
+    assert store_read.metric_stats(store, "r")[0]["points"] == 6
+    store.close()
+
+
+def test_same_step_twice_in_one_batch_keeps_the_last(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    s = _source(store)
+    with store.transaction() as cur:
+        store.add_points(cur, s, _points([(1, "loss", 1.0), (2, "loss", 2.0)]), may_overlap=False)
+        store.add_points(cur, s, _points([(2, "loss", 3.0), (2, "loss", 4.0)]), may_overlap=True)
+    assert store_read.series(store, "r", "loss")["values"] == [1.0, 4.0]
+    assert sorted(o["value"] for o in store_read.replaced_points(store, "r", "loss")) == [2.0, 3.0]
+    assert store_read.metric_stats(store, "r")[0]["points"] == 2
+    store.close()
+
+
+def test_a_transaction_that_fails_leaves_nothing(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    s = _source(store)
+    try:
+        with store.transaction() as cur:
+            store.add_points(cur, s, _points([(1, "loss", 1.0)]), may_overlap=False)
+            s.offset = 99
+            store.save_source(cur, s)
+            raise RuntimeError("crash between the rows and the commit")
+    except RuntimeError:
+        pass
+    assert store.rows("SELECT count(*) FROM points")[0][0] == 0
+    assert store.sources()[s.path].offset == 0
+    store.close()
+
+
+def test_downsampling_keeps_every_spike_and_nan(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    s = _source(store)
+    rows = [(st, "loss", 1.0) for st in range(1, 100_001)]
+    rows[12_345] = (12_346, "loss", 500.0)  # a spike
+    rows[77_000] = (77_001, "loss", float("nan"))
+    rows[90_000] = (90_001, "loss", float("inf"))
+    with store.transaction() as cur:
+        store.add_points(cur, s, _points(rows), may_overlap=False)
+    got = store_read.series(store, "r", "loss", points=1000)
+    assert got["downsampled"] and got["total_points"] == 100_000
+    assert len(got["steps"]) == 1000
+    assert max(v for v in got["max"] if not math.isnan(v)) == math.inf
+    assert 500.0 in got["max"]
+    nan_buckets = [i for i, v in enumerate(got["values"]) if isinstance(v, float) and math.isnan(v)]
+    assert len(nan_buckets) == 1
+    i = nan_buckets[0]
+    assert (
+        got["steps"][i - 1] < 77_001 <= got["steps"][i] and math.isnan(got["max"][i]) and got["min"][i] == 1.0
+    )
+    # enough points asked for: every point, raw
+    raw = store_read.series(store, "r", "loss", points=100_000)
+    assert not raw["downsampled"] and len(raw["steps"]) == 100_000 and raw["values"][12_345] == 500.0
+    store.close()
+
+
+def test_quarantine_is_counted_per_source(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    s = _source(store)
+    with store.transaction() as cur:
+        store.quarantine(cur, s, [BadLine(3, "not JSON", "garbage"), BadLine(9, "no step", "{}")])
+    assert store_read.sources(store, "r")[0]["bad_lines"] == 2
+    assert [(q["line"], q["reason"]) for q in store_read.quarantined(store, "r")] == [
+        (3, "not JSON"),
+        (9, "no step"),
+    ]
+    store.close()
+
+
+def test_alert_episode_upserts_and_keeps_history(tmp_path):
+    from collector.detect.engine import AlertEvent
+
+    store = Store(tmp_path / "s.duckdb")
+    store.upsert_run("r", "/root", "/root/r", "jsonl")
+    ev = AlertEvent("grad_spike", "warn", "train/grad_norm", 10, 10, 50.0, "spike")
+    assert store_alerts.upsert_events(store, "r", [ev]) == [{"id": 1, "event": "opened"}]
+    ev2 = AlertEvent("grad_spike", "error", "train/grad_norm", 10, 14, 80.0, "bigger spike")
+    assert store_alerts.upsert_events(store, "r", [ev2])[0]["event"] == "escalated"
+    store_alerts.set_state(store, 1, "acked", "looking")
+    cleared = AlertEvent("grad_spike", "error", "train/grad_norm", 10, 15, 1.0, "cleared", active=False)
+    assert store_alerts.upsert_events(store, "r", [cleared])[0]["event"] == "auto_resolved"
+    alert = store_alerts.get_alert(store, 1)
+    assert (alert["state"], alert["last_step"], alert["note"]) == ("resolved", 15, "looking")
+    assert [h["event"] for h in alert["history"]] == ["opened", "escalated", "acked", "auto_resolved"]
+    assert len(store_alerts.list_alerts(store, state="open")) == 0
+    store.close()
