@@ -1,0 +1,108 @@
+"""Checkpoint advice: the choice, its one-sentence reason, what can be deleted, and the metric choice."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from collector.advice import checkpoint_step, choose_metric, hf_checkpoints_from_state, recommend_checkpoint
+
+GB = 1_000_000_000
+
+
+def ckpt(step, complete=True, size=2 * GB):
+    return {"step": step, "path": f"/runs/a/global_step_{step}", "complete": complete, "bytes": size}
+
+
+EVALS = [(100, 2.0), (200, 1.5), (300, 1.2), (400, 1.3), (500, 1.4)]
+
+
+def test_picks_the_lowest_val_loss_and_explains_with_the_alternatives():
+    out = recommend_checkpoint([ckpt(s) for s in (100, 200, 300, 400, 500)], EVALS, [], "val/loss", "min")
+    assert set(out) == {"recommended", "checkpoints", "deletable", "frees_bytes", "metric", "direction"}
+    assert out["recommended"]["step"] == 300 and out["recommended"]["path"] == "/runs/a/global_step_300"
+    reason = out["recommended"]["reason"]
+    assert reason.count(".") >= 1 and "lowest val/loss, 1.2" in reason and "step 400 1.3" in reason
+    assert out["deletable"] == [100, 200, 400]  # not 300 (recommended), not 500 (latest: resume needs it)
+    assert out["frees_bytes"] == 3 * 2 * GB
+    assert [c["value"] for c in out["checkpoints"]] == [2.0, 1.5, 1.2, 1.3, 1.4]
+    assert set(out["checkpoints"][0]) == {"step", "path", "complete", "bytes", "value"}
+
+
+def test_never_recommends_a_checkpoint_inside_a_bad_episode():
+    out = recommend_checkpoint(
+        [ckpt(s) for s in (100, 200, 300, 400)], EVALS, [(250, 320)], "val/loss", "min"
+    )
+    assert out["recommended"]["step"] == 400
+    assert "not considered: step(s) 300" in out["recommended"]["reason"]
+
+
+def test_incomplete_checkpoints_are_not_candidates_and_a_newest_incomplete_one_is_kept():
+    checkpoints = [ckpt(100), ckpt(200), ckpt(300, complete=False), ckpt(400), ckpt(500, complete=False)]
+    out = recommend_checkpoint(checkpoints, EVALS, [], "val/loss", "min")
+    assert out["recommended"]["step"] == 400  # 300 had the best evaluation but its save is incomplete
+    # 500 may still be being written; 400 is also the newest complete one (resume); 300 is a broken save
+    assert out["deletable"] == [100, 200, 300]
+
+
+def test_uses_the_evaluation_nearest_each_save_step():
+    out = recommend_checkpoint([ckpt(150), ckpt(290), ckpt(420)], EVALS, [], "val/loss", "min")
+    assert [c["value"] for c in out["checkpoints"]] == [2.0, 1.2, 1.3]  # 150 ties 100/200: the earlier
+    assert "evaluated at step 300" in out["recommended"]["reason"]
+
+
+def test_max_direction_for_a_separate_eval_metric():
+    evals = [(100, 0.2), (200, 0.6), (300, 0.5)]
+    out = recommend_checkpoint([ckpt(100), ckpt(200), ckpt(300)], evals, [], "exec_success_rate", "max")
+    assert out["recommended"]["step"] == 200 and "highest exec_success_rate" in out["recommended"]["reason"]
+
+
+def test_without_evaluations_the_latest_good_checkpoint_is_recommended_and_said_so():
+    out = recommend_checkpoint([ckpt(100), ckpt(200)], [], [(150, 250)], "val/loss", "min", latest_step=200)
+    assert out["recommended"]["step"] == 100 and "no evaluation" in out["recommended"]["reason"]
+    assert out["deletable"] == []
+
+
+def test_non_finite_evaluations_are_ignored():
+    out = recommend_checkpoint([ckpt(100), ckpt(200)], [(100, math.nan), (200, 1.0)], [], "val/loss", "min")
+    assert [c["value"] for c in out["checkpoints"]] == [1.0, 1.0] and out["recommended"]["step"] == 200
+
+
+def test_no_checkpoints_means_no_recommendation():
+    out = recommend_checkpoint([], EVALS, [], "val/loss", "min")
+    assert out["recommended"] is None and out["deletable"] == [] and out["frees_bytes"] == 0
+
+
+def test_bad_direction_is_refused():
+    with pytest.raises(ValueError, match="direction"):
+        recommend_checkpoint([], [], [], "x", "up")
+
+
+def test_choose_metric():
+    assert choose_metric({}, ["train/loss", "val/loss"]) == ("val/loss", "min")
+    assert choose_metric({}, ["loss", "eval_loss", "eval_wer"]) == ("eval_loss", "min")
+    assert choose_metric({"metric_for_best_model": "wer"}, ["eval_loss", "eval_wer"]) == ("eval_wer", "min")
+    assert choose_metric(
+        {"metric_for_best_model": "accuracy", "greater_is_better": True}, ["eval_accuracy"]
+    ) == ("eval_accuracy", "max")
+    assert choose_metric({}, ["val-core/gsm8k/reward/mean@1"]) == ("val-core/gsm8k/reward/mean@1", "max")
+    assert choose_metric({}, ["train/loss"]) == ("val_loss", "min")
+    info = {"best_metric": 9.6, "best_model_checkpoint": "/x/checkpoint-300"}
+    evals = {"eval_loss": [(300, 0.2)], "eval_wer": [(200, 10.0), (300, 9.6)]}
+    assert choose_metric(info, list(evals), evals) == ("eval_wer", "min")
+
+
+def test_hf_checkpoints_are_inferred_from_save_steps_best_and_final():
+    info = {
+        "save_steps": 100,
+        "global_step": 255,
+        "best_model_checkpoint": "/elsewhere/outputs/checkpoint-200",
+    }
+    found = hf_checkpoints_from_state(info, 255)
+    assert [c["step"] for c in found] == [100, 200, 255]
+    assert all(c["inferred"] and c["complete"] and c["path"] == f"checkpoint-{c['step']}" for c in found)
+    assert [
+        c["step"] for c in hf_checkpoints_from_state({"best_model_checkpoint": "./checkpoint-98000"}, 100000)
+    ] == [98000, 100000]
+    assert checkpoint_step("./results/checkpoint-2800/") == 2800 and checkpoint_step(None) is None

@@ -1,0 +1,130 @@
+"""Metric-name roles across trainers, and the TOML config (defaults, overrides, custom rules, clear errors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.detect.config import ConfigError, DetectConfig, load_config
+from collector.detect.roles import role_of, value_scale
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "collector" / "detect" / "example-runwatch.toml"
+
+
+@pytest.mark.parametrize(
+    ("metric", "role"),
+    [
+        ("train/loss", "loss"),
+        ("loss", "loss"),
+        ("actor/pg_loss", None),  # a policy loss is not a language-model loss
+        ("critic/vf_loss", None),
+        ("val/loss", "val_loss"),
+        ("eval_loss", "val_loss"),
+        ("val-core/openai/gsm8k/reward/mean@1", "val_score"),
+        ("train/grad_norm", "grad_norm"),
+        ("actor/grad_norm", "grad_norm"),
+        ("critic/grad_norm", "grad_norm"),
+        ("grad_norm", "grad_norm"),
+        ("train/lr", "lr"),
+        ("learning_rate", "lr"),
+        ("actor/lr", "lr"),
+        ("train/lr(1e-3)", "lr"),
+        ("train/time(s)", "step_time"),
+        ("timing_s/step", "step_time"),
+        ("perf/time_per_step", "step_time"),
+        ("train_runtime", None),  # the whole run's wall time, logged once
+        ("actor/ppo_kl", "kl"),
+        ("actor/kl_loss", "kl"),
+        ("objective/kl", "kl"),
+        ("critic/score/mean", "reward"),
+        ("critic/rewards/mean", "reward"),
+        ("reward", "reward"),
+        ("rewards/gameplay_scores/mean", "reward"),
+        ("reward_std", "reward_std"),
+        ("critic/score/std", "reward_std"),
+        ("entropy", "entropy"),
+        ("response_length/mean", "response_length"),
+        ("epoch", "epoch"),
+        ("eval_wer", "eval_metric"),
+        ("eval_runtime", None),
+        ("eval_accuracy", "accuracy"),
+        ("total_flos", None),
+    ],
+)
+def test_roles(metric, role):
+    assert role_of(metric) == role
+
+
+def test_value_scale():
+    assert value_scale("train/lr(1e-3)") == pytest.approx(1e-3)
+    assert value_scale("train/lr") == 1.0
+    assert value_scale("train/time(s)") == 1.0
+
+
+def test_defaults_are_the_seed_values():
+    rules = load_config(None, None).rules
+    assert rules.kl_spike.max_value == 1.0
+    assert rules.loss_plateau.patience_points == 50
+    assert rules.step_time_spike.abs_max_seconds == 30.0
+    assert rules.grad_spike.abs_max == 100.0
+
+
+def test_run_file_overrides_database_file_key_by_key_and_custom_rules_add_up(tmp_path):
+    db = tmp_path / "db.runwatch.toml"
+    db.write_text(
+        '[rules.grad_spike]\nz = 5.0\nwindow = 20\n\n[[custom]]\nmetric = "a"\nop = ">"\nvalue = 1\n'
+    )
+    run = tmp_path / "runwatch.toml"
+    run.write_text(
+        '[rules.grad_spike]\nz = 12\n[rules.loss_plateau]\nenabled = false\n[[custom]]\nid = "b"\nmetric = "b*"\nop = "falling"\nfor_points = 3\nseverity = "error"\n'
+    )
+    config = load_config(db, run)
+    assert (config.rules.grad_spike.z, config.rules.grad_spike.window) == (12.0, 20)
+    assert config.rules.loss_plateau.enabled is False
+    assert [(c.id, c.op, c.severity) for c in config.custom] == [
+        ("a > 1", ">", "warn"),
+        ("b", "falling", "error"),
+    ]
+
+
+def test_missing_files_give_the_defaults(tmp_path):
+    assert load_config(tmp_path / "nope.toml", None) == DetectConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[rules.grad_spike\n", "not valid TOML"),
+        ("[rules.grad_spikes]\nz = 1\n", "unknown rule [rules.grad_spikes]"),
+        ("[rules.grad_spike]\nzz = 1\n", "unknown key 'zz'"),
+        ('[rules.grad_spike]\nz = "high"\n', "expected a number"),
+        ("[rules.grad_spike]\nwindow = 2.5\n", "expected a whole number"),
+        ('[[custom]]\nmetric = "x"\nop = "~"\nvalue = 1\n', "op '~' is not one of"),
+        ('[[custom]]\nmetric = "x"\nop = ">"\n', "needs a 'value'"),
+        ('[[custom]]\nmetric = "x"\nop = ">"\nvalue = 1\nseverity = "fatal"\n', "severity 'fatal'"),
+        ("[thresholds]\nx = 1\n", "unknown top-level key"),
+    ],
+)
+def test_bad_config_names_the_file_and_the_problem(tmp_path, text, message):
+    path = tmp_path / "runwatch.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_example_file_ships_the_rl_early_stop_rules():
+    config = load_config(EXAMPLE, None)
+    rules = {c.id: c for c in config.custom}
+    assert (rules["reward_falling_10_epochs"].op, rules["reward_falling_10_epochs"].for_points) == (
+        "falling",
+        10,
+    )
+    assert (
+        rules["accuracy_zero_20"].op,
+        rules["accuracy_zero_20"].value,
+        rules["accuracy_zero_20"].for_points,
+    ) == ("==", 0.0, 20)
+    budget = rules["budget_violation_rate_over_half_20"]
+    assert (budget.op, budget.value, budget.for_points) == (">", 0.5, 20)
