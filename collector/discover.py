@@ -125,7 +125,8 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
 
     Cheap: looks at the file's own folder only (plus the other roots, to keep ids the same as
     `find_runs`). A file inside a run's checkpoint folder (`global_step_N/...`, `checkpoint-N/...`) belongs
-    to that run, so checkpoint changes can be noticed; files under `wandb/`, `.git` and the like belong to none.
+    to that run, and so does such a folder itself, so checkpoint changes can be noticed; files under `wandb/`,
+    `.git` and the like belong to none.
     """
     path = Path(path)
     root = _root_of(path, roots)
@@ -138,10 +139,10 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
     # Find the folder that would be the run: the file's own folder, or the folder above a checkpoint folder.
     run_dir = path.parent
     in_checkpoint = False
-    for i, part in enumerate(rel_parts[:-1]):
-        if part in SKIP_DIRS or part.startswith("."):
+    for i, part in enumerate(rel_parts):
+        if i < len(rel_parts) - 1 and (part in SKIP_DIRS or part.startswith(".")):
             return None
-        if _CHECKPOINT_DIR.match(part):
+        if _CHECKPOINT_DIR.match(part):  # a checkpoint folder itself (created, deleted) or a file in one
             run_dir = root.joinpath(*rel_parts[:i])
             in_checkpoint = True
             break

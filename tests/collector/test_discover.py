@@ -164,6 +164,8 @@ def test_run_for_path_maps_changed_files_to_their_run(tmp_path):
     assert run_for_path(marker, roots).id == "r"
     assert run_for_path(shard, roots).id == "r"
     assert run_for_path(hf_config, roots).id == "r"
+    assert run_for_path(run_dir / "global_step_5", roots).id == "r"
+    assert run_for_path(run_dir / "global_step_9", roots).id == "r"  # a checkpoint folder just deleted
     assert run_for_path(write(run_dir / "status.json.tmp", "{}"), roots) is None
     assert run_for_path(write(run_dir / "wandb" / "x.log"), roots) is None
     assert run_for_path(tmp_path.parent / "elsewhere.jsonl", roots) is None
