@@ -56,9 +56,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--wandb", action="store_true", help="mirror metrics to W&B (WANDB_MODE=offline by default)"
     )
     parser.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        type=parse_fault,
+        metavar="JSON",
+        help='an extra fault, e.g. \'{"kind":"stall","step":8,"seconds":60}\' (kinds: nan, lr_spike, stall)',
+    )
+    parser.add_argument(
         "overrides", nargs="*", help="verl Hydra overrides, key=value (they win over the preset)"
     )
     return parser.parse_args(argv)
+
+
+FAULT_KEYS = {"nan": {"step"}, "lr_spike": {"step", "steps", "factor"}, "stall": {"step", "seconds"}}
+
+
+def parse_fault(text: str) -> dict:
+    """One `--inject` fault from its JSON, checked for a known kind and its required keys."""
+    try:
+        fault = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--inject {text!r} is not JSON ({exc})") from exc
+    if not isinstance(fault, dict) or fault.get("kind") not in FAULT_KEYS:
+        raise argparse.ArgumentTypeError(f"--inject {text!r}: kind must be one of {', '.join(FAULT_KEYS)}")
+    missing = FAULT_KEYS[fault["kind"]] - set(fault) - {"steps"}
+    if missing:
+        raise argparse.ArgumentTypeError(f"--inject {text!r}: missing {', '.join(sorted(missing))}")
+    return fault
 
 
 def build_overrides(args: argparse.Namespace) -> list[str]:
@@ -231,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     proc = subprocess.Popen(
         command,
-        env=worker_env(args, preset.faults, extra),
+        env=worker_env(args, [*preset.faults, *args.inject], extra),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

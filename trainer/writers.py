@@ -203,7 +203,9 @@ class RunJsonWriter(RunCallback):
             "total_steps": info.total_steps,
             "lr_scheduler": optim.get("lr_scheduler_type"),
             "warmup_ratio": optim.get("lr_warmup_steps_ratio"),
-            "injected": info.injected,
+            # Faults of every start of this run (a resume may run without the fault that preceded it).
+            "injected": previous.get("injected", [])
+            + [f for f in info.injected if f not in previous.get("injected", [])],
             "versions": versions(),
             "host": socket.gethostname(),
             "resumes": previous.get("resumes", []),
