@@ -93,10 +93,11 @@ class _Episode:
 class _Metric:
     """Per-metric bookkeeping: the rules that read it and the recent steps (to recognise re-reads)."""
 
-    __slots__ = ("rules", "scale", "last_step", "recent", "nonfinite_quiet")
+    __slots__ = ("rules", "role", "scale", "last_step", "recent", "nonfinite_quiet")
 
-    def __init__(self, rules: list, scale: float) -> None:
+    def __init__(self, rules: list, role: str | None, scale: float) -> None:
         self.rules = rules
+        self.role = role
         self.scale = scale
         self.last_step: int | None = None
         self.recent: dict[int, float] = {}
@@ -183,7 +184,9 @@ class RunDetector:
             step, metric, value = points.step[i], points.metric[i], points.value[i]
             state = self._metrics.get(metric)
             if state is None:
-                state = self._metrics[metric] = _Metric(self._rules_for(metric), value_scale(metric))
+                state = self._metrics[metric] = _Metric(
+                    self._rules_for(metric), role_of(metric), value_scale(metric)
+                )
             if state.last_step is not None and step <= state.last_step:
                 seen = state.recent.get(step)
                 if seen is None or seen == value or (seen != seen and value != value):
@@ -193,8 +196,8 @@ class RunDetector:
                 state.recent = {s: v for s, v in state.recent.items() if s < step}
             state.last_step = step
             state.recent[step] = value
-            if len(state.recent) > _RECENT:
-                del state.recent[next(iter(state.recent))]
+            if len(state.recent) > 2 * _RECENT:  # pruned in bulk: cheaper than one deletion per point
+                state.recent = dict(list(state.recent.items())[-_RECENT:])
             self._note_step(step, walls[i])
             self._judge(metric, state, step, value)
             fed = True
@@ -287,7 +290,7 @@ class RunDetector:
             if state.nonfinite_quiet >= self.config.rules.nonfinite.clear_after:
                 self._close(("nonfinite", metric))
         value *= state.scale
-        role = role_of(metric)
+        role = state.role
         if role == "loss":
             self._train_loss.append(value)
         elif role == "lr":

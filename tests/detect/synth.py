@@ -78,3 +78,31 @@ def replace_values(series: Series, metric: str, new: dict[int, float]) -> Series
 
 def rules_of(events: list, severity: str | None = None) -> set[str]:
     return {e.rule for e in events if severity is None or e.severity == severity}
+
+
+def healthy_ppo(total: int = 400, seed: int = 1, test_freq: int = 20) -> Series:
+    """A healthy verl PPO/GRPO run: noisy rising reward, slowly growing KL, falling entropy, steady step time."""
+    rng = random.Random(seed)
+    out: Series = {}
+
+    def add(name: str, step: int, value: float) -> None:
+        out.setdefault(name, ([], []))
+        out[name][0].append(step)
+        out[name][1].append(value)
+
+    for step in range(1, total + 1):
+        progress = step / total
+        add("critic/score/mean", step, 0.2 + 0.5 * progress + rng.gauss(0, 0.08))
+        add("critic/score/std", step, 0.4 - 0.1 * progress + abs(rng.gauss(0, 0.02)))
+        add("actor/ppo_kl", step, 0.002 + 0.01 * progress + abs(rng.gauss(0, 0.002)))
+        add("actor/kl_loss", step, 0.001 + 0.03 * progress + abs(rng.gauss(0, 0.003)))
+        add("actor/pg_loss", step, rng.gauss(0, 0.05))
+        add("actor/entropy", step, 1.2 - 0.5 * progress + rng.gauss(0, 0.02))
+        add("actor/grad_norm", step, math.exp(rng.gauss(-1.0, 0.3)))
+        add("actor/lr", step, 1e-6)
+        add("response_length/mean", step, 300 + 200 * progress + rng.gauss(0, 20))
+        slow = 2.5 if step % test_freq == 0 else 1.0
+        add("timing_s/step", step, 40.0 * slow * (1 + abs(rng.gauss(0, 0.05))))
+        if step % test_freq == 0:
+            add("val-core/openai/gsm8k/reward/mean@1", step, 0.3 + 0.4 * progress + rng.gauss(0, 0.02))
+    return out

@@ -306,3 +306,16 @@ def test_scaled_lr_key_is_read_times_1e_minus_3():
     steps, values = series.pop("train/lr")
     series["train/lr(1e-3)"] = (steps, [v * 1000 for v in values])
     assert detect_series(series, run_info=VERL_INFO) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_healthy_ppo_run_raises_nothing(seed):
+    from tests.detect.synth import healthy_ppo
+
+    assert (
+        detect_series(
+            healthy_ppo(seed=seed),
+            run_info={"trainer": {"test_freq": 20}, "algorithm": {"adv_estimator": "grpo"}},
+        )
+        == []
+    )
