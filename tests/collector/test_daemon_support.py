@@ -1,0 +1,106 @@
+"""Helpers for the tests that run the real collector as a subprocess (no tests here).
+
+Waiting uses generous deadlines as failure guards only: nothing asserts how fast something happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from collector.client import Client
+from collector.config import marker_path
+
+REPO = Path(__file__).resolve().parents[2]
+DEADLINE_S = 90.0
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = DEADLINE_S) -> object:
+    """Poll `condition` until it returns something truthy; fail the test naming `what` after `timeout`."""
+    end = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def cli(db: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`python -m collector ARGS --db DB` as a real subprocess."""
+    out = subprocess.run(
+        [sys.executable, "-m", "collector", *args, "--db", str(db)], cwd=REPO, capture_output=True, text=True
+    )
+    if check and out.returncode != 0:
+        raise AssertionError(f"collector {' '.join(args)} exited {out.returncode}: {out.stderr}")
+    return out
+
+
+def cli_json(db: Path, *args: str) -> object:
+    return json.loads(cli(db, *args, "--json").stdout)
+
+
+class Daemon:
+    """`python -m collector serve` in its own process group, its output in a log file."""
+
+    def __init__(self, db: Path, roots: list[Path], *extra: str) -> None:
+        self.db = db
+        self.roots = roots
+        self.extra = extra
+        self.proc: subprocess.Popen | None = None
+        self.log = Path(f"{db}.test.log")
+
+    def start(self, wait: bool = True) -> Daemon:
+        cmd = [
+            sys.executable,
+            "-m",
+            "collector",
+            "serve",
+            "--db",
+            str(self.db),
+            *map(str, self.roots),
+            "--port",
+            "0",
+        ]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*cmd, *self.extra], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        if wait:
+            wait_for(self._ready, f"the collector to write {marker_path(self.db)}")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(
+                f"the collector exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+            )
+        try:
+            return json.loads(marker_path(self.db).read_text()).get("pid") == self.proc.pid
+        except (OSError, ValueError):
+            return False
+
+    def client(self) -> Client:
+        client = Client.for_db(self.db)
+        assert client is not None, "no live collector found for the database"
+        return client
+
+    def stop(self) -> int:
+        """SIGTERM and wait: the exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=DEADLINE_S)
+
+    def kill9(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=DEADLINE_S)
+
+    def ensure_stopped(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill9()
