@@ -125,6 +125,7 @@ class RunDetector:
         self.last_step: int | None = None
         self._last_wall: float | None = None
         self._intervals: deque[float] = deque(maxlen=50)
+        self._step_times: deque[float] = deque(maxlen=50)
         self._step_gaps: deque[int] = deque(maxlen=50)
         if run_info:
             self.set_run_info(run_info)
@@ -214,7 +215,7 @@ class RunDetector:
             if key in self._open:
                 self._close(key)
         else:
-            usual = median(self._intervals) if len(self._intervals) >= 3 else None
+            usual = self._usual_interval()
             limit = max(cfg.min_seconds, cfg.factor * usual) if usual else cfg.default_seconds
             silence = now - last_point_wall
             if silence > limit:
@@ -244,6 +245,14 @@ class RunDetector:
         events = [replace(e, evidence=dict(e.evidence)) for e in self._dirty.values()]
         self._dirty = {}
         return events
+
+    def _usual_interval(self) -> float | None:
+        """Seconds between logged points: from the points' wall times, else from the logged time per step."""
+        if len(self._intervals) >= 3:
+            return median(self._intervals)
+        if len(self._step_times) >= 3:
+            return median(self._step_times) * self._log_interval()
+        return None
 
     def _note_step(self, step: int, wall: float | None) -> None:
         if self.last_step is None or step > self.last_step:
@@ -295,6 +304,8 @@ class RunDetector:
             self._train_loss.append(value)
         elif role == "lr":
             self._lr_now, self._lr_peak = value, max(self._lr_peak, value)
+        elif role == "step_time":
+            self._step_times.append(value)
         elif role in ("val_loss", "val_score", "eval_metric"):
             self.eval_steps.append(step)
             if role == "val_loss" and (self._val_best is None or value < self._val_best[1]):

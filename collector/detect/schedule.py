@@ -28,8 +28,14 @@ _FACT_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+_INT_FACTS = ("total_steps", "warmup_steps", "vocab_size", "save_freq", "test_freq", "logging_steps")
+_FLOAT_FACTS = ("base_lr", "warmup_ratio", "min_lr_ratio")
+
+
 def run_facts(run_info: dict | None) -> dict:
-    """The settings rules use, by fact name; each from the shallowest key that carries it (absent when unknown)."""
+    """The settings rules use, by fact name; each from the shallowest key that carries a usable value (verl's
+    config holds placeholders such as `optim.total_training_steps: -1` beside the real one); absent when unknown.
+    """
     found: dict[str, tuple[int, object]] = {}
     wanted = {key: fact for fact, keys in _FACT_KEYS.items() for key in keys}
 
@@ -38,27 +44,34 @@ def run_facts(run_info: dict | None) -> dict:
             return
         for key, value in node.items():
             fact = wanted.get(str(key).lower())
-            usable = fact is not None and value is not None and not isinstance(value, dict | list)
-            if usable and (fact not in found or depth < found[fact][0]):
-                found[fact] = (depth, value)
+            if fact is not None:
+                usable = _usable(fact, value)
+                if usable is not None and (fact not in found or depth < found[fact][0]):
+                    found[fact] = (depth, usable)
             if isinstance(value, dict):
                 walk(value, depth + 1)
 
     walk(run_info or {}, 0)
     facts = {fact: value for fact, (_, value) in found.items()}
-    for fact in ("total_steps", "warmup_steps", "vocab_size", "save_freq", "test_freq", "logging_steps"):
-        facts[fact] = _positive_int(facts.get(fact))
-        if facts[fact] is None:
-            facts.pop(fact)
-    for fact in ("base_lr", "warmup_ratio", "min_lr_ratio"):
-        value = facts.get(fact)
-        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-            facts.pop(fact, None)
     if "warmup_steps" not in facts and "warmup_ratio" in facts and "total_steps" in facts:
         facts["warmup_steps"] = int(facts["warmup_ratio"] * facts["total_steps"])
-    if "scheduler" in facts:
-        facts["scheduler"] = str(facts["scheduler"]).lower()
     return facts
+
+
+def _usable(fact: str, value: object) -> object:
+    if fact in _INT_FACTS:
+        return _positive_int(value)
+    if fact in _FLOAT_FACTS:
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= 0
+        )
+        return float(value) if ok else None
+    if value is None or isinstance(value, dict | list):
+        return None
+    return str(value).lower() if fact == "scheduler" else value
 
 
 def _positive_int(value: object) -> int | None:

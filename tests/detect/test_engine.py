@@ -129,9 +129,22 @@ def test_stalled_resolves_when_points_arrive_again():
     assert [(e.rule, e.active) for e in events] == [("stalled", False)]
 
 
-def test_stalled_uses_the_default_limit_when_no_wall_times_are_known():
+def test_stalled_uses_the_logged_time_per_step_when_points_carry_no_wall_time():
     detector = RunDetector("r")
-    detector.update(points_of(healthy_sft(total=50, seed=34)))
+    series = healthy_sft(total=50, seed=35)
+    steps, _ = series["train/time(s)"]
+    series["train/time(s)"] = (steps, [60.0] * len(steps))  # a minute per step: the limit is 10 minutes
+    detector.update(points_of(series))
+    assert detector.tick(500.0, {"status": "running"}, 0.0) == []
+    (event,) = detector.tick(700.0, {"status": "running"}, 0.0)
+    assert event.evidence["limit_s"] == 600 and event.evidence["usual_interval_s"] == 60
+
+
+def test_stalled_uses_the_default_limit_when_no_interval_is_known():
+    detector = RunDetector("r")
+    series = healthy_sft(total=50, seed=34)
+    series.pop("train/time(s)")
+    detector.update(points_of(series))
     assert detector.tick(1000.0, {"status": "running"}, 0.0) == []
     assert detector.tick(2000.0, {"status": "running"}, 0.0)[0].evidence["limit_s"] == 1800
 

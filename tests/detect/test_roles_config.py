@@ -128,3 +128,36 @@ def test_example_file_ships_the_rl_early_stop_rules():
     ) == ("==", 0.0, 20)
     budget = rules["budget_violation_rate_over_half_20"]
     assert (budget.op, budget.value, budget.for_points) == (">", 0.5, 20)
+
+
+def test_run_facts_skip_verl_placeholders_and_prefer_shallow_keys():
+    from collector.detect.schedule import run_facts
+
+    info = {
+        "optim": {
+            "lr": 1e-5,
+            "total_training_steps": -1,
+            "lr_warmup_steps": -1,
+            "lr_warmup_steps_ratio": 0.1,
+            "lr_scheduler_type": "Cosine",
+            "warmup_style": None,
+            "min_lr_ratio": 0.0,
+        },
+        "trainer": {"total_training_steps": 500, "save_freq": -1, "test_freq": 50},
+        "model": {"override_config": {"vocab_size": 504}},
+    }
+    facts = run_facts(info)
+    assert facts == {
+        "base_lr": 1e-5,
+        "warmup_ratio": 0.1,
+        "scheduler": "cosine",
+        "min_lr_ratio": 0.0,
+        "total_steps": 500,
+        "test_freq": 50,
+        "vocab_size": 504,
+        "warmup_steps": 50,
+    }
+    hf = run_facts(
+        {"max_steps": 669, "save_steps": 50, "eval_steps": 50, "logging_steps": 10, "global_step": 669}
+    )
+    assert (hf["total_steps"], hf["save_freq"], hf["test_freq"], hf["logging_steps"]) == (669, 50, 50, 10)
