@@ -116,7 +116,8 @@ class NoLearningRule:
 class StalledRule:
     enabled: bool = True
     factor: float = 10.0  # silence longer than this many usual step intervals
-    min_seconds: float = 300.0  # never sooner than this (validation and saving pause a run)
+    min_seconds: float = 60.0  # never sooner than this
+    save_factor: float = 20.0  # after a save or validation step the limit is this many times longer
     default_seconds: float = 1800.0  # when the step interval is unknown
     error_factor: float = 3.0  # silence this many times the threshold is an error
 

@@ -217,6 +217,9 @@ class RunDetector:
         else:
             usual = self._usual_interval()
             limit = max(cfg.min_seconds, cfg.factor * usual) if usual else cfg.default_seconds
+            last = self.last_step
+            if usual and last is not None and (self.is_save_or_eval_step(last) or self.is_save_or_eval_step(last + 1)):
+                limit *= cfg.save_factor  # saving a checkpoint or validating: a long pause is expected
             silence = now - last_point_wall
             if silence > limit:
                 severity = "error" if silence > cfg.error_factor * limit else "warn"

@@ -103,17 +103,25 @@ def test_rl_runs_do_not_judge_the_policy_loss_as_a_language_model_loss():
 
 
 def test_stalled_when_running_and_silent_for_many_step_intervals():
-    series = healthy_sft(total=100, seed=33)
+    series = healthy_sft(total=95, seed=33)  # last step 95: neither a save nor a validation step
     detector = RunDetector("r")
     detector.update(points_of(series, wall=lambda s: 1000.0 + 2.0 * s))  # a step every 2 s
-    last = 1200.0
-    running = {"status": "running"}
-    assert detector.tick(last + 200, running, last) == []  # 200 s: under the 300 s floor
-    events = detector.tick(last + 400, running, last)
-    assert [(e.rule, e.severity, e.first_step) for e in events] == [("stalled", "warn", 100)]
-    assert "no new point for 6.7 min" in events[0].message
-    assert detector.tick(last + 1000, running, last)[0].severity == "error"  # > 3x the limit
-    assert detector.tick(last + 1000, {"status": "completed"}, last)[0].active is False
+    last = 1190.0
+    running = {"state": "running"}
+    assert detector.tick(last + 50, running, last) == []  # 50 s: under the 60 s floor
+    events = detector.tick(last + 90, running, last)
+    assert [(e.rule, e.severity, e.first_step) for e in events] == [("stalled", "warn", 95)]
+    assert "no new point for 1.5 min" in events[0].message and events[0].evidence["usual_interval_s"] == 2
+    assert detector.tick(last + 200, running, last)[0].severity == "error"  # > 3x the limit
+    assert detector.tick(last + 200, {"state": "completed"}, last)[0].active is False
+
+
+def test_a_long_pause_after_a_save_or_validation_step_is_expected():
+    series = healthy_sft(total=100, seed=36)  # step 100 validates and saves
+    detector = RunDetector("r")
+    detector.update(points_of(series, wall=lambda s: 1000.0 + 2.0 * s))
+    assert detector.tick(1200.0 + 600, {"status": "running"}, 1200.0) == []  # 10 min: the save may be slow
+    assert detector.tick(1200.0 + 1300, {"status": "running"}, 1200.0)[0].evidence["limit_s"] == 1200
 
 
 def test_stalled_resolves_when_points_arrive_again():
@@ -134,6 +142,7 @@ def test_stalled_uses_the_logged_time_per_step_when_points_carry_no_wall_time():
     series = healthy_sft(total=50, seed=35)
     steps, _ = series["train/time(s)"]
     series["train/time(s)"] = (steps, [60.0] * len(steps))  # a minute per step: the limit is 10 minutes
+    series = {m: (st[:-1], vs[:-1]) for m, (st, vs) in series.items()}  # ends at step 49, not a save step
     detector.update(points_of(series))
     assert detector.tick(500.0, {"status": "running"}, 0.0) == []
     (event,) = detector.tick(700.0, {"status": "running"}, 0.0)
