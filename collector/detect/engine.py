@@ -46,6 +46,7 @@ from collector.model import Points
 SEVERITY_RANK = {"info": 0, "warn": 1, "error": 2}
 _RL_ROLES = {"reward", "kl", "reward_std"}
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
+REPLAY_WARMUP = 50  # points per metric that only fill windows when replaying stored points
 
 
 @dataclass(slots=True)
@@ -93,7 +94,7 @@ class _Episode:
 class _Metric:
     """Per-metric bookkeeping: the rules that read it and the recent steps (to recognise re-reads)."""
 
-    __slots__ = ("rules", "role", "scale", "last_step", "recent", "nonfinite_quiet")
+    __slots__ = ("rules", "role", "scale", "last_step", "recent", "nonfinite_quiet", "fed")
 
     def __init__(self, rules: list, role: str | None, scale: float) -> None:
         self.rules = rules
@@ -102,6 +103,7 @@ class _Metric:
         self.last_step: int | None = None
         self.recent: dict[int, float] = {}
         self.nonfinite_quiet = 0
+        self.fed = 0
 
 
 class RunDetector:
@@ -122,6 +124,7 @@ class RunDetector:
         self._lr_now: float | None = None
         self._lr_peak = 0.0
         self._val_best: tuple[int, float] | None = None
+        self._replay = False
         self.last_step: int | None = None
         self._last_wall: float | None = None
         self._intervals: deque[float] = deque(maxlen=50)
@@ -169,14 +172,36 @@ class RunDetector:
     def episode_open(self, rule: str, metric: str) -> bool:
         return (rule, metric) in self._open
 
+    def resume_episodes(self, alerts: list[dict]) -> None:
+        """Reattach episodes the store still holds open (after a restart), as dicts with rule, severity,
+        metric, first_step, last_step, value, message (and evidence): a finding of the same rule on the same
+        metric continues that episode, with its first_step, instead of opening a second alert; if the
+        condition has cleared, the replayed points close it (an event with active=False).
+        """
+        for alert in alerts:
+            key = (str(alert["rule"]), str(alert.get("metric") or ""))
+            if key in self._open:
+                continue
+            evidence = alert.get("evidence") if isinstance(alert.get("evidence"), dict) else {}
+            event = AlertEvent(key[0], str(alert.get("severity", "warn")), key[1], int(alert["first_step"]),
+                               int(alert.get("last_step") or alert["first_step"]), alert.get("value"),
+                               str(alert.get("message", "")), True, dict(evidence), self.run_id)  # fmt: skip
+            self._open[key] = _Episode(event, hits=int(evidence.get("points", 1) or 1))
+
     def open_episodes(self) -> list[AlertEvent]:
         """The episodes open now, latest state of each."""
         return [replace(ep.event, evidence=dict(ep.event.evidence)) for ep in self._open.values()]
 
     # ----- the incremental path -----
 
-    def update(self, points: Points) -> list[AlertEvent]:
-        """Feed a batch of points (file order); return one event per episode opened, changed or closed."""
+    def update(self, points: Points, replay: bool = False) -> list[AlertEvent]:
+        """Feed a batch of points (file order); return one event per episode opened, changed or closed.
+
+        `replay=True` is for rebuilding state from a tail of stored points after a restart: the first
+        `REPLAY_WARMUP` points of each metric only fill the windows (a baseline cut short would call normal
+        points spikes); non-finite values are still reported.
+        """
+        self._replay = replay
         if not self.is_rl:
             self.is_rl = any(role_of(m) in _RL_ROLES for m in set(points.metric))
         walls = points.wall_time
@@ -218,7 +243,11 @@ class RunDetector:
             usual = self._usual_interval()
             limit = max(cfg.min_seconds, cfg.factor * usual) if usual else cfg.default_seconds
             last = self.last_step
-            if usual and last is not None and (self.is_save_or_eval_step(last) or self.is_save_or_eval_step(last + 1)):
+            if (
+                usual
+                and last is not None
+                and (self.is_save_or_eval_step(last) or self.is_save_or_eval_step(last + 1))
+            ):
                 limit *= cfg.save_factor  # saving a checkpoint or validating: a long pause is expected
             silence = now - last_point_wall
             if silence > limit:
@@ -313,8 +342,12 @@ class RunDetector:
             self.eval_steps.append(step)
             if role == "val_loss" and (self._val_best is None or value < self._val_best[1]):
                 self._val_best = (step, value)
+        state.fed += 1
+        warming = self._replay and state.fed <= REPLAY_WARMUP
         for rule in state.rules:
             verdict = rule.feed(step, value, self)
+            if warming:
+                continue
             key = (rule.rule_id, metric)
             if verdict is HOLD:
                 continue

@@ -183,3 +183,40 @@ def test_events_serialise_to_json_safe_dicts():
         and d["run"] == "run"
         and set(d) >= {"rule", "severity", "first_step", "last_step", "active"}
     )
+
+
+def test_replay_after_a_restart_continues_stored_episodes_and_ignores_a_cut_baseline():
+    series = replace_values(healthy_sft(seed=37), "train/grad_norm", {s: 0.0 for s in range(1500, 2001)})
+    full = RunDetector("r")
+    (stored,) = [e for e in full.update(points_of(series)) if e.active]
+    assert (stored.rule, stored.first_step) == ("no_learning", 1500)
+    # restart: a fresh detector, the stored open alert, and a tail of 256 points per metric
+    tail = {m: (st[-256:], vs[-256:]) for m, (st, vs) in series.items()}
+    tail["train/grad_norm"] = (
+        tail["train/grad_norm"][0],
+        [5.0, *tail["train/grad_norm"][1][1:]],
+    )  # odd first point
+    again = RunDetector("r")
+    again.resume_episodes([stored.to_dict()])
+    events = again.update(points_of(tail), replay=True)
+    assert [(e.rule, e.first_step, e.active) for e in events] == [("no_learning", 1500, True)]
+
+
+def test_a_resumed_episode_whose_condition_cleared_while_down_is_closed():
+    series = healthy_sft(seed=38)
+    detector = RunDetector("r")
+    detector.resume_episodes(
+        [
+            {
+                "rule": "grad_spike",
+                "severity": "warn",
+                "metric": "train/grad_norm",
+                "first_step": 700,
+                "last_step": 702,
+                "value": 30.0,
+                "message": "m",
+            }
+        ]
+    )
+    events = detector.update(points_of(series, start=800), replay=True)
+    assert [(e.rule, e.first_step, e.active) for e in events] == [("grad_spike", 700, False)]
