@@ -14,7 +14,7 @@ from collector.parsers._common import bad_text, complete_lines
 # Colors and cursor moves (ESC [ ... letter) that terminals, Ray and rich put around text.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "step:12 - " at the start of the line or after a separator (prefixes like "(TaskRunner pid=1) " are common).
-_RECORD = re.compile(r"(?:^|(?<=[\s\]\)|>]))step:\s*(\d+)\s+-\s+(.*)$")
+_RECORD = re.compile(r"(?:^|(?<=[\s\]\)|>:]))step:\s*(\d+)\s+-\s+(.*)$")
 _ITEM_SEPARATOR = re.compile(r"\s+-\s+")
 # A numpy or torch scalar as Python prints it: np.float32(1.5), tensor(2., device='cuda:0').
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^(),]+)(?:,.*)?\)$")

@@ -52,6 +52,11 @@ def test_a_word_ending_in_step_is_not_a_record():
     assert len(console.parse(b"laststep:3 - a:1\nmy_step:4 - a:2\n").points) == 0
 
 
+def test_a_logging_prefix_ending_in_a_colon_is_allowed():
+    rows = points_as_tuples(console.parse(b"INFO:root:step:7 - a:1\n[rank0]:step:8 - a:2\n"))
+    assert rows == [(7, "a", 1.0, None), (8, "a", 2.0, None)]
+
+
 def test_undecodable_record_line_is_bad_and_other_undecodable_lines_are_ignored():
     data = b"\xff\xfe binary progress\nstep:1 - a:\xff1\nstep:2 - a:2\n"
     result = console.parse(data, first_line=40)
