@@ -39,12 +39,13 @@ def upsert_events(store: Store, run: str, events: list[Any]) -> list[dict]:
                 [run, ev.rule, metric, ev.first_step],
             ).fetchall()
             if not row:
-                if not ev.active:
-                    continue  # cleared before we ever stored it: nothing to tell
+                # An episode can open and clear within one batch (a lone NaN in a backfill): still a fact
+                # about the run, stored as resolved by the detector.
+                state = "open" if ev.active else "resolved"
                 alert_id = cur.execute(
                     """INSERT INTO alerts (run_id, rule, severity, metric, first_step, last_step, value, message,
                        evidence, state, active, note, created_at, updated_at)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', true, NULL, ?, ?) RETURNING id""",
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
                     [
                         run,
                         ev.rule,
@@ -55,31 +56,43 @@ def upsert_events(store: Store, run: str, events: list[Any]) -> list[dict]:
                         ev.value,
                         ev.message,
                         evidence,
+                        state,
+                        ev.active,
+                        None if ev.active else "the condition cleared",
                         now,
                         now,
                     ],
                 ).fetchall()[0][0]
-                kind, state = "opened", "open"
-            else:
-                alert_id, state, severity = row[0]
-                kind = "escalated" if ev.severity != severity and ev.severity == "error" else "updated"
-                if not ev.active and state != "resolved":
-                    kind, state = "auto_resolved", "resolved"
                 cur.execute(
-                    """UPDATE alerts SET severity = ?, last_step = ?, value = ?, message = ?, evidence = ?,
-                       active = ?, state = ?, updated_at = ? WHERE id = ?""",
-                    [
-                        ev.severity,
-                        ev.last_step,
-                        ev.value,
-                        ev.message,
-                        evidence,
-                        ev.active,
-                        state,
-                        now,
-                        alert_id,
-                    ],
+                    "INSERT INTO alert_history VALUES (?, ?, 'opened', 'open', NULL)", [alert_id, now]
                 )
+                kind = "opened"
+                if not ev.active:
+                    cur.execute(
+                        "INSERT INTO alert_history VALUES (?, ?, 'auto_resolved', 'resolved', 'the condition cleared')",
+                        [alert_id, now],
+                    )
+                changed.append({"id": alert_id, "event": kind})
+                continue
+            alert_id, state, severity = row[0]
+            kind = "escalated" if ev.severity != severity and ev.severity == "error" else "updated"
+            if not ev.active and state != "resolved":
+                kind, state = "auto_resolved", "resolved"
+            cur.execute(
+                """UPDATE alerts SET severity = ?, last_step = ?, value = ?, message = ?, evidence = ?,
+                   active = ?, state = ?, updated_at = ? WHERE id = ?""",
+                [
+                    ev.severity,
+                    ev.last_step,
+                    ev.value,
+                    ev.message,
+                    evidence,
+                    ev.active,
+                    state,
+                    now,
+                    alert_id,
+                ],
+            )
             if kind != "updated":
                 note = "the condition cleared" if kind == "auto_resolved" else None
                 cur.execute(

@@ -1,0 +1,181 @@
+"""The HTTP API over real HTTP against a real daemon: token, runs, downsampled metrics with NaN, alerts
+(ack/resolve with a note and history), checkpoints advice, path confinement, the live stream, OpenAPI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import httpx
+import pytest
+
+from collector.client import ApiError
+from collector.config import read_marker
+from tests.collector.test_daemon_support import Daemon, wait_for
+
+STEPS = 5000
+NAN_STEP = 3000
+
+
+def write_run(path, steps: int = STEPS) -> None:
+    with path.open("w") as f:
+        for step in range(1, steps + 1):
+            loss = 0.5 + 2.0 * 0.9995**step + 0.01 * (step % 7)
+            if step == NAN_STEP:
+                f.write(f'{{"step":{step},"data":{{"train/loss":NaN,"train/grad_norm":1.0}}}}\n')
+                continue
+            grad = 400.0 if step == 1234 else 1.0 + (step % 5) * 0.01
+            f.write(json.dumps({"step": step, "data": {"train/loss": loss, "train/grad_norm": grad}}) + "\n")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, real_runs):
+    tmp = tmp_path_factory.mktemp("api")
+    root = tmp / "root"
+    (root / "a").mkdir(parents=True)
+    write_run(root / "a" / "metrics.jsonl")
+    daemon = Daemon(tmp / "rw.duckdb", [root, real_runs]).start()
+    client = daemon.client()
+    wait_for(
+        lambda: (
+            any(r["id"] == "a" and r["last_step"] == STEPS for r in client.get("/api/runs"))
+            and len(client.get("/api/runs")) == 11
+        ),
+        "every run ingested",
+    )
+    wait_for(lambda: client.get("/api/alerts", params={"run": "a", "rule": "nonfinite"}), "the NaN alert")
+    yield daemon, client, root
+    daemon.ensure_stopped()
+
+
+def base_url(daemon) -> str:
+    info = read_marker(daemon.db)
+    return f"http://127.0.0.1:{info['port']}"
+
+
+def test_token_is_required(served):
+    daemon, _, _ = served
+    url = base_url(daemon)
+    assert httpx.get(url + "/api/health").json()["ok"] is True  # the one open route
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
+        r = httpx.get(url + "/api/runs", headers=headers)
+        assert r.status_code == 401 and "token" in r.json()["detail"]
+    assert httpx.post(url + "/api/alerts/1/ack", json={}).status_code == 401
+
+
+def test_openapi_documents_the_routes(served):
+    daemon, _, _ = served
+    spec = httpx.get(base_url(daemon) + "/openapi.json").json()
+    for path in (
+        "/api/runs",
+        "/api/runs/{run}/metrics",
+        "/api/alerts/{alert_id}/ack",
+        "/api/runs/{run}/stream",
+    ):
+        assert path in spec["paths"], path
+
+
+def test_runs_carry_the_contract_fields(served):
+    _, client, _ = served
+    runs = {r["id"]: r for r in client.get("/api/runs")}
+    a = runs["a"]
+    assert (a["format"], a["last_step"], set(a["open_alerts"])) == ("jsonl", STEPS, {"error", "warn", "info"})
+    for field in (
+        "id",
+        "path",
+        "format",
+        "status",
+        "last_step",
+        "total_steps",
+        "train_loss",
+        "val_loss",
+        "open_alerts",
+    ):
+        assert field in a
+    hf = runs["yongshuaiy__LLMs-final__output-checkpoint-669"]
+    assert hf["format"] == "hf_trainer_state" and hf["total_steps"] == 669 and hf["val_loss"] > 0
+
+
+def test_metrics_downsampled_keep_the_nan_and_the_spike(served):
+    _, client, _ = served
+    body = client.get(
+        "/api/runs/a/metrics",
+        params=[("metric", "train/loss"), ("metric", "train/grad_norm"), ("points", 100)],
+    )
+    loss, grad = body["series"]
+    assert body["run"] == "a" and loss["downsampled"] and loss["total_points"] == STEPS
+    assert len(loss["steps"]) == len(loss["values"]) == len(loss["min"]) == len(loss["max"]) == 100
+    assert sum(math.isnan(v) for v in loss["values"]) == 1 and sum(math.isnan(v) for v in loss["max"]) == 1
+    assert max(grad["max"]) == 400.0
+    raw = client.get("/api/runs/a/metrics", params={"metric": "train/loss", "points": STEPS})["series"][0]
+    assert not raw["downsampled"] and raw["steps"] == list(range(1, STEPS + 1))
+    assert math.isnan(raw["values"][NAN_STEP - 1]) and "min" not in raw
+    after = client.get("/api/runs/a/metrics", params={"metric": "train/loss", "after": STEPS - 3})["series"][
+        0
+    ]
+    assert after["steps"] == [STEPS - 2, STEPS - 1, STEPS]
+
+
+def test_errors_name_what_is_wrong(served):
+    _, client, _ = served
+    with pytest.raises(ApiError) as e:
+        client.get("/api/runs/nope/metrics", params={"metric": "x"})
+    assert e.value.status == 404 and "nope" in str(e.value)
+    with pytest.raises(ApiError) as e:
+        client.get("/api/alerts", params={"state": "later"})
+    assert e.value.status == 400
+    with pytest.raises(ApiError) as e:
+        client.post("/api/alerts/999999/ack", {"note": "x"})
+    assert e.value.status == 404
+
+
+def test_alerts_ack_and_resolve_with_a_note(served):
+    _, client, _ = served
+    alert = client.get("/api/alerts", params={"run": "a", "rule": "nonfinite"})[0]
+    for field in ("id", "run", "rule", "severity", "first_step", "last_step", "state", "message"):
+        assert field in alert
+    assert alert["first_step"] == NAN_STEP
+    acked = client.post(f"/api/alerts/{alert['id']}/ack", {"note": "fp16 overflow, known"})
+    assert acked["state"] == "acked" and acked["note"] == "fp16 overflow, known"
+    assert alert["id"] in [a["id"] for a in client.get("/api/alerts", params={"state": "acked"})]
+    done = client.post(f"/api/alerts/{alert['id']}/resolve", {"note": "lowered the lr"})
+    assert done["state"] == "resolved"
+    history = client.get(f"/api/alerts/{alert['id']}")["history"]
+    assert [(h["event"], h["note"]) for h in history][-2:] == [
+        ("acked", "fp16 overflow, known"),
+        ("resolved", "lowered the lr"),
+    ]
+
+
+def test_checkpoint_advice_for_a_real_run(served):
+    _, client, _ = served
+    advice = client.get("/api/runs/yongshuaiy__LLMs-final__output-checkpoint-669/checkpoints")
+    assert advice["recommended"]["step"] == 200  # the overfit run: keep the step before eval_loss turned
+    assert 200 not in advice["deletable"] and advice["checkpoints"]
+    for c in advice["checkpoints"]:
+        assert {"step", "path", "complete", "bytes", "value"} <= set(c)
+    health = client.get("/api/runs/a/health")
+    assert health and {"id", "phase", "title", "state", "evidence"} <= set(health[0])
+
+
+def test_paths_outside_the_roots_are_refused(served, tmp_path):
+    _, client, root = served
+    with pytest.raises(ApiError) as e:
+        client.post("/api/ingest", {"paths": [str(tmp_path)]})
+    assert e.value.status == 403 and "outside the watched roots" in str(e.value)
+    with pytest.raises(ApiError):
+        client.post("/api/ingest", {"paths": [str(root / ".." / "..")]})
+    assert client.post("/api/ingest", {"paths": [str(root / "a")]})["queued"] == [str((root / "a").resolve())]
+
+
+def test_stream_plays_back_from_a_step(served):
+    _, client, _ = served
+    events = []
+    for event in client.stream(
+        "/api/runs/a/stream", params={"metric": "train/loss", "from_step": 4990, "speed": 200}
+    ):
+        events.append(event)
+        if len(events) == 11:
+            break
+    assert [e["step"] for e in events] == list(range(4990, 5001))
+    assert all(e["metric"] == "train/loss" for e in events)
