@@ -15,6 +15,8 @@ Stable interface (the collector calls this; see docs/architecture.md):
   - `note_checkpoints(steps)`: steps with a saved checkpoint (their slow steps are normal).
   - `tick(now, status, last_point_wall) -> list[AlertEvent]`: time-based rules (`stalled`).
   - `open_episodes() -> list[AlertEvent]`: the episodes open now.
+  - `resume_episodes(alerts)` and `update(points, replay=True)`: rebuild after a restart from the stored open
+    alerts and a tail of stored points (see their docstrings).
   Pure: no I/O, no clock; time is passed in.
 - `detect_series(series, config=None, run_info=None) -> list[AlertEvent]`: every episode (open or closed) of a
   run given as plain lists, `{metric: (steps, values)}`; for tests and one-off reports.
@@ -24,13 +26,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field, replace
 from statistics import median
 
-from collector.detect.base import HOLD, Finding, fmt
+from collector.detect.base import HOLD
 from collector.detect.config import DetectConfig
 from collector.detect.custom import CustomThreshold, custom_matches
+from collector.detect.episodes import AlertEvent, Episodes
 from collector.detect.roles import role_of, value_scale
+from collector.detect.runlevel import nonfinite_finding, stall_finding
 from collector.detect.schedule import LrAnomaly, run_facts
 from collector.detect.spikes import GradSpike, KlSpike, LossSpike, StepTimeSpike
 from collector.detect.trends import (
@@ -43,58 +46,17 @@ from collector.detect.trends import (
 )
 from collector.model import Points
 
-SEVERITY_RANK = {"info": 0, "warn": 1, "error": 2}
+__all__ = ["AlertEvent", "RunDetector", "detect_series"]
+
 _RL_ROLES = {"reward", "kl", "reward_std"}
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
 REPLAY_WARMUP = 50  # points per metric that only fill windows when replaying stored points
 
 
-@dataclass(slots=True)
-class AlertEvent:
-    """One state of one alert episode; the store upserts on (run, rule, metric, first_step)."""
-
-    rule: str
-    severity: str  # "info" | "warn" | "error"
-    metric: str
-    first_step: int
-    last_step: int
-    value: float | None
-    message: str
-    active: bool = True
-    evidence: dict = field(default_factory=dict)
-    run: str = ""
-
-    def to_dict(self) -> dict:
-        """A JSON-able dict (non-finite values as strings, since JSON has no NaN)."""
-        value = self.value
-        if value is not None and not math.isfinite(value):
-            value = str(value)
-        return {
-            "run": self.run,
-            "rule": self.rule,
-            "severity": self.severity,
-            "metric": self.metric,
-            "first_step": self.first_step,
-            "last_step": self.last_step,
-            "value": value,
-            "message": self.message,
-            "active": self.active,
-            "evidence": self.evidence,
-        }
-
-
-@dataclass(slots=True)
-class _Episode:
-    event: AlertEvent
-    hits: int = 1
-    quiet: int = 0
-    error_after: int | None = None
-
-
 class _Metric:
     """Per-metric bookkeeping: the rules that read it and the recent steps (to recognise re-reads)."""
 
-    __slots__ = ("rules", "role", "scale", "last_step", "recent", "nonfinite_quiet", "fed")
+    __slots__ = ("rules", "role", "scale", "last_step", "recent", "fed")
 
     def __init__(self, rules: list, role: str | None, scale: float) -> None:
         self.rules = rules
@@ -102,7 +64,6 @@ class _Metric:
         self.scale = scale
         self.last_step: int | None = None
         self.recent: dict[int, float] = {}
-        self.nonfinite_quiet = 0
         self.fed = 0
 
 
@@ -117,9 +78,7 @@ class RunDetector:
         self.checkpoint_steps: set[int] = set()
         self.eval_steps: deque[int] = deque(maxlen=256)
         self._metrics: dict[str, _Metric] = {}
-        self._open: dict[tuple[str, str], _Episode] = {}
-        self._closed_grad: dict[str, AlertEvent] = {}  # grad metric -> its last closed grad_spike episode
-        self._dirty: dict[tuple[str, str, int], AlertEvent] = {}
+        self.episodes = Episodes(run_id)
         self._train_loss: deque[float] = deque(maxlen=self.config.rules.val_loss_rise.train_window)
         self._lr_now: float | None = None
         self._lr_peak = 0.0
@@ -170,7 +129,7 @@ class RunDetector:
         return self._val_best[0] if self._val_best else None
 
     def episode_open(self, rule: str, metric: str) -> bool:
-        return (rule, metric) in self._open
+        return self.episodes.is_open((rule, metric))
 
     def resume_episodes(self, alerts: list[dict]) -> None:
         """Reattach episodes the store still holds open (after a restart), as dicts with rule, severity,
@@ -178,19 +137,11 @@ class RunDetector:
         metric continues that episode, with its first_step, instead of opening a second alert; if the
         condition has cleared, the replayed points close it (an event with active=False).
         """
-        for alert in alerts:
-            key = (str(alert["rule"]), str(alert.get("metric") or ""))
-            if key in self._open:
-                continue
-            evidence = alert.get("evidence") if isinstance(alert.get("evidence"), dict) else {}
-            event = AlertEvent(key[0], str(alert.get("severity", "warn")), key[1], int(alert["first_step"]),
-                               int(alert.get("last_step") or alert["first_step"]), alert.get("value"),
-                               str(alert.get("message", "")), True, dict(evidence), self.run_id)  # fmt: skip
-            self._open[key] = _Episode(event, hits=int(evidence.get("points", 1) or 1))
+        self.episodes.resume(alerts)
 
     def open_episodes(self) -> list[AlertEvent]:
         """The episodes open now, latest state of each."""
-        return [replace(ep.event, evidence=dict(ep.event.evidence)) for ep in self._open.values()]
+        return self.episodes.open_events()
 
     # ----- the incremental path -----
 
@@ -227,56 +178,27 @@ class RunDetector:
             self._note_step(step, walls[i])
             self._judge(metric, state, step, value)
             fed = True
-        if fed and ("stalled", "") in self._open:
-            self._close(("stalled", ""))  # points arrived: the run is moving again
-        return self._flush()
+        if fed:
+            self.episodes.close(("stalled", ""))  # points arrived: the run is moving again
+        return self.episodes.flush()
 
     def tick(self, now: float, status: dict | None, last_point_wall: float | None) -> list[AlertEvent]:
         """Time-based rules: `stalled` when the status says running but no point came for far too long."""
         cfg = self.config.rules.stalled
         key = ("stalled", "")
         state = str((status or {}).get("status", (status or {}).get("state", ""))).lower()
-        if not cfg.enabled or state != "running" or last_point_wall is None:
-            if key in self._open:
-                self._close(key)
-        else:
-            usual = self._usual_interval()
-            limit = max(cfg.min_seconds, cfg.factor * usual) if usual else cfg.default_seconds
+        finding = None
+        if cfg.enabled and state == "running" and last_point_wall is not None:
             last = self.last_step
-            if (
-                usual
-                and last is not None
-                and (self.is_save_or_eval_step(last) or self.is_save_or_eval_step(last + 1))
-            ):
-                limit *= cfg.save_factor  # saving a checkpoint or validating: a long pause is expected
-            silence = now - last_point_wall
-            if silence > limit:
-                severity = "error" if silence > cfg.error_factor * limit else "warn"
-                usual_text = f"the usual {fmt(usual)} s between points" if usual else "no known step interval"
-                finding = Finding(
-                    severity,
-                    silence,
-                    f"The status says running, but no new point for {silence / 60:.1f} min (limit {limit / 60:.1f} min, "
-                    f"{usual_text}); last step {self.last_step}. Likely causes: a hung collective (NCCL/gloo), a "
-                    f"dead data loader, a full disk, a killed process that left its status file. Check the process "
-                    f"(py-spy dump), its log tail and free disk space.",
-                    {
-                        "silence_s": silence,
-                        "limit_s": limit,
-                        "usual_interval_s": usual,
-                        "last_step": self.last_step,
-                    },
-                )
-                self._hit(key, finding, self.last_step or 0)
-            elif key in self._open:
-                self._close(key)
-        return self._flush()
-
-    def _flush(self) -> list[AlertEvent]:
-        # snapshots: the episode objects keep changing, an event handed out must not
-        events = [replace(e, evidence=dict(e.evidence)) for e in self._dirty.values()]
-        self._dirty = {}
-        return events
+            pause = last is not None and (
+                self.is_save_or_eval_step(last) or self.is_save_or_eval_step(last + 1)
+            )
+            finding = stall_finding(cfg, now - last_point_wall, self._usual_interval(), pause, last)
+        if finding is None:
+            self.episodes.close(key)
+        else:
+            self.episodes.hit(key, finding, self.last_step or 0)
+        return self.episodes.flush()
 
     def _usual_interval(self) -> float | None:
         """Seconds between logged points: from the points' wall times, else from the logged time per step."""
@@ -323,13 +245,9 @@ class RunDetector:
     def _judge(self, metric: str, state: _Metric, step: int, value: float) -> None:
         if value != value or value in (math.inf, -math.inf):
             if self.config.rules.nonfinite.enabled:
-                state.nonfinite_quiet = 0
-                self._hit(("nonfinite", metric), self._nonfinite(metric, step, value), step)
+                self.episodes.hit(("nonfinite", metric), nonfinite_finding(metric, step, value), step)
             return
-        if ("nonfinite", metric) in self._open:
-            state.nonfinite_quiet += 1
-            if state.nonfinite_quiet >= self.config.rules.nonfinite.clear_after:
-                self._close(("nonfinite", metric))
+        self.episodes.miss(("nonfinite", metric), self.config.rules.nonfinite.clear_after)
         value *= state.scale
         role = state.role
         if role == "loss":
@@ -352,79 +270,12 @@ class RunDetector:
             if verdict is HOLD:
                 continue
             if verdict is None:
-                episode = self._open.get(key)
-                if episode is not None:
-                    episode.quiet += 1
-                    if episode.quiet >= rule.clear_after:
-                        self._close(key)
+                self.episodes.miss(key, rule.clear_after)
                 continue
-            self._hit(key, verdict, step)
+            self.episodes.hit(key, verdict, step)
             if rule.rule_id == "loss_spike":
-                self._escalate_grad_spikes(verdict.at_step or step, metric)
-
-    def _nonfinite(self, metric: str, step: int, value: float) -> Finding:
-        return Finding(
-            "error",
-            value,
-            f"{metric} is {fmt(value)} at step {step}. Likely causes: fp16 overflow (with a dynamic loss scaler a "
-            f"few at the start are skipped steps; more mean the scale collapsed), lr too high, a bad batch "
-            f"(empty sequence, all labels masked), division by zero in a custom loss. Check the loss and the loss "
-            f"scale around this step; switch to bf16 or lower the lr if it repeats.",
-            {"value": str(value)},
-        )
-
-    def _hit(self, key: tuple[str, str], finding: Finding, step: int) -> None:
-        at = finding.at_step if finding.at_step is not None else step
-        episode = self._open.get(key)
-        if episode is None:
-            first = finding.first_step if finding.first_step is not None else at
-            event = AlertEvent(key[0], finding.severity, key[1], first, at, finding.value, finding.message,
-                               True, finding.evidence, self.run_id)  # fmt: skip
-            episode = self._open[key] = _Episode(event, error_after=finding.error_after_points)
-        else:
-            event = episode.event
-            episode.hits += 1
-            episode.quiet = 0
-            event.last_step = max(event.last_step, at)
-            event.value, event.message = finding.value, finding.message
-            event.evidence = {**event.evidence, **finding.evidence}
-            if SEVERITY_RANK[finding.severity] > SEVERITY_RANK[event.severity]:
-                event.severity = finding.severity
-            if finding.error_after_points is not None:
-                episode.error_after = finding.error_after_points
-        if (
-            episode.error_after is not None
-            and episode.hits >= episode.error_after
-            and event.severity != "error"
-        ):
-            event.severity = "error"
-            event.evidence["escalated"] = f"sustained for {episode.hits} points"
-        event.evidence["points"] = episode.hits
-        self._dirty[(event.rule, event.metric, event.first_step)] = event
-
-    def _close(self, key: tuple[str, str]) -> None:
-        episode = self._open.pop(key)
-        episode.event.active = False
-        if key[0] == "grad_spike":
-            self._closed_grad[key[1]] = episode.event
-        self._dirty[(episode.event.rule, episode.event.metric, episode.event.first_step)] = episode.event
-
-    def _escalate_grad_spikes(self, step: int, loss_metric: str) -> None:
-        """A gradient spike followed by a loss jump is an error: the update damaged the weights."""
-        horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
-        for (rule, _), episode in self._open.items():
-            if rule == "grad_spike":
-                self._mark_error(episode.event, loss_metric, step)
-        for event in self._closed_grad.values():
-            if 0 <= step - event.last_step <= horizon:
-                self._mark_error(event, loss_metric, step)
-
-    def _mark_error(self, event: AlertEvent, loss_metric: str, step: int) -> None:
-        if event.severity != "error":
-            event.severity = "error"
-            event.evidence["escalated"] = f"followed by a {loss_metric} jump at step {step}"
-            event.message += f" The loss jumped right after (step {step}): the spike damaged the weights."
-            self._dirty[(event.rule, event.metric, event.first_step)] = event
+                horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
+                self.episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
 
     def _log_interval(self) -> int:
         """Steps between logged points (median of recent gaps; 1 before any)."""

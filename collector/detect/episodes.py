@@ -1,0 +1,165 @@
+"""Alert episodes: one alert per episode, updated while it lasts, closed when its condition clears.
+
+`AlertEvent` is what leaves the detector (see `collector.detect.engine` for the stable interface);
+`Episodes` keeps the open ones of one run, applies verdicts to them, escalates, and hands out snapshots of
+the episodes that changed since the last call. Pure bookkeeping: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from collector.detect.base import Finding
+
+SEVERITY_RANK = {"info": 0, "warn": 1, "error": 2}
+
+
+@dataclass(slots=True)
+class AlertEvent:
+    """One state of one alert episode; the store upserts on (run, rule, metric, first_step)."""
+
+    rule: str
+    severity: str  # "info" | "warn" | "error"
+    metric: str
+    first_step: int
+    last_step: int
+    value: float | None
+    message: str
+    active: bool = True
+    evidence: dict = field(default_factory=dict)
+    run: str = ""
+
+    def to_dict(self) -> dict:
+        """A JSON-able dict (non-finite values as strings, since JSON has no NaN)."""
+        value = self.value
+        if value is not None and not math.isfinite(value):
+            value = str(value)
+        return {
+            "run": self.run,
+            "rule": self.rule,
+            "severity": self.severity,
+            "metric": self.metric,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "value": value,
+            "message": self.message,
+            "active": self.active,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass(slots=True)
+class _Episode:
+    event: AlertEvent
+    hits: int = 1
+    quiet: int = 0
+    error_after: int | None = None
+
+
+class Episodes:
+    """The open episodes of one run, keyed by (rule, metric), and the events not yet handed out."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._open: dict[tuple[str, str], _Episode] = {}
+        self._closed_grad: dict[str, AlertEvent] = {}  # grad metric -> its last closed grad_spike episode
+        self._dirty: dict[tuple[str, str, int], AlertEvent] = {}
+
+    def is_open(self, key: tuple[str, str]) -> bool:
+        return key in self._open
+
+    def hit(self, key: tuple[str, str], finding: Finding, step: int) -> None:
+        """The condition holds at `step`: open the episode, or update it (severity only ever rises)."""
+        at = finding.at_step if finding.at_step is not None else step
+        episode = self._open.get(key)
+        if episode is None:
+            first = finding.first_step if finding.first_step is not None else at
+            event = AlertEvent(key[0], finding.severity, key[1], first, at, finding.value, finding.message,
+                               True, finding.evidence, self.run_id)  # fmt: skip
+            episode = self._open[key] = _Episode(event, error_after=finding.error_after_points)
+        else:
+            event = episode.event
+            episode.hits += 1
+            episode.quiet = 0
+            event.last_step = max(event.last_step, at)
+            event.value, event.message = finding.value, finding.message
+            event.evidence = {**event.evidence, **finding.evidence}
+            if SEVERITY_RANK[finding.severity] > SEVERITY_RANK[event.severity]:
+                event.severity = finding.severity
+            if finding.error_after_points is not None:
+                episode.error_after = finding.error_after_points
+        if (
+            episode.error_after is not None
+            and episode.hits >= episode.error_after
+            and event.severity != "error"
+        ):
+            event.severity = "error"
+            event.evidence["escalated"] = f"sustained for {episode.hits} points"
+        event.evidence["points"] = episode.hits
+        self._touch(event)
+
+    def miss(self, key: tuple[str, str], clear_after: int) -> None:
+        """The condition does not hold at this point: an open episode closes after `clear_after` of these."""
+        episode = self._open.get(key)
+        if episode is not None:
+            episode.quiet += 1
+            if episode.quiet >= clear_after:
+                self.close(key)
+
+    def close(self, key: tuple[str, str]) -> None:
+        """End an open episode (its last event has active=False); a no-op when none is open."""
+        episode = self._open.pop(key, None)
+        if episode is None:
+            return
+        episode.event.active = False
+        if key[0] == "grad_spike":
+            self._closed_grad[key[1]] = episode.event
+        self._touch(episode.event)
+
+    def escalate_grad_spikes(self, step: int, loss_metric: str, horizon: int) -> None:
+        """A gradient spike followed (within `horizon` steps) by a loss jump is an error: the update damaged
+        the weights."""
+        for (rule, _), episode in self._open.items():
+            if rule == "grad_spike":
+                self._mark_error(episode.event, loss_metric, step)
+        for event in self._closed_grad.values():
+            if 0 <= step - event.last_step <= horizon:
+                self._mark_error(event, loss_metric, step)
+
+    def resume(self, alerts: list[dict]) -> None:
+        """Reattach stored open alerts (dicts with rule, severity, metric, first_step, last_step, value,
+        message, evidence) so that findings continue them instead of opening second ones."""
+        for alert in alerts:
+            key = (str(alert["rule"]), str(alert.get("metric") or ""))
+            if key in self._open:
+                continue
+            evidence = alert.get("evidence") if isinstance(alert.get("evidence"), dict) else {}
+            event = AlertEvent(key[0], str(alert.get("severity", "warn")), key[1], int(alert["first_step"]),
+                               int(alert.get("last_step") or alert["first_step"]), alert.get("value"),
+                               str(alert.get("message", "")), True, dict(evidence), self.run_id)  # fmt: skip
+            self._open[key] = _Episode(event, hits=int(evidence.get("points", 1) or 1))
+
+    def open_events(self) -> list[AlertEvent]:
+        return [_snapshot(ep.event) for ep in self._open.values()]
+
+    def flush(self) -> list[AlertEvent]:
+        """Snapshots of the episodes changed since the last flush, one per episode."""
+        events = [_snapshot(e) for e in self._dirty.values()]
+        self._dirty = {}
+        return events
+
+    def _mark_error(self, event: AlertEvent, loss_metric: str, step: int) -> None:
+        if event.severity != "error":
+            event.severity = "error"
+            event.evidence["escalated"] = f"followed by a {loss_metric} jump at step {step}"
+            event.message += f" The loss jumped right after (step {step}): the spike damaged the weights."
+            self._touch(event)
+
+    def _touch(self, event: AlertEvent) -> None:
+        self._dirty[(event.rule, event.metric, event.first_step)] = event
+
+
+def _snapshot(event: AlertEvent) -> AlertEvent:
+    # the episode objects keep changing; an event handed out must not
+    return replace(event, evidence=dict(event.evidence))
