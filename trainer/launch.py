@@ -18,6 +18,7 @@ import argparse
 import collections
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -62,6 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=parse_fault,
         metavar="JSON",
         help='an extra fault, e.g. \'{"kind":"stall","step":8,"seconds":60}\' (kinds: nan, lr_spike, stall)',
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="check and print the torchrun command; start nothing"
     )
     parser.add_argument(
         "overrides", nargs="*", help="verl Hydra overrides, key=value (they win over the preset)"
@@ -143,6 +147,21 @@ def plan_from_overrides(args: argparse.Namespace, overrides: list[str]) -> RunPl
     )
 
 
+def torchrun_command(nproc: int, overrides: list[str]) -> list[str]:
+    """verl's own SFT entry point under torchrun, on one node."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "verl.trainer.sft_trainer",
+        *overrides,
+    ]
+
+
 def latest_checkpoint(out: Path) -> int:
     """The step in RUN_DIR/latest_checkpointed_iteration.txt, 0 when there is none."""
     try:
@@ -221,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     if override_value(overrides, "trainer.total_training_steps") in (None, "null"):
         overrides = merge_overrides({}, [*overrides, f"trainer.total_training_steps={total_steps}"])
     out = plan.out
+    if args.dry_run:
+        print(" ".join(shlex.quote(part) for part in torchrun_command(args.nproc, overrides)))
+        return 0
     resume_from = latest_checkpoint(out)
     extra = {"nproc": args.nproc, "launcher_pid": os.getpid(), "vocab_size": _vocab_size(plan.model_path)}
     extra["warmup_steps"] = round(
@@ -238,17 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             "error": None,
         },
     )
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nnodes=1",
-        f"--nproc_per_node={args.nproc}",
-        "-m",
-        "verl.trainer.sft_trainer",
-        *overrides,
-    ]
+    command = torchrun_command(args.nproc, overrides)
     print(
         f"trainer.launch: preset {args.preset} ({preset.description}); {total_steps} steps, {args.nproc} process(es), "
         f"run directory {out}" + (f"; resuming from step {resume_from}" if resume_from else ""),

@@ -1,0 +1,68 @@
+"""Scenario presets make the tiny run misbehave for real, so the monitor has real trouble to catch."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+
+from tests.trainer.conftest import launch, train_records, val_losses
+
+pytestmark = pytest.mark.slow
+
+
+def test_nan_preset_writes_a_nan_loss_at_its_step(built_data, tmp_path):
+    result = launch(tmp_path / "run", "nan", "--steps", "14", "trainer.test_freq=7", "trainer.save_freq=7")
+    assert result.rc == 0, result.output[-4000:]
+    steps = train_records(result.out)
+    assert math.isnan(steps[12]["train/loss"]) and math.isnan(steps[12]["train/grad_norm"])
+    # verl skips the non-finite update, so the run goes on with finite losses.
+    assert all(math.isfinite(steps[s]["train/loss"]) for s in steps if s != 12)
+    assert 'train/loss":NaN' in (result.out / "metrics.jsonl").read_text()
+    assert json.loads((result.out / "run.json").read_text())["injected"] == [{"kind": "nan", "step": 12}]
+
+
+def test_spike_preset_makes_grad_norm_and_loss_jump(built_data, tmp_path):
+    result = launch(
+        tmp_path / "run", "spike", "--steps", "46", "trainer.test_freq=23", "trainer.save_freq=23"
+    )
+    assert result.rc == 0, result.output[-4000:]
+    steps = train_records(result.out)
+    calm_norm = statistics.median(steps[s]["train/grad_norm"] for s in range(30, 40))
+    calm_loss = statistics.median(steps[s]["train/loss"] for s in range(35, 40))
+    assert max(steps[s]["train/grad_norm"] for s in range(41, 46)) > 5 * calm_norm
+    assert max(steps[s]["train/loss"] for s in range(41, 46)) > 1.5 * calm_loss
+    injected = json.loads((result.out / "run.json").read_text())["injected"]
+    assert injected == [{"kind": "lr_spike", "step": 40, "steps": 3, "factor": 30.0}]
+
+
+def test_stall_preset_sleeps_mid_run(built_data, tmp_path):
+    result = launch(
+        tmp_path / "run", "stall", "--steps", "11", "trainer.test_freq=11", "trainer.save_freq=11"
+    )
+    assert result.rc == 0, result.output[-4000:]
+    steps = train_records(result.out)
+    # The sleep is inside step 10's measured time; no other step comes near it.
+    assert steps[10]["train/time(s)"] >= 20
+    assert all(steps[s]["train/time(s)"] < 20 for s in steps if s != 10)
+    assert "injected stall: sleeping 20 s before step 10" in result.output
+
+
+def test_overfit_preset_val_loss_turns_up_while_train_loss_falls(built_data, tmp_path):
+    result = launch(tmp_path / "run", "overfit")
+    assert result.rc == 0, result.output[-4000:]
+    val = val_losses(result.out)
+    best_step = min(val, key=val.get)
+    later = [s for s in val if s > best_step]
+    assert later, f"val/loss never rose after its minimum at step {best_step}: {val}"
+    assert val[max(val)] > val[best_step] * 1.05
+    steps = train_records(result.out)
+    last = max(steps)
+    train_at_best = statistics.mean(steps[s]["train/loss"] for s in range(best_step - 7, best_step + 1))
+    train_at_end = statistics.mean(steps[s]["train/loss"] for s in range(last - 7, last + 1))
+    assert train_at_end < train_at_best
+    # Several validations, each with its checkpoint (save_freq == test_freq); rotation keeps the last 5.
+    assert len(val) >= 8
+    assert len(list(result.out.glob("global_step_*"))) == 5
