@@ -102,21 +102,24 @@ def probe(d: harness.Daemon, todo: queue.Queue, results: list, poll_s: float) ->
             try:
                 series = d.get(f"/api/runs/{run}/metrics", params)["series"]
             except urllib.error.HTTPError as e:
-                results.append((None, polls, f"HTTP {e.code} for {run} step {step}"))
+                results.append((None, polls, f"HTTP {e.code} for {run} step {step}", t_write))
                 break
             if any(step in s.get("steps", []) for s in series):
-                results.append((time.perf_counter() - t_write, polls, None))
+                results.append((time.perf_counter() - t_write, polls, None, t_write))
                 break
             if time.perf_counter() - t_write > GIVE_UP_S:
-                results.append((None, polls, f"{run} step {step} not returned after {GIVE_UP_S:.0f} s"))
+                results.append(
+                    (None, polls, f"{run} step {step} not returned after {GIVE_UP_S:.0f} s", t_write)
+                )
                 break
             time.sleep(poll_s)
 
 
 def write_steadily(
-    files: list[Path], total: int, rate: float, first: int, sample_every: int, todo: queue.Queue
+    files: list[Path], total: int, rate: float, first: int, sample_every: int, todo: queue.Queue, warmup: int
 ) -> float:
-    """Append `total` lines round-robin at `rate` lines/s overall; queue every sample_every-th for probing.
+    """Append `total` lines round-robin at `rate` lines/s overall; after the first `warmup` lines, queue
+    every sample_every-th line for probing.
 
     Returns how far behind schedule the writer fell at worst (seconds), to show the load was steady.
     """
@@ -136,12 +139,24 @@ def write_steadily(
             steps[i] += 1
             handles[i].write(line(steps[i], i))
             handles[i].flush()
-            if k % sample_every == 0:
+            if k >= warmup and k % sample_every == 0:
                 todo.put((f"run-{i:03d}", steps[i], time.perf_counter()))
     finally:
         for h in handles:
             h.close()
     return lag
+
+
+def by_quarter(results: list) -> list[float]:
+    """Median latency (ms) of the samples in each quarter of the writing time: is the daemon keeping up?"""
+    ok = sorted((r[3], r[0] * 1000) for r in results if r[0] is not None)
+    if len(ok) < 4:
+        return []
+    t0, t1 = ok[0][0], ok[-1][0] + 1e-9
+    quarters: list[list[float]] = [[], [], [], []]
+    for t, ms in ok:
+        quarters[int(4 * (t - t0) / (t1 - t0))].append(ms)
+    return [gen.percentile(q, 50) for q in quarters]
 
 
 def main() -> None:
@@ -152,6 +167,7 @@ def main() -> None:
     ap.add_argument("--sample-every", type=int, default=40, help="follow every N-th line written")
     ap.add_argument("--poll-ms", type=float, default=20.0, help="interval between polls of one sample")
     ap.add_argument("--probers", type=int, default=4)
+    ap.add_argument("--warmup-s", type=float, default=5.0, help="seconds of writing before sampling starts")
     args = ap.parse_args()
 
     work = gen.OUT / "live"
@@ -183,7 +199,8 @@ def main() -> None:
             t.start()
         cpu0, wall0 = cpu_seconds(d.proc.pid), time.perf_counter()
         try:
-            lag = write_steadily(files, args.steps, total_rate, first, args.sample_every, todo)
+            warmup = int(args.warmup_s * total_rate)
+            lag = write_steadily(files, args.steps, total_rate, first, args.sample_every, todo, warmup)
         finally:
             for _ in probers:
                 todo.put(None)
@@ -204,6 +221,7 @@ def main() -> None:
         "p50_ms": gen.percentile(lat, 50),
         "p95_ms": gen.percentile(lat, 95),
         "max_ms": max(lat) if lat else float("nan"),
+        "p50_ms_by_quarter": by_quarter(results),
         "mean_polls": sum(r[1] for r in results) / max(1, len(results)),
         "daemon_cpu_cores": cpu,
         "writer_max_lag_s": lag,
