@@ -1,8 +1,8 @@
 """Which files under the watched roots are runs, and which of their files to read, in which format.
 
 A run is a directory (its metrics files, `status.json`, `run.json`, checkpoint marker), or a single file that is a
-whole run by itself (a renamed `trainer_state.json`, or one of several verl `<experiment>.jsonl` files in one
-project folder). Reads only names and the first few KiB of files whose name is ambiguous.
+whole run by itself (a renamed `trainer_state.json`, or a verl `<experiment>.jsonl` in a project folder that
+holds only such files). Reads only names and the first few KiB of files whose name is ambiguous.
 """
 
 from __future__ import annotations
@@ -181,16 +181,14 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
 
     runs: list[Run] = []
     folder_files: list[tuple[Path, str]] = []
-    jsonl_files = [p for p, fmt in files if fmt == "jsonl"]
-    # A folder in runwatch's own layout is one run; a verl project folder holding several
-    # `<experiment>.jsonl` files is one run per file.
-    runwatch_layout = any(p.name in ("metrics.jsonl", "status.json", "run.json") for p, _ in files)
-    jsonl_are_runs = len(jsonl_files) > 1 and not runwatch_layout
+    # A folder holding nothing readable but JSONL files is a verl project folder (`<project>/<experiment>.jsonl`,
+    # verl's default): one run per file, whatever the count, so ids stay put when the next experiment
+    # arrives. A folder with other files beside its JSONL (runwatch's layout, logs, CSVs) is one run.
+    hf_file_runs = {p for p, fmt in files if fmt == "hf_trainer_state" and p.name != HF_STATE_NAME}
+    jsonl_are_runs = not hf_checkpoints and all(fmt == "jsonl" or p in hf_file_runs for p, fmt in files)
+    jsonl_are_runs = jsonl_are_runs and not any(p.name == "metrics.jsonl" for p, _ in files)
     for path, fmt in files:
-        file_is_run = (fmt == "hf_trainer_state" and path.name != HF_STATE_NAME) or (
-            fmt == "jsonl" and jsonl_are_runs
-        )
-        if file_is_run:
+        if path in hf_file_runs or (fmt == "jsonl" and jsonl_are_runs):
             run_id = _rel_id(path.with_suffix(""), root)
             runs.append(Run(run_id, root, folder, fmt, [Source(path, fmt, "metrics")]))
         else:

@@ -114,6 +114,19 @@ def test_files_that_are_runs_by_themselves(tmp_path):
     )
 
 
+def test_verl_project_folder_ids_stay_put_when_experiments_are_added(tmp_path):
+    write(tmp_path / "proj" / "exp1.jsonl")
+    assert [r.id for r in find_runs([tmp_path])] == ["proj/exp1"]
+    write(tmp_path / "proj" / "exp2.jsonl")
+    assert [r.id for r in find_runs([tmp_path])] == ["proj/exp1", "proj/exp2"]
+    assert run_for_path(tmp_path / "proj" / "exp2.jsonl", [tmp_path]).id == "proj/exp2"
+    # A folder with a log beside its JSONL is one run folder: the JSONL wins, the log is its duplicate view.
+    write(tmp_path / "custom" / "train.jsonl")
+    write(tmp_path / "custom" / "train.log")
+    runs = {r.id: r for r in find_runs([tmp_path])}
+    assert roles(runs["custom"]) == {"train.jsonl": ("jsonl", "metrics"), "train.log": ("console", "ignored")}
+
+
 def test_the_root_itself_as_a_run_uses_its_folder_name(tmp_path):
     root = tmp_path / "my-run"
     write(root / "metrics.jsonl")
