@@ -190,3 +190,30 @@ def test_find_runs_over_the_real_runs_folder(real_runs):
     assert [r.id for r in runs] == names
     assert {r.format for r in runs} == {"hf_trainer_state"}
     assert all(len(r.sources) == 1 and r.sources[0].role == "metrics" for r in runs)
+
+
+def test_run_for_path_agrees_with_find_runs_on_generated_trees(tmp_path):
+    import random
+
+    rng = random.Random(7)
+    names = ["metrics.jsonl", "train.log", "status.json", "run.json", "training_history.csv", "exp.jsonl"]
+    names += [
+        "events.out.tfevents.1.h",
+        "trainer_state.json",
+        "renamed.json",
+        "latest_checkpointed_iteration.txt",
+    ]
+    contents = {".json": HF_STATE, ".csv": "step,loss\n1,1\n"}
+    roots = [tmp_path / "a", tmp_path / "b" / "a2"]
+    for _ in range(60):
+        root = rng.choice(roots)
+        folder = root.joinpath(*rng.sample(["x", "y", "z", "runs", "checkpoint-3"], rng.randint(0, 2)))
+        name = rng.choice(names)
+        text = "{}" if name in ("status.json", "run.json") else contents.get(Path(name).suffix, "")
+        write(folder / name, text)
+    runs = find_runs(roots)
+    assert len({r.id for r in runs}) == len(runs), "run ids must be unique"
+    for run in runs:
+        for source in run.sources:
+            found = run_for_path(source.path, roots)
+            assert found is not None and found.id == run.id, (source.path, run.id, found and found.id)
