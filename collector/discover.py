@@ -36,6 +36,7 @@ _STEP_COLUMNS = {"step", "global_step", "epoch"}
 
 SNIFF_BYTES = 64 * 1024
 HF_STATE_NAME = "trainer_state.json"
+HF_LOGGING_DIR = "runs"
 MARKER_NAME = "latest_checkpointed_iteration.txt"
 
 
@@ -106,7 +107,8 @@ def find_runs(roots: list[Path]) -> list[Run]:
     its stem when the root is that file. When ids from different roots collide, each gets its root's folder
     name as a prefix (`rootname/id`). Does not descend into checkpoint folders (`global_step_*`,
     `checkpoint-*`), `huggingface/`, `wandb/`, hidden folders, `node_modules`, `__pycache__`, nor follow
-    symlinked folders.
+    symlinked folders. An HF Trainer output folder's `runs/*/events.out.tfevents.*` are "ignored" sources of
+    that run (the same metrics as its trainer_state.json), not runs of their own.
     """
     found: list[Run] = []
     for root in roots:
@@ -116,6 +118,8 @@ def find_runs(roots: list[Path]) -> list[Run]:
             continue
         for dirpath, dirnames, _ in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(d))
+            if HF_LOGGING_DIR in dirnames and _folder_is_hf_output(Path(dirpath)):
+                dirnames.remove(HF_LOGGING_DIR)  # its TensorBoard files are sources of this folder's run
             found.extend(_runs_in_dir(Path(dirpath), root))
     return _prefix_colliding_ids(found, roots)
 
@@ -136,6 +140,12 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
         runs = _file_root_runs(root) if root.is_file() else []
         return _with_unique_id(runs[0], roots) if runs else None
     rel_parts = path.relative_to(root).parts
+    if len(rel_parts) >= 3 and rel_parts[-3] == HF_LOGGING_DIR:
+        # Maybe the HF Trainer's TensorBoard logging under an output folder: it belongs to that folder's run.
+        output_dir = root.joinpath(*rel_parts[:-3])
+        for run in _runs_in_dir(output_dir, root):
+            if run.dir == output_dir and any(source.path == path for source in run.sources):
+                return _with_unique_id(run, roots)
     # Find the folder that would be the run: the file's own folder, or the folder above a checkpoint folder.
     run_dir = path.parent
     in_checkpoint = False
@@ -146,6 +156,8 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
             run_dir = root.joinpath(*rel_parts[:i])
             in_checkpoint = True
             break
+    if _under_hf_logging(run_dir, root):
+        return None  # find_runs does not look in there either
     runs = _runs_in_dir(run_dir, root)
     folder_id = _rel_id(run_dir, root)
     for run in runs:
@@ -198,7 +210,10 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
         folder_files.append((max(hf_checkpoints)[1], "hf_trainer_state"))
 
     if any(fmt != "checkpoint_marker" for _, fmt in folder_files):
-        runs.insert(0, _folder_run(folder, root, folder_files))
+        run = _folder_run(folder, root, folder_files)
+        if _is_hf_output(run):
+            run.sources.extend(Source(path, "tensorboard", "ignored") for path in _hf_logging_files(folder))
+        runs.insert(0, run)
     return runs
 
 
@@ -211,6 +226,37 @@ def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]]) -> Run:
         sources.append(Source(path, fmt, role))
     run_format = winner or next(fmt for fmt in META_FORMATS if fmt in present)
     return Run(_rel_id(folder, root), root, folder, run_format, sources)
+
+
+def _is_hf_output(run: Run) -> bool:
+    return any(s.format == "hf_trainer_state" for s in run.sources)
+
+
+def _folder_is_hf_output(folder: Path) -> bool:
+    """Whether `folder` is an HF Trainer output folder: a trainer_state.json, at the top or in a checkpoint."""
+    if (folder / HF_STATE_NAME).is_file():
+        return True
+    return any(
+        _HF_CHECKPOINT_DIR.match(c.name) and (c / HF_STATE_NAME).is_file()
+        for c in folder.glob("checkpoint-*")
+    )
+
+
+def _under_hf_logging(folder: Path, root: Path) -> bool:
+    """Whether `folder` is in (or is) the `runs/` logging folder of an HF output folder under `root`."""
+    for ancestor in (folder, *folder.parents):
+        if ancestor == root or not ancestor.is_relative_to(root):
+            return False
+        if ancestor.name == HF_LOGGING_DIR and _folder_is_hf_output(ancestor.parent):
+            return True
+    return False
+
+
+def _hf_logging_files(output_dir: Path) -> list[Path]:
+    """TensorBoard files the HF Trainer writes under `<output_dir>/runs/<time_host>/`: the same metrics as
+    its trainer_state.json (which also names the best checkpoint), so they are a duplicate view of the run
+    rather than a run of their own."""
+    return sorted(p for p in output_dir.glob(f"{HF_LOGGING_DIR}/*/events.out.tfevents.*") if p.is_file())
 
 
 def _file_root_runs(path: Path) -> list[Run]:
@@ -246,7 +292,8 @@ def _with_unique_id(run: Run, roots: list[Path]) -> Run:
         else:
             # The only folders of the other root that could define a run with this id.
             folders = {other, other / run.id, (other / run.id).parent}
-            others = [o for folder in folders if folder.is_dir() for o in _runs_in_dir(folder, other)]
+            folders = {f for f in folders if f.is_dir() and not _under_hf_logging(f, other)}
+            others = [o for folder in folders for o in _runs_in_dir(folder, other)]
         if any(o.id == run.id for o in others):
             run.id = f"{_root_name(run.root)}/{run.id}"
             break

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
+
+import pytest
 
 from collector.discover import classify, find_runs, run_for_path
 
@@ -164,6 +167,22 @@ def test_hf_output_folder_reads_the_newest_checkpoint_state_until_a_top_level_on
     assert [s.path for s in run.metrics_sources()] == [out / "trainer_state.json"]
 
 
+def test_hf_tensorboard_logging_is_a_duplicate_view_of_the_output_folder_run(tmp_path):
+    out = tmp_path / "output"
+    write(out / "checkpoint-10" / "trainer_state.json", HF_STATE)
+    events = write(out / "runs" / "Nov22_10-00-00_host" / "events.out.tfevents.1.host")
+    write(tmp_path / "tb-only" / "runs" / "x" / "events.out.tfevents.2.host")  # not under an HF output
+    runs = {r.id: r for r in find_runs([tmp_path])}
+    assert sorted(runs) == ["output", "tb-only/runs/x"]
+    assert roles(runs["output"]) == {
+        "checkpoint-10/trainer_state.json": ("hf_trainer_state", "metrics"),
+        "runs/Nov22_10-00-00_host/events.out.tfevents.1.host": ("tensorboard", "ignored"),
+    }
+    assert run_for_path(events, [tmp_path]).id == "output"
+    tb_only = tmp_path / "tb-only" / "runs" / "x" / "events.out.tfevents.2.host"
+    assert run_for_path(tb_only, [tmp_path]).id == "tb-only/runs/x"
+
+
 def test_run_for_path_maps_changed_files_to_their_run(tmp_path):
     run_dir = tmp_path / "r"
     metrics = write(run_dir / "metrics.jsonl")
@@ -192,10 +211,9 @@ def test_find_runs_over_the_real_runs_folder(real_runs):
     assert all(len(r.sources) == 1 and r.sources[0].role == "metrics" for r in runs)
 
 
-def test_run_for_path_agrees_with_find_runs_on_generated_trees(tmp_path):
-    import random
-
-    rng = random.Random(7)
+@pytest.mark.parametrize("seed", range(6))
+def test_run_for_path_agrees_with_find_runs_on_generated_trees(tmp_path, seed):
+    rng = random.Random(seed)
     names = ["metrics.jsonl", "train.log", "status.json", "run.json", "training_history.csv", "exp.jsonl"]
     names += [
         "events.out.tfevents.1.h",
@@ -207,7 +225,7 @@ def test_run_for_path_agrees_with_find_runs_on_generated_trees(tmp_path):
     roots = [tmp_path / "a", tmp_path / "b" / "a2"]
     for _ in range(60):
         root = rng.choice(roots)
-        folder = root.joinpath(*rng.sample(["x", "y", "z", "runs", "checkpoint-3"], rng.randint(0, 2)))
+        folder = root.joinpath(*rng.sample(["x", "y", "runs", "runs", "checkpoint-3"], rng.randint(0, 3)))
         name = rng.choice(names)
         text = "{}" if name in ("status.json", "run.json") else contents.get(Path(name).suffix, "")
         write(folder / name, text)
@@ -217,3 +235,9 @@ def test_run_for_path_agrees_with_find_runs_on_generated_trees(tmp_path):
         for source in run.sources:
             found = run_for_path(source.path, roots)
             assert found is not None and found.id == run.id, (source.path, run.id, found and found.id)
+    # And a file no run reads maps to no run.
+    known = {s.path for r in runs for s in r.sources}
+    for path in (p for root in roots for p in root.rglob("*") if p.is_file() and p not in known):
+        found = run_for_path(path, roots)
+        in_checkpoint = any(part.startswith("checkpoint-") for part in path.relative_to(tmp_path).parts)
+        assert found is None or in_checkpoint, (path, found and found.id)
