@@ -7,6 +7,7 @@ anywhere in the run stays visible; non-finite points and buckets are red crosses
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import plotly.graph_objects as go
@@ -167,6 +168,21 @@ def _add_alerts(fig: go.Figure, alerts: list[dict]) -> None:
             )
 
 
+def _label_level(fig: go.Figure, y: float, text: str, color: str, log_y: bool, above: bool) -> None:
+    # Plotly places annotations on a log axis by log10 of the value (shapes take the value itself).
+    fig.add_annotation(
+        x=1,
+        xref="paper",
+        xanchor="right",
+        y=math.log10(y) if log_y else y,
+        yref="y",
+        yanchor="bottom" if above else "top",
+        text=text,
+        showarrow=False,
+        font={"color": color, "size": 11},
+    )
+
+
 def metric_figure(
     series_list: list[dict],
     *,
@@ -199,16 +215,12 @@ def metric_figure(
             opacity=0.08,
             line_width=0,
             layer="below",
-            annotation_text="normal range",
-            annotation_position="bottom right",
         )
+        _label_level(fig, normal_band[0], "normal range", "#2ca02c", log_y, above=True)
     if warning_line is not None:
-        fig.add_hline(
-            y=warning_line,
-            line_dash="dash",
-            line_color=SEVERITY_COLORS["warn"],
-            annotation_text=f"warning {warning_line:g}",
-            annotation_position="top right",
+        fig.add_hline(y=warning_line, line_dash="dash", line_color=SEVERITY_COLORS["warn"])
+        _label_level(
+            fig, warning_line, f"warning {warning_line:g}", SEVERITY_COLORS["warn"], log_y, above=True
         )
     for step in checkpoint_steps:
         fig.add_vline(x=step, line_dash="dot", line_color="#7f7f7f", line_width=1, opacity=0.7)

@@ -8,13 +8,13 @@ outlives the dashboard) and waits for the file to name the new, live daemon.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from collector.config import marker_path, read_marker
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 90.0
@@ -33,34 +33,8 @@ class Connection:
     log: Path | None = None
 
 
-def marker_path(db: Path) -> Path:
-    return Path(f"{db}.collector.json")
-
-
 def log_path(db: Path) -> Path:
     return Path(f"{db}.collector.log")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, owned by someone else
-    return True
-
-
-def read_marker(db: Path) -> dict | None:
-    """The running collector's marker for `db`, or None when there is none or its pid is dead (stale)."""
-    try:
-        info = json.loads(marker_path(db).read_text())
-    except (FileNotFoundError, ValueError):
-        return None  # missing, or half-written by a collector that is starting
-    pid = info.get("pid")
-    if not isinstance(pid, int) or not _pid_alive(pid) or not info.get("port"):
-        return None
-    return info
 
 
 def start_collector(db: Path, roots: tuple[Path, ...]) -> subprocess.Popen:

@@ -23,12 +23,13 @@ class Panel:
     warning_line: float | None = None
     checkpoints: bool = False
     always_log: bool = False  # grad norms span decades: the normal band only reads on a log axis
+    smooth: bool = True  # a schedule (learning rate) is drawn as logged: smoothing would bend its shape
     metrics: tuple[str, ...] = field(default=())
 
 
 ROLE_PANELS = (
     Panel("Loss", ("loss", "val_loss"), y_title="loss"),
-    Panel("Learning rate", ("lr",), y_title="learning rate"),
+    Panel("Learning rate", ("lr",), y_title="learning rate", smooth=False),
     Panel(
         "Gradient norm",
         ("grad_norm",),

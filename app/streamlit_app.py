@@ -17,30 +17,43 @@ if _REPO not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app import ui  # noqa: E402
+from collector.client import ApiError  # noqa: E402
 
 st.set_page_config(page_title="runwatch", page_icon=":material/monitoring:", layout="wide")
 
 PAGES = [
-    st.Page("pages/overview.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True),
-    st.Page("pages/run.py", title="Run", icon=":material/show_chart:", url_path="run"),
-    st.Page("pages/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
-    st.Page("pages/checkpoints.py", title="Checkpoints", icon=":material/save:", url_path="checkpoints"),
-    st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
-    st.Page("pages/health.py", title="Health", icon=":material/health_and_safety:", url_path="health"),
+    st.Page(
+        "pages/runs_overview.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True
+    ),
+    st.Page("pages/run_charts.py", title="Run", icon=":material/show_chart:", url_path="run"),
+    st.Page("pages/alert_review.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
+    st.Page(
+        "pages/checkpoint_picker.py", title="Checkpoints", icon=":material/save:", url_path="checkpoints"
+    ),
+    st.Page("pages/run_compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("pages/run_health.py", title="Health", icon=":material/health_and_safety:", url_path="health"),
 ]
+# Page files are named apart from their URL paths: with equal names, streamlit.testing runs a switched-to
+# page without this frame (seen with Streamlit 1.67).
 page = st.navigation(PAGES)
 
 conf = ui.settings()
 api = ui.api()
 try:
     runs = api.runs()
-except Exception as err:  # the collector went away or answered with an error: say so, keep the page up
-    st.error(f"The collector did not answer the list of runs: {err}")
+except ApiError as err:
+    # The collector went away or failed: say so, and find (or start) one afresh on the next run.
+    ui.forget_collector()
+    st.error(f"The collector did not answer the list of runs: {err}. Reload the page to reconnect.")
     st.stop()
 run_ids = [r["id"] for r in runs]
 
 # A run can be named in the address (`/run?run=ID`) or chosen by a page before switching to another page.
-pending = st.session_state.pop(ui.PENDING_RUN_KEY, None) or st.query_params.get("run")
+pending = st.session_state.pop(ui.PENDING_RUN_KEY, None)
+if not st.session_state.get("_address_read"):
+    # Only the address the session was opened with; later the sidebar's choice writes it.
+    st.session_state["_address_read"] = True
+    pending = pending or st.query_params.get("run")
 if pending in run_ids:
     st.session_state[ui.RUN_KEY] = pending
 if st.session_state.get(ui.RUN_KEY) not in run_ids:

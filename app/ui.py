@@ -10,8 +10,9 @@ from pathlib import Path
 import streamlit as st
 
 from app.api import DashboardApi
-from app.connection import CollectorUnavailable, Connection, connect
+from app.connection import CollectorUnavailable, Connection, connect, log_path
 from app.settings import Settings, SettingsError, read_settings
+from collector.client import ApiError, Client
 
 RUN_KEY = "run"
 PENDING_RUN_KEY = "pending_run"  # set by a page to choose the run shown after switching pages
@@ -39,10 +40,16 @@ def _connection(db: str, roots: tuple[str, ...]) -> Connection:
     return connect(Path(db), tuple(Path(r) for r in roots))
 
 
-def _make_api(conn: Connection, db: Path) -> DashboardApi:
-    from collector.client import Client
+@st.cache_resource(show_spinner=False)
+def _client(db: str, pid: int) -> Client | None:
+    # One keep-alive HTTP client per collector process, shared by every session of the dashboard.
+    return Client.for_db(Path(db))
 
-    return DashboardApi(Client.from_db(db))
+
+def forget_collector() -> None:
+    """Drop the cached connection, so the next run finds (or starts) the collector again."""
+    _connection.clear()
+    _client.clear()
 
 
 def api() -> DashboardApi:
@@ -50,13 +57,21 @@ def api() -> DashboardApi:
     conf = settings()
     try:
         conn = _connection(str(conf.db), tuple(str(r) for r in conf.roots))
-    except CollectorUnavailable as err:
+        client = _client(str(conf.db), conn.info["pid"])
+        if client is None:  # the collector we knew has exited: find or start another
+            forget_collector()
+            conn = _connection(str(conf.db), tuple(str(r) for r in conf.roots))
+            client = _client(str(conf.db), conn.info["pid"])
+    except (CollectorUnavailable, ApiError) as err:
         st.error(f"No collector for {conf.db}: {err}")
+        st.stop()
+    if client is None:
+        st.error(f"The collector for {conf.db} exited just after it started; see {log_path(conf.db)}")
         st.stop()
     if conn.started_here and not st.session_state.get("_told_started"):
         st.session_state["_told_started"] = True
         st.toast(f"Started a collector for {conf.db} (pid {conn.info.get('pid')}, log {conn.log})")
-    return _make_api(conn, conf.db)
+    return DashboardApi(client)
 
 
 def connection() -> Connection:
@@ -69,7 +84,7 @@ def selected_run() -> str | None:
     return st.session_state.get(RUN_KEY)
 
 
-def open_run(run: str, page: str = "pages/run.py") -> None:
+def open_run(run: str, page: str = "pages/run_charts.py") -> None:
     """Show `run` on `page` (switching pages reruns the app; the sidebar picks the run up first)."""
     st.session_state[PENDING_RUN_KEY] = run
     st.switch_page(page)

@@ -80,6 +80,10 @@ else:
 steps = [c["step"] for c in sorted(checkpoints, key=lambda c: c["step"])]
 default = steps.index(recommended["step"]) if recommended and recommended["step"] in steps else len(steps) - 1
 chosen = st.selectbox(
-    "Copy the path of checkpoint", steps, index=default, format_func=lambda s: f"step {s:,}"
+    "Copy the path of checkpoint",
+    steps,
+    index=default,
+    format_func=lambda s: f"step {s:,}",
+    key="checkpoint_choice",
 )
 st.code(next(c["path"] for c in checkpoints if c["step"] == chosen), language=None)

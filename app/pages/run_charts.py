@@ -12,6 +12,7 @@ from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, load_series
 from app.panels import Panel, api_roles, metric_names, metrics_by_role, role_panels
 from app.series import group_metrics, real_units_name, scaled, unit_scale
+from collector.detect.roles import role_of
 
 api = ui.api()
 run = ui.selected_run()
@@ -35,10 +36,6 @@ if last is not None and total:
     st.progress(min(last / total, 1.0), text=f"{last / total:.0%} of {total:,} steps")
 
 names = metric_names(detail.get("metrics"))
-try:
-    from collector.detect.roles import role_of
-except ImportError:  # the naming module is missing: panels fall back to prefix groups
-    role_of = None
 roles = metrics_by_role(names, detail.get("roles") or api_roles(detail.get("metrics")), role_of)
 panels = role_panels(roles)
 
@@ -67,7 +64,7 @@ def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: s
     fig = metric_figure(
         drawn,
         title=panel.title,
-        smoothing=smoothing,
+        smoothing=smoothing if panel.smooth else 0.0,
         log_y=log_y or panel.always_log,
         alerts=alerts_for(alerts, panel.metrics),
         y_title=panel.y_title,
@@ -94,10 +91,6 @@ def charts() -> None:
     for i, panel in enumerate(panels):
         with left if i % 2 == 0 else right:
             draw_panel(panel, series, alerts, key=f"panel-{panel.title}")
-    if not role_of and not detail.get("roles"):
-        st.warning(
-            "Metric roles are not available (collector.detect.roles is missing): showing prefix groups only."
-        )
 
     epoch_metric = next(iter(roles.get("loss", [])), None)
     if epoch_metric and ("epoch" in names or roles.get("epoch")):

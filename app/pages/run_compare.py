@@ -6,8 +6,11 @@ import streamlit as st
 
 from app import ui
 from app.charts import metric_figure
-from app.panels import metric_names
+from app.panels import api_roles, metric_names, metrics_by_role
 from app.series import from_api
+from collector.detect.roles import role_of
+
+ROLE_PREFIX = "role:"
 
 api = ui.api()
 st.title("Compare runs")
@@ -25,28 +28,50 @@ if len(chosen) < 2:
 
 details = {run: api.run(run) for run in chosen}
 per_run = {run: set(metric_names(d.get("metrics"))) for run, d in details.items()}
-common = sorted(set.intersection(*per_run.values()))
+# Runs from different trainers name the same quantity differently (`loss`, `train/loss`): offer roles too.
+roles_per_run = {
+    run: metrics_by_role(sorted(per_run[run]), api_roles(d.get("metrics")), role_of)
+    for run, d in details.items()
+}
+shared_roles = sorted(set.intersection(*(set(r) for r in roles_per_run.values())))
 everywhere = sorted(set.union(*per_run.values()))
-preferred = [m for m in ("train/loss", "loss", "val/loss", "eval_loss") if m in common]
+options = [ROLE_PREFIX + r for r in shared_roles] + everywhere
+preferred = [ROLE_PREFIX + r for r in ("loss", "val_loss") if r in shared_roles]
 metrics = st.multiselect(
-    "Metrics", everywhere, default=preferred or common[:1], help="Metrics logged by any of the chosen runs"
+    "Metrics",
+    options,
+    default=preferred or options[:1],
+    format_func=lambda m: (
+        f"{m.removeprefix(ROLE_PREFIX)} (each run's own)" if m.startswith(ROLE_PREFIX) else m
+    ),
+    help="A role (loss, val_loss, grad_norm...) picks each run's metric in that role; a name picks that metric",
+    key="compare_metrics",
 )
 smoothing = st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="compare_smoothing")
 log_y = st.toggle("Log scale", key="compare_log")
 
-for metric in metrics:
-    series = []
+
+def run_metrics(run: str, choice: str) -> list[str]:
+    if choice.startswith(ROLE_PREFIX):
+        return roles_per_run[run].get(choice.removeprefix(ROLE_PREFIX), [])[:1]
+    return [choice] if choice in per_run[run] else []
+
+
+for choice in metrics:
+    series, missing = [], []
     for run in chosen:
-        if metric not in per_run[run]:
-            continue
-        for s in api.metrics(run, [metric]):
-            series.append({**from_api(s), "label": run})
+        names = run_metrics(run, choice)
+        if not names:
+            missing.append(run)
+        for s in api.metrics(run, names) if names else []:
+            label = run if not choice.startswith(ROLE_PREFIX) else f"{run} ({s['metric']})"
+            series.append({**from_api(s), "label": label})
+    title = choice.removeprefix(ROLE_PREFIX)
     st.plotly_chart(
-        metric_figure(series, title=metric, smoothing=smoothing, log_y=log_y), key=f"compare-{metric}"
+        metric_figure(series, title=title, smoothing=smoothing, log_y=log_y), key=f"compare-{choice}"
     )
-    missing = [run for run in chosen if metric not in per_run[run]]
     if missing:
-        st.caption(f"{metric} is not logged by: {', '.join(missing)}")
+        st.caption(f"{title} is not logged by: {', '.join(missing)}")
 
 st.subheader("Config differences (run.json)")
 diff = api.compare(chosen).get("config_diff") or []

@@ -1,0 +1,157 @@
+"""Fixtures for the dashboard tests: a root of real runs, a real collector over it, and helpers to wait on it.
+
+The root holds copies, made at test time, of the real `trainer_state.json` histories in ../shared/real-runs
+plus a real CPU verl run written by `python -m trainer.launch --preset smoke` (or a copy of one such run
+directory named by RUNWATCH_TEST_SMOKE_RUN, to save its ~40 s). The collector is a real
+subprocess `python -m collector serve --db DB ROOT --port 0`; tests reach it over HTTP as the app does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+REAL_RUNS = REPO.parent / "shared" / "real-runs"
+SMOKE_RUN = "smoke"
+# Waiting is on conditions, never on timing; these limits only stop a broken setup from hanging the suite.
+START_LIMIT_S = 120
+INGEST_LIMIT_S = 300
+
+
+def real_run_ids() -> list[str]:
+    """Run ids the collector gives the real-run copies (a lone trainer_state copy: its path without `.json`)."""
+    return sorted(f"real/{p.stem}" for p in REAL_RUNS.glob("*.json"))
+
+
+def wait_until(what: str, check: Callable[[], object], limit_s: float, proc: subprocess.Popen | None = None):
+    """Poll `check` until it returns something truthy; fail naming `what` if `proc` dies or the limit passes."""
+    deadline = time.monotonic() + limit_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: the process exited with code {proc.returncode}")
+        try:
+            result = check()
+        except Exception as err:  # the server may not be up yet
+            last_error = err
+            result = None
+        if result:
+            return result
+        time.sleep(0.25)
+    pytest.fail(f"{what}: not reached within {limit_s} s (last error: {last_error})")
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Stop a process started in its own session, and everything it started."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@dataclass
+class Collector:
+    db: Path
+    root: Path
+    proc: subprocess.Popen
+    info: dict
+
+    def client(self):
+        from collector.client import Client
+
+        client = Client.for_db(self.db)
+        assert client is not None, f"no live collector for {self.db}"
+        return client
+
+
+def start_collector(db: Path, roots: list[Path], log: Path) -> Collector:
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collector", "serve", "--db", str(db), *map(str, roots), "--port", "0"],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    marker = Path(f"{db}.collector.json")
+
+    def ready() -> dict | None:
+        info = json.loads(marker.read_text()) if marker.exists() else None
+        return info if info and info.get("pid") == proc.pid else None
+
+    info = wait_until(f"collector for {db} writes {marker.name}", ready, START_LIMIT_S, proc)
+    return Collector(db=db, root=roots[0], proc=proc, info=info)
+
+
+@pytest.fixture(scope="session")
+def app_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A watched root: copies of the real runs under `real/`, and a real CPU verl smoke run under `smoke/`."""
+    if not REAL_RUNS.is_dir():
+        pytest.fail(f"{REAL_RUNS} is missing: the app tests read the real runs from ../shared/real-runs")
+    root = tmp_path_factory.mktemp("app-root")
+    (root / "real").mkdir()
+    for path in REAL_RUNS.glob("*.json"):
+        shutil.copyfile(path, root / "real" / path.name)
+    prebuilt = os.environ.get("RUNWATCH_TEST_SMOKE_RUN")
+    if prebuilt:
+        # A finished smoke run directory from an earlier `trainer.launch --preset smoke` (saves ~40 s per session).
+        shutil.copytree(prebuilt, root / SMOKE_RUN)
+        return root
+    if not (REPO / "data" / "build" / ".done").exists():
+        pytest.fail("data/build is missing: run `make data` (python -m data.build --out data/build) first")
+    out = subprocess.run(
+        [sys.executable, "-m", "trainer.launch", "--preset", "smoke", "--out", str(root / SMOKE_RUN)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )
+    if out.returncode != 0:
+        pytest.fail(
+            f"the smoke training run failed (exit {out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        )
+    return root
+
+
+@pytest.fixture(scope="session")
+def collector(app_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collector]:
+    """A real collector over `app_root`, once every run is in its store."""
+    state = tmp_path_factory.mktemp("app-db")
+    running = start_collector(state / "runwatch.duckdb", [app_root], state / "collector.log")
+    expected = set(real_run_ids()) | {SMOKE_RUN}
+    client = running.client()
+
+    def all_ingested() -> bool:
+        runs = {r["id"]: r for r in client.get("/api/runs")}
+        return expected <= set(runs) and all(runs[r].get("last_step") for r in expected)
+
+    try:
+        wait_until(
+            "the collector lists every run with its points", all_ingested, INGEST_LIMIT_S, running.proc
+        )
+        yield running
+    finally:
+        stop_process(running.proc)
+
+
+@pytest.fixture
+def app_env(collector: Collector, monkeypatch: pytest.MonkeyPatch) -> Collector:
+    """Point the dashboard's settings at the test collector (AppTest runs the script in this process)."""
+    monkeypatch.setenv("RUNWATCH_DB", str(collector.db))
+    monkeypatch.setenv("RUNWATCH_ROOTS", str(collector.root))
+    monkeypatch.setenv("RUNWATCH_REFRESH", "2")
+    return collector

@@ -1,0 +1,292 @@
+"""Every dashboard page under `streamlit.testing.AppTest`, against a real collector serving real runs.
+
+The collector (a subprocess) has ingested copies of the public trainer_state.json histories and a real CPU
+verl smoke run; each test compares what a page shows with what the API (or the CLI) says.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app.api import DashboardApi
+from app.connection import read_marker
+from tests.app.conftest import REPO, SMOKE_RUN, real_run_ids, wait_until
+
+APP = str(REPO / "app" / "streamlit_app.py")
+PAGE_FILES = {
+    "run": "pages/run_charts.py",
+    "alerts": "pages/alert_review.py",
+    "checkpoints": "pages/checkpoint_picker.py",
+    "compare": "pages/run_compare.py",
+    "health": "pages/run_health.py",
+}
+# A run page draws a dozen charts from a dozen API calls; the machine is shared, so allow for slowness.
+PAGE_TIMEOUT_S = 120
+NAN_GRAD_RUN = "real/ChenguangYang96UCR__KG-LLM__outputs"  # fp16 overflow: grad_norm NaN at steps 1, 2, 6
+BURST_RUN = "real/Miguel-Alessio__qwen-chess-lora__logs"  # grad_norm burst ~131 at step 2680
+
+
+def open_page(page: str | None = None, run: str | None = None) -> AppTest:
+    """Run the app (optionally with `run` chosen in the sidebar), then switch to `page` and run it."""
+    at = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S)
+    if run is not None:
+        at.session_state["pending_run"] = run
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if page is not None:
+        at.switch_page(PAGE_FILES[page]).run()
+        assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def api_of(collector) -> DashboardApi:
+    return DashboardApi(collector.client())
+
+
+def _decode(value):
+    # Plotly may send arrays as {"dtype": ..., "bdata": base64}; turn them back into lists.
+    if isinstance(value, dict) and "bdata" in value and "dtype" in value:
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).tolist()
+    return value
+
+
+def figures(at: AppTest) -> list[dict]:
+    """The plotly figures on the page, arrays decoded."""
+    out = []
+    for chart in at.get("plotly_chart"):
+        fig = json.loads(chart.proto.spec)
+        for trace in fig.get("data", []):
+            for key in ("x", "y"):
+                if key in trace:
+                    trace[key] = _decode(trace[key])
+        out.append(fig)
+    return out
+
+
+def figure_titled(figs: list[dict], title: str) -> dict:
+    for fig in figs:
+        text = fig["layout"].get("title", {}).get("text", "")
+        if text.split("<br>")[0] == title:
+            return fig
+    pytest.fail(
+        f"no chart titled {title!r}; titles: {[f['layout'].get('title', {}).get('text') for f in figs]}"
+    )
+
+
+def trace(fig: dict, name: str) -> dict:
+    for t in fig["data"]:
+        if t.get("name") == name:
+            return t
+    pytest.fail(f"no trace {name!r}; traces: {[t.get('name') for t in fig['data']]}")
+
+
+def test_overview_lists_every_run_with_status_and_alert_counts(app_env):
+    at = open_page()
+    assert [t.value for t in at.title] == ["Runs"]
+    table = at.dataframe[0].value
+    expected = set(real_run_ids()) | {SMOKE_RUN}
+    assert set(table["run"]) == expected
+    runs = {r["id"]: r for r in api_of(app_env).runs()}
+    for _, row in table.iterrows():
+        api_run = runs[row["run"]]
+        assert row["status"] == (api_run["status"] or "unknown")
+        assert row["errors"] == api_run["open_alerts"].get("error", 0)
+        assert row["warnings"] == api_run["open_alerts"].get("warn", 0)
+    assert table.set_index("run").loc[SMOKE_RUN, "status"] == "completed"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Runs"] == str(len(expected))
+
+
+def test_overview_filters_by_name(app_env):
+    at = open_page()
+    at.text_input[0].input("whisper").run()
+    shown = set(at.dataframe[0].value["run"])
+    assert shown == {r for r in real_run_ids() if "whisper" in r.lower()}
+    assert len(shown) == 2
+
+
+def test_run_page_draws_role_panels_and_nan_markers(app_env):
+    at = open_page("run", run=NAN_GRAD_RUN)
+    assert [t.value for t in at.title] == [NAN_GRAD_RUN]
+    figs = figures(at)
+    loss = figure_titled(figs, "Loss")
+    assert "loss" in {t["name"] for t in loss["data"]}
+    grad = figure_titled(figs, "Gradient norm")
+    assert grad["layout"]["yaxis"]["type"] == "log"
+    # the planted-by-nature NaN grad norms of this fp16 run are red crosses at their steps
+    assert {1, 2, 6} <= set(trace(grad, "NaN/inf")["x"])
+    lr = figure_titled(figs, "Learning rate")
+    assert trace(lr, "learning_rate")["y"]
+
+
+def test_run_page_marks_every_alert_of_the_run_on_its_chart(app_env):
+    api = api_of(app_env)
+    with_metric = sorted({a["run"] for a in api.alerts() if a.get("metric")})
+    assert with_metric, "the collector raised no alert about a metric in any real run; nothing to check"
+    run = with_metric[0]
+    alerts = [a for a in api.alerts(run=run) if a.get("metric")]
+    at = open_page("run", run=run)
+    figs = figures(at)
+    for alert in alerts:
+        label = f"{alert['rule']} ({alert['severity']})"
+        marked = [
+            fig["layout"]["title"]["text"]
+            for fig in figs
+            if any(label in a.get("text", "") for a in fig["layout"].get("annotations", []))
+            and any(t.get("name") == alert["metric"] for t in fig["data"])
+        ]
+        assert marked, f"alert {label} on {alert['metric']} is not marked on the chart of that metric"
+
+
+def test_run_page_draws_a_grad_norm_burst_of_a_real_run(app_env):
+    at = open_page("run", run=BURST_RUN)
+    grad = figure_titled(figures(at), "Gradient norm")
+    drawn = [
+        v for t in grad["data"] if t.get("name", "").startswith("grad_norm") for v in t["y"] if v is not None
+    ]
+    assert max(drawn) > 100  # the burst (~131 at step 2680, median 0.33) is drawn
+
+
+def test_run_page_of_the_verl_smoke_run(app_env):
+    at = open_page("run", run=SMOKE_RUN)
+    figs = figures(at)
+    titles = [f["layout"]["title"]["text"].split("<br>")[0] for f in figs]
+    assert {"Loss", "Learning rate", "Gradient norm"} <= set(titles)
+    loss = figure_titled(figs, "Loss")
+    names = {t["name"] for t in loss["data"]}
+    assert {"train/loss", "val/loss"} <= names
+    detail = api_of(app_env).run(SMOKE_RUN)
+    series = api_of(app_env).metrics(SMOKE_RUN, ["train/loss"])[0]
+    raw = trace(loss, "train/loss raw")["y"]
+    assert raw == [v if math.isfinite(v) else None for v in series["values"]]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Status"] == detail["status"]
+    # other verl metrics are grouped by prefix below the role panels
+    assert any(s.value == "perf/" for s in at.subheader)
+
+
+def test_smoothing_and_log_scale_controls_change_the_loss_chart(app_env):
+    at = open_page("run", run=SMOKE_RUN)
+    at.slider[0].set_value(0.0).run()
+    loss = figure_titled(figures(at), "Loss")
+    assert "train/loss raw" not in {t["name"] for t in loss["data"]}
+    at.toggle[0].set_value(True).run()
+    assert figure_titled(figures(at), "Loss")["layout"]["yaxis"]["type"] == "log"
+
+
+def collector_cli(collector, *args: str) -> object:
+    out = subprocess.run(
+        [sys.executable, "-m", "collector", *args, "--db", str(collector.db), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_acknowledging_an_alert_stores_its_state_and_note(app_env):
+    at = open_page("alerts")
+    assert [t.value for t in at.title] == ["Alerts"]
+    choice = at.selectbox(key="alert_choice")
+    alert_id = choice.value
+    before = {a["id"]: a for a in collector_cli(app_env, "alerts", "--state", "all")}
+    assert before[alert_id]["state"] == "open"
+    assert at.get("plotly_chart") or before[alert_id].get("metric") is None  # the evidence chart
+    at.text_input(key=f"note-{alert_id}").input("seen in the app test").run()
+    at.button(key=f"ack-{alert_id}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    after = {a["id"]: a for a in collector_cli(app_env, "alerts", "--state", "all")}
+    assert after[alert_id]["state"] == "acked"
+    assert after[alert_id]["note"] == "seen in the app test"
+
+
+def test_alert_filters_narrow_the_list(app_env):
+    api = api_of(app_env)
+    open_alerts = api.alerts(state="open")
+    assert open_alerts
+    rule = open_alerts[0]["rule"]
+    at = open_page("alerts")
+    at.multiselect[1].set_value([rule]).run()
+    table = at.dataframe[0].value
+    assert set(table["rule"]) == {rule}
+    assert len(table) == len([a for a in open_alerts if a["rule"] == rule])
+
+
+def test_checkpoint_page_shows_the_recommendation_and_its_path(app_env):
+    advice = api_of(app_env).checkpoints(SMOKE_RUN)
+    assert advice["checkpoints"], "the smoke run saved no checkpoint"
+    at = open_page("checkpoints", run=SMOKE_RUN)
+    table = at.dataframe[0].value
+    assert list(table["step"]) == sorted(c["step"] for c in advice["checkpoints"])
+    codes = [c.value for c in at.code]
+    if advice["recommended"]:
+        assert f"Keep step {advice['recommended']['step']:,}" in at.success[0].value
+        assert advice["recommended"]["path"] in codes
+        assert table.set_index("step").loc[advice["recommended"]["step"], "recommended"]
+    assert set(table[table["safe to delete"]]["step"]) == set(advice["deletable"])
+    # the path of the chosen checkpoint is in a code block (which has a copy button)
+    at.selectbox(key="checkpoint_choice").set_value(table["step"].iloc[0]).run()
+    assert table["path"].iloc[0] in [c.value for c in at.code]
+
+
+def test_compare_overlays_runs_and_lists_config_differences(app_env):
+    runs = [r for r in real_run_ids() if "whisper" in r.lower()]
+    at = open_page("compare")
+    at.multiselect(key="compare_runs").set_value(runs).run()
+    figs = figures(at)
+    assert figs
+    overlay = figs[0]  # the default: each run's loss, whatever the run calls it
+    assert overlay["layout"]["title"]["text"].startswith("loss")
+    names = {t["name"] for t in overlay["data"]}
+    assert {f"{run} (loss)" for run in runs} <= names
+    diff = api_of(app_env).compare(runs)["config_diff"]
+    tables = at.dataframe
+    if diff:
+        assert set(tables[-1].value["key"]) == {d["key"] for d in diff}
+
+
+def test_health_checklist_and_config(app_env):
+    items = api_of(app_env).health_checklist(SMOKE_RUN)
+    at = open_page("health", run=SMOKE_RUN)
+    assert at.title[0].value == f"Health of {SMOKE_RUN}"
+    counts = {m.label.split()[-1]: int(m.value) for m in at.metric}
+    for state in ("pass", "fail", "unknown"):
+        assert counts[state] == sum(i["state"] == state for i in items)
+    shown = " ".join(m.value for m in at.markdown)
+    for item in items:
+        assert item["title"] in shown
+    assert at.json, "the run's config (run.json) is not shown"
+
+
+def test_the_app_starts_a_collector_when_none_runs(app_root, tmp_path, monkeypatch):
+    db = tmp_path / "own.duckdb"
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "one.json").write_bytes((app_root / "real" / f"{NAN_GRAD_RUN.split('/')[1]}.json").read_bytes())
+    monkeypatch.setenv("RUNWATCH_DB", str(db))
+    monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+    assert read_marker(db) is None
+    at = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S).run()
+    info = read_marker(db)
+    try:
+        assert info is not None, "the app did not start a collector"
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("Started a collector" in t.value for t in at.toast)
+        assert any("started by this dashboard" in c.value for c in at.sidebar.caption)
+        assert Path(f"{db}.collector.log").exists()
+    finally:
+        if info is not None:
+            os.killpg(info["pid"], signal.SIGTERM)  # the app started it in its own session
+            wait_until("the started collector exits", lambda: read_marker(db) is None, 60)
