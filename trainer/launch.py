@@ -18,6 +18,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -62,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         type=parse_fault,
         metavar="JSON",
-        help='an extra fault, e.g. \'{"kind":"stall","step":8,"seconds":60}\' (kinds: nan, lr_spike, stall)',
+        help='an extra fault, e.g. \'{"kind":"stall","step":8,"seconds":60}\' (kinds: nan, lr_spike, stall, crash)',
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="check and print the torchrun command; start nothing"
@@ -73,7 +74,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-FAULT_KEYS = {"nan": {"step"}, "lr_spike": {"step", "steps", "factor"}, "stall": {"step", "seconds"}}
+FAULT_KEYS = {
+    "nan": {"step"},
+    "lr_spike": {"step", "steps", "factor"},
+    "stall": {"step", "seconds"},
+    "crash": {"step"},
+}
 
 
 def parse_fault(text: str) -> dict:
@@ -189,6 +195,22 @@ def worker_env(args: argparse.Namespace, preset_faults: list[dict], extra: dict)
     return env
 
 
+EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*)")
+
+
+def worker_error(tail: list[str]) -> list[str]:
+    """The worker's exception line and the traceback lines before it, out of torchrun's output tail.
+
+    torchrun ends with its own summary (ChildFailedError...), which says nothing about the cause.
+    """
+    for index in range(len(tail) - 1, -1, -1):
+        match = EXCEPTION_LINE.match(tail[index])
+        if match and "ChildFailedError" not in tail[index] and "SignalException" not in tail[index]:
+            context = [re.sub(r"^\[rank\d+\]:\s?", "", line) for line in tail[max(0, index - 6) : index]]
+            return [match.group(2), *[line for line in context if line.strip()]]
+    return [line for line in tail if line.strip()][-8:]
+
+
 def finish_status(out: Path, rc: int, tail: list[str], total_steps: int, stopped_by: str | None) -> None:
     """After a failed torchrun, make status.json say `failed` with the reason, unless the run already did.
 
@@ -203,7 +225,7 @@ def finish_status(out: Path, rc: int, tail: list[str], total_steps: int, stopped
     if doc.get("state") == "failed":
         return
     reason = f"stopped by {stopped_by}" if stopped_by else f"torchrun exited with code {rc}"
-    error_lines = [line for line in tail if line.strip()][-8:]
+    error_lines = worker_error(tail)
     doc.update(
         state="failed",
         step=doc.get("step", latest_checkpoint(out)),
@@ -283,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         proc.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-    tail: collections.deque[str] = collections.deque(maxlen=60)
+    tail: collections.deque[str] = collections.deque(maxlen=200)
     try:
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -131,6 +131,7 @@ def install_writers(run_dir: Path) -> None:
         return original_finish(self, exit_code=exit_code)
 
     Tracking.__init__, Tracking.log, Tracking.finish = init, log, finish
+    _make_verl_file_logger_append()
 
     import verl.utils.distributed as distributed
 
@@ -154,6 +155,24 @@ def install_writers(run_dir: Path) -> None:
         previous_hook(exc_type, exc, tb)
 
     sys.excepthook = excepthook
+
+
+def _make_verl_file_logger_append() -> None:
+    """verl's own `file` backend (if a user adds it to trainer.logger) opens its file with "wb", wiping
+    what a crashed run wrote; ours appends. Same path rules as verl's, opened with "ab"."""
+    from verl.utils import tracking
+
+    def file_logger_init(self, project_name: str, experiment_name: str) -> None:
+        self.project_name, self.experiment_name = project_name, experiment_name
+        self.filepath = os.getenv("VERL_FILE_LOGGER_PATH", None)
+        if self.filepath is None:
+            root = os.path.expanduser(os.getenv("VERL_FILE_LOGGER_ROOT", "."))
+            os.makedirs(os.path.join(root, project_name), exist_ok=True)
+            self.filepath = os.path.join(root, project_name, f"{experiment_name}.jsonl")
+        print(f"Creating file logger at {os.path.abspath(self.filepath)} (appending)")
+        self.fp = open(self.filepath, "ab", buffering=0)  # noqa: SIM115 - closed by verl's finish()
+
+    tracking.FileLogger.__init__ = file_logger_init
 
 
 def install_checkpoint_hooks() -> None:
@@ -190,6 +209,7 @@ def install_faults(faults: list[dict[str, Any]]) -> None:
     - `{"kind": "lr_spike", "step": S, "steps": K, "factor": F}`: steps S..S+K-1 run with F times the
       scheduled learning rate (the scheduler restores it after each step).
     - `{"kind": "stall", "step": S, "seconds": T}`: the process sleeps T seconds before step S.
+    - `{"kind": "crash", "step": S}`: step S raises, and the run dies as with any error in training.
     """
     if STATE.faults_installed:
         return
@@ -220,6 +240,8 @@ def install_faults(faults: list[dict[str, Any]]) -> None:
         if boost != 1.0:
             for group in self.engine.optimizer.param_groups:
                 group["lr"] *= boost
+        if any(fault["step"] == step for fault in by_kind.get("crash", [])):
+            raise RuntimeError(f"runwatch: injected crash at step {step}")
         STATE.nan_now = any(fault["step"] == step for fault in by_kind.get("nan", []))
         try:
             return original_train_batch(self, data, *args, **kwargs)

@@ -138,7 +138,7 @@ def test_launcher_rejects_an_unknown_fault(tmp_path):
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 2 and "kind must be one of nan, lr_spike, stall" in proc.stderr
+    assert proc.returncode == 2 and "kind must be one of nan, lr_spike, stall, crash" in proc.stderr
 
 
 def test_gpu_preset_maps_the_seed_hyperparameters():

@@ -126,7 +126,10 @@ from verl.utils.tracking import Tracking
 run_dir = Path(sys.argv[1])
 verl_seam.install_writers(run_dir)
 config = {"actor_rollout_ref": {"actor": {}}, "trainer": {"total_training_steps": 2}, "optim": {}}
-tracking = Tracking("p", "e", default_backend=["console"], config=config)
+import os
+os.environ["VERL_FILE_LOGGER_PATH"] = str(run_dir / "verl_file_logger.jsonl")
+(run_dir / "verl_file_logger.jsonl").write_text('{"step":0,"data":{}}' + chr(10))  # a crashed run's line
+tracking = Tracking("p", "e", default_backend=["console", "file"], config=config)
 tracking.log({"val-core/reward": 0.1}, step=0)
 tracking.log({"actor/pg_loss": 0.5, "timing_s/step": 1.5}, step=1)
 tracking.log({"actor/pg_loss": 0.4, "timing_s/step": 1.4}, step=2)
@@ -154,6 +157,9 @@ def test_tracking_seam_serves_a_ppo_style_trainer(tmp_path):
         {"step": 1, "data": {"actor/pg_loss": 0.5, "timing_s/step": 1.5}},
         {"step": 2, "data": {"actor/pg_loss": 0.4, "timing_s/step": 1.4}},
     ]
+    # verl's own file backend appends too, after the line an earlier (crashed) run left.
+    verl_lines = (tmp_path / "verl_file_logger.jsonl").read_text().splitlines()
+    assert len(verl_lines) == 4 and verl_lines[0] == '{"step":0,"data":{}}'
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["trainer"] == "verl_ppo" and run["preset"] == "grpo-test"
     status = json.loads((tmp_path / "status.json").read_text())
