@@ -81,6 +81,17 @@ def test_tensor_scalars_of_other_dtypes(tmp_path):
     assert rows[2][:2] == (5, "as_nan") and math.isnan(rows[2][2])
 
 
+def test_checksum_matches_tensorboards_reference_implementation():
+    import random
+
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as reference
+
+    rng = random.Random(3)
+    for length in [*range(0, 40), 107, 1000, 4097]:
+        data = rng.randbytes(length)
+        assert tensorboard_events.masked_crc32c(data) == reference(data), length
+
+
 def test_corrupt_records_are_reported_and_skipped(tmp_path):
     write_run(tmp_path, range(1, 4)).close()
     data = bytearray(event_file(tmp_path).read_bytes())
