@@ -51,6 +51,7 @@ class Collector:
             self.roots,
             on_points=self.detection.points_added,
             on_run_info=self.detection.run_info_changed,
+            on_backlog=self.detection.backlog_added,
         )
         self.detection.run_dirs = self.ingestor.run_dirs
         self._stop = threading.Event()
@@ -64,6 +65,8 @@ class Collector:
         paths = self.ingestor.discover()
         self.detection.warm_up()
         self.ingestor.ingest_all(paths)
+        while self.detection.catch_up():
+            pass
         self._scan_all_checkpoints()
 
     def close(self) -> None:
@@ -141,6 +144,9 @@ class Collector:
                 pending = set()
             if pending:
                 wait = 0.0  # a backlog: keep reading, the commit per chunk bounds memory
+            elif self.detection.behind:
+                self._safely(self.detection.catch_up)  # judge a stored backlog, a slice per cycle
+                wait = 0.0
             else:
                 tailer.changes.wakeup.wait(timeout=max(0.0, min(self.settings.rescan_interval_s, 1.0)))
                 # Batch: whatever changed within one commit interval goes into one cycle.

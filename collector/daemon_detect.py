@@ -21,6 +21,7 @@ from collector.store import Store
 log = logging.getLogger("collector.detect")
 
 REBUILD_POINTS_PER_METRIC = 256  # enough history for every rule's window, bounded whatever the run's length
+CATCH_UP_POINTS = 5000  # points read from the store per catch-up slice (keeps live runs flowing meanwhile)
 TELL_SINKS = ("opened", "escalated", "auto_resolved")
 
 
@@ -35,6 +36,9 @@ class Detection:
         self.run_dirs: dict[str, Path] = {}
         self.status: dict[str, dict] = {}
         self.run_info: dict[str, dict] = {}
+        # Runs whose newest stored points the detector has not seen (a bulk backlog): step fed up to.
+        self.behind: dict[str, int] = {}
+        self.fed_to: dict[str, int] = {}
 
     def _config(self, run: str) -> DetectConfig:
         run_dir = self.run_dirs.get(run)
@@ -52,6 +56,8 @@ class Detection:
             # Replayed episodes upsert onto the alerts already stored (same first step), so nothing is told
             # twice; an episode the store never saw (it was found while the collector was down) is new.
             self._handle(r["id"], det.update(recent))
+            if recent:
+                self.fed_to[r["id"]] = max(recent.step)
 
     def detector(self, run: str) -> RunDetector:
         """The run's detector (created empty on first use)."""
@@ -61,8 +67,43 @@ class Detection:
         return found
 
     def points_added(self, run: str, points: Points) -> None:
-        """Feed the points a commit just added."""
+        """Feed the points a commit just added (unless the run's backlog is still being caught up on: then
+        the catch-up reads them from the store in step order)."""
+        if run in self.behind:
+            return
         self._handle(run, self.detector(run).update(points))
+        self.fed_to[run] = max(self.fed_to.get(run, points.step[0]), max(points.step))
+
+    def backlog_added(self, run: str) -> None:
+        """A bulk commit stored points the detector has not seen; `catch_up` will feed them."""
+        if run not in self.behind:
+            self.behind[run] = self.fed_to.get(run, -(2**62))
+
+    def catch_up(self, budget: int = CATCH_UP_POINTS) -> bool:
+        """Feed up to `budget` stored points of runs with a backlog, in step order; True while any is left.
+
+        Detection is slower than bulk ingest (Python per point), so a big backfill is stored first and
+        judged after, slice by slice, without holding up live runs.
+        """
+        for run in list(self.behind):
+            after = self.behind[run]
+            rows = store_read.points_from(self.store, run, None, after, budget)
+            if len(rows) == budget and rows[0][0] != rows[-1][0]:
+                last = rows[-1][0]  # a step split by the limit: leave it whole for the next slice
+                rows = [r for r in rows if r[0] != last]
+            if not rows:
+                del self.behind[run]
+                continue
+            points = Points(
+                step=[r[0] for r in rows],
+                metric=[r[1] for r in rows],
+                value=[r[2] for r in rows],
+                wall_time=[None] * len(rows),
+            )
+            self._handle(run, self.detector(run).update(points))
+            self.behind[run] = self.fed_to[run] = rows[-1][0]
+            return True
+        return bool(self.behind)
 
     def run_info_changed(self, run: str, fmt: str, info: dict) -> None:
         if fmt == "status":

@@ -61,6 +61,7 @@ class Ingestor:
         *,
         on_points: PointsCallback | None = None,
         on_run_info: Callable[[str, str, dict], None] | None = None,
+        on_backlog: Callable[[str], None] | None = None,
         chunk_bytes: int = CHUNK_BYTES,
         txn_bytes: int = TXN_BYTES,
         bulk: bool = True,
@@ -69,6 +70,9 @@ class Ingestor:
         self.roots = [Path(r).resolve() for r in roots]
         self.on_points = on_points
         self.on_run_info = on_run_info
+        # Points that DuckDB read in bulk never become Python objects here: detection is told the run has
+        # a stored backlog and reads it from the store at its own pace.
+        self.on_backlog = on_backlog
         self.chunk_bytes = chunk_bytes
         self.txn_bytes = txn_bytes
         self.bulk = bulk
@@ -410,7 +414,6 @@ class Ingestor:
     def _bulk_chunk(self, s0: SourceState) -> bool:
         """Ingest one chunk of a big verl JSONL backlog in its own transaction; True when more is waiting."""
         s = dataclasses.replace(s0)
-        fresh: dict[str, Points] = {}
         with self.store.transaction() as cur:
             st = self._identity(cur, s)
             if st is None or st.st_size == s.offset:
@@ -437,12 +440,11 @@ class Ingestor:
             self.store.save_source(cur, s)
             if low[1] is not None:
                 self.store.update_run_info(cur, s.run_id, last_step=low[1], last_point_at=time.time())
-            if self.on_points is not None and low[1] is not None:
-                fresh[s.run_id] = self.store.staged_points(cur)
         self.sources[s.path] = s
         if low[1] is not None:
             self.max_step[s.run_id] = max(self.max_step.get(s.run_id, low[1]), low[1])
-        self._after_commit(fresh, [])
+        if low[1] is not None:
+            self._notify(self.on_backlog, s.run_id)
         return s.offset < st.st_size
 
     def _stage(self, data: bytes, end: int, lines: int) -> bool:

@@ -308,17 +308,6 @@ class Store:
         ).fetchall()[0]
         return count, missing, low
 
-    def staged_points(self, cur: duckdb.DuckDBPyConnection) -> Points:
-        """The staging table's points as a columnar batch (for the detectors)."""
-        table = cur.execute("SELECT step, metric, value FROM rw_stage").fetchnumpy()
-        steps = table["step"].tolist()
-        return Points(
-            step=steps,
-            metric=table["metric"].tolist(),
-            value=table["value"].tolist(),
-            wall_time=[None] * len(steps),
-        )
-
     def add_stage(self, cur: duckdb.DuckDBPyConnection, s: SourceState, *, may_overlap: bool) -> int:
         """Move the staging table's points into `points` (see `add_points` for the overlap rule)."""
         if not may_overlap:
