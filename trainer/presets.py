@@ -2,8 +2,8 @@
 
 - `gpu`: the seed hyperparameters for Qwen2.5-Coder-7B-Instruct on GPUs (`trainer/run_sft.sh`).
 - `demo`: the tiny CPU model overfitting a small train set (val/loss turns up while train/loss keeps
-  falling) with a gradient spike on the way down (learning rate x10 at steps 50-51); 200 steps, checkpoint
-  and validation every 20. What `make demo` runs.
+  falling), then a gradient spike (learning rate x10 at steps 120-121); 200 steps, checkpoint and
+  validation every 10, all checkpoints kept. What `make demo` runs.
 - `overfit`: the same overfitting run without the spike.
 - `spike`: a healthy run whose learning rate is boosted 30x for a few steps: grad norm and loss jump.
 - `nan`: a healthy run with a NaN loss injected at step 12.
@@ -96,29 +96,34 @@ def _cpu(**changes: Any) -> dict[str, Any]:
     return merged
 
 
-# Overfitting for real: 32 conversations seen 30 times by a model that can memorise their random names and
-# numbers; the validation loss falls for about 80 steps, then climbs while the train loss keeps falling.
+# Overfitting for real: 16 conversations seen 60 times by a model that can memorise their random names and
+# numbers; the validation loss falls for about 40 steps, then climbs while the train loss keeps falling.
 OVERFIT = _cpu(
-    data__train_max_samples=32,
-    trainer__total_epochs=30,
+    data__train_max_samples=16,
+    trainer__total_epochs=60,
     trainer__test_freq=10,
     trainer__save_freq=10,
     trainer__max_ckpt_to_keep=5,
     optim__lr=1e-2,
 )
-# The demo: the same, longer (200 steps, a validation and checkpoint every 20), with a spike on the way down.
-DEMO = {**OVERFIT, "trainer.total_epochs": 50, "trainer.test_freq": 20, "trainer.save_freq": 20}
+# The demo: the same overfitting over 200 steps (validation and checkpoint every 10, all kept, so the best one,
+# before the turn, is still there to recommend at the end), and a gradient spike once the turn is plain.
+DEMO = {
+    **OVERFIT,
+    "trainer.total_epochs": 100,
+    "trainer.max_ckpt_to_keep": "null",
+}
 
 PRESETS: dict[str, Preset] = {
     preset.name: preset
     for preset in [
         Preset(
             "demo",
-            "overfits a 32-row train set (val/loss turns up after ~80 steps), gradient spike at steps 50-51",
+            "overfits a 16-row train set (val/loss turns up after ~40 steps), gradient spike at steps 120-121",
             DEMO,
-            faults=[{"kind": "lr_spike", "step": 50, "steps": 2, "factor": 10.0}],
+            faults=[{"kind": "lr_spike", "step": 120, "steps": 2, "factor": 10.0}],
         ),
-        Preset("overfit", "overfits a 32-row train set: val/loss turns up while train/loss falls", OVERFIT),
+        Preset("overfit", "overfits a 16-row train set: val/loss turns up while train/loss falls", OVERFIT),
         Preset(
             "spike",
             "healthy run with the learning rate boosted 30x at steps 40-42: grad norm and loss jump",

@@ -106,7 +106,7 @@ def record(data: dict[str, Any], step: int) -> None:
 
 
 def install_writers(run_dir: Path) -> None:
-    """Attach the run-directory writers to verl's `Tracking` and checkpoint handler (rank 0 writes)."""
+    """Attach the run-directory writers to verl's `Tracking` (only the logging rank builds one, so rank 0 writes)."""
     if STATE.writers_installed:
         return
     STATE.writers_installed = True
