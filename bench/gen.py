@@ -215,6 +215,8 @@ def print_table(title: str, header: list[str], rows: list[list[object]]) -> None
 
 
 def _fmt(c: object) -> str:
+    if isinstance(c, bool):
+        return "yes" if c else "no"
     if isinstance(c, float):
         if math.isnan(c):
             return "-"
