@@ -26,8 +26,9 @@ class Finding:
     value: float | None
     message: str
     evidence: dict = field(default_factory=dict)
-    # the episode becomes an error once it has this many hit points (sustained trouble)
+    # the episode becomes an error (a warning) once it has this many hit points: sustained trouble
     error_after_points: int | None = None
+    warn_after_points: int | None = None
     # for rules whose episode starts before the point that confirmed it (val_loss_rise: the first worse eval)
     first_step: int | None = None
     # the step this verdict is about, when a rule judges a point late (step_time waits for the next step)

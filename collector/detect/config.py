@@ -54,7 +54,7 @@ class GradSpikeRule:
     window: int = 50  # points in the robust baseline (median/MAD)
     min_history: int = 2  # points needed before judging: early spikes matter most
     z: float = 8.0  # robust z-score (MAD scaled to sigma) above the median
-    ratio: float = 3.0  # and at least this many times the median
+    ratio: float = 3.5  # and at least this many times the median
     abs_max: float = 100.0  # above this for `abs_for` points is a spike whatever the baseline
     abs_for: int = 3
     sustained_points: int = 5  # spike points in one episode that make it an error

@@ -55,6 +55,7 @@ class _Episode:
     hits: int = 1
     quiet: int = 0
     error_after: int | None = None
+    warn_after: int | None = None
 
 
 class Episodes:
@@ -77,7 +78,9 @@ class Episodes:
             first = finding.first_step if finding.first_step is not None else at
             event = AlertEvent(key[0], finding.severity, key[1], first, at, finding.value, finding.message,
                                True, finding.evidence, self.run_id)  # fmt: skip
-            episode = self._open[key] = _Episode(event, error_after=finding.error_after_points)
+            episode = self._open[key] = _Episode(
+                event, error_after=finding.error_after_points, warn_after=finding.warn_after_points
+            )
         else:
             event = episode.event
             episode.hits += 1
@@ -89,6 +92,11 @@ class Episodes:
                 event.severity = finding.severity
             if finding.error_after_points is not None:
                 episode.error_after = finding.error_after_points
+            if finding.warn_after_points is not None:
+                episode.warn_after = finding.warn_after_points
+        if episode.warn_after is not None and episode.hits >= episode.warn_after and event.severity == "info":
+            event.severity = "warn"
+            event.evidence["escalated"] = f"sustained for {episode.hits} points"
         if (
             episode.error_after is not None
             and episode.hits >= episode.error_after

@@ -6,6 +6,7 @@ Each class is fed one finite point at a time; see `collector.detect.base` for th
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from statistics import median
 
@@ -101,6 +102,7 @@ class LossSpike:
         self.clear_after = cfg.clear_after
         self.window = Window(cfg.window)
         self.recent: deque[float] = deque(maxlen=max(1, cfg.diverge_window))
+        self.rolled: deque[float] = deque(maxlen=max(1, cfg.diverge_window))  # past rolling medians
         self.best_rolling: float | None = None
         self.best_step = 0
         self.rising = 0
@@ -108,6 +110,7 @@ class LossSpike:
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
         self.recent.clear()
+        self.rolled.clear()
         self.rising = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
@@ -119,8 +122,11 @@ class LossSpike:
         self.window.add(step, value)
         self.recent.append(value)
         rolling = median(self.recent) if len(self.recent) == self.recent.maxlen else None
-        if rolling is not None and (self.best_rolling is None or rolling < self.best_rolling):
-            self.best_rolling, self.best_step = rolling, step
+        earlier = self.rolled[0] if len(self.rolled) == self.rolled.maxlen else None
+        if rolling is not None:
+            self.rolled.append(rolling)
+            if self.best_rolling is None or rolling < self.best_rolling:
+                self.best_rolling, self.best_step = rolling, step
         if not enough:
             return HOLD
         z = robust_z(value, mid, mad, floor=0.01 * abs(mid))
@@ -141,13 +147,16 @@ class LossSpike:
             and best is not None
             and rolling > best + max(cfg.diverge_rel * abs(best), cfg.abs_jump)
         ):
+            if earlier is None or rolling <= earlier:
+                self.rising = 0
+                return HOLD  # far above its best but coming back down: recovering, not (yet) diverging
             self.rising += 1
             if self.rising >= cfg.diverge_for:
                 return Finding(
                     "error",
                     value,
-                    f"{self.metric} is diverging: its rolling median is {fmt(rolling)} at step {step}, up from its "
-                    f"best {fmt(best)} at step {self.best_step}, for {self.rising} points. Likely causes: lr too high, "
+                    f"{self.metric} is diverging: its rolling median is {fmt(rolling)} at step {step}, rising and far "
+                    f"above its best {fmt(best)} at step {self.best_step}, for {self.rising} points. Likely causes: lr too high, "
                     f"optimizer state corrupted after a spike, numerical instability. Stop the run and resume from the "
                     f"checkpoint near step {self.best_step} with a lower lr.",
                     {
@@ -216,6 +225,7 @@ class StepTimeSpike:
         self.clear_after = cfg.clear_after
         self.window = Window(cfg.window)
         self.pending: tuple[int, float] | None = None
+        self.spike_steps: deque[int] = deque(maxlen=8)
 
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
@@ -243,15 +253,30 @@ class StepTimeSpike:
         relative = mid > 0 and value > cfg.ratio * mid and z >= cfg.z
         absolute = value > cfg.abs_max_seconds and value > cfg.abs_ratio * mid
         if relative or absolute:
+            periodic = self._periodic(step)
+            self.spike_steps.append(step)
+            if periodic:
+                return HOLD  # slow every N steps (epoch ends, periodic logging or saving): the run's rhythm
             return Finding(
-                "warn",
+                "info",
                 value,
                 f"{self.metric} = {fmt(value)} s at step {step}, {fmt(value / mid if mid else float('inf'))}x the "
                 f"median {fmt(mid)} s (not a save or validation step). Likely causes: another job on the "
                 f"machine, data loading stalls, memory swapping, a slow filesystem. Check the machine's load, "
                 f"the data loader workers and free memory.",
                 {"baseline_median": mid, "z": z, "abs_max_seconds": cfg.abs_max_seconds},
+                warn_after_points=3,  # one slow step is a notice; a run that stays slow is a warning
                 error_after_points=20,
                 at_step=step,
             )
         return None
+
+    def _periodic(self, step: int) -> bool:
+        """Whether this slow step falls on the rhythm of the earlier ones (3 or more, a common period >= 4)."""
+        if len(self.spike_steps) < 2:
+            return False
+        steps = list(self.spike_steps)
+        period = 0
+        for a, b in zip(steps, steps[1:], strict=False):
+            period = math.gcd(period, b - a)
+        return period >= 4 and (step - steps[-1]) % period == 0

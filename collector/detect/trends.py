@@ -119,11 +119,16 @@ class LossPlateau:
         if before - now > max(cfg.noise_sigmas * noise, cfg.min_rel_improvement * abs(before)):
             self.flat = 0
             return None
+        if now - before > cfg.noise_sigmas * noise:
+            self.flat = 0
+            return HOLD  # worse, not flat: rises are loss_spike's to judge
         self.flat += 1
         if self.flat < cfg.hold_checks:
             return HOLD
-        if hasattr(run, "episode_open") and run.episode_open("no_learning", self.metric):
-            return HOLD  # a loss that does not move at all is reported once, as no_learning
+        if hasattr(run, "episode_open") and (
+            run.episode_open("no_learning", self.metric) or run.episode_open("loss_spike", self.metric)
+        ):
+            return HOLD  # a loss that does not move at all is no_learning; one recovering from a spike is not flat
         lr_fraction = run.lr_fraction() if hasattr(run, "lr_fraction") else None
         if lr_fraction is not None and lr_fraction < cfg.end_lr_fraction:
             return HOLD  # flat at the end of a decayed schedule is convergence, not a plateau

@@ -319,3 +319,36 @@ def test_healthy_ppo_run_raises_nothing(seed):
         )
         == []
     )
+
+
+def test_slow_steps_on_a_rhythm_of_unknown_cause_are_at_most_a_notice():
+    # every 16th step is slow (an epoch boundary of a small data set, say) and nobody told us why
+    series = healthy_sft(seed=23)
+    series.pop("val/loss")
+    steps, values = series["train/time(s)"]
+    series["train/time(s)"] = (steps, [3.0 if s % 16 == 1 else 0.5 for s in steps])
+    events = detect_series(series, run_info={"trainer": {"save_freq": 200}})
+    assert {(e.rule, e.severity) for e in events} <= {("step_time_spike", "info")}
+    assert len(events) <= 2  # the first slow steps, before the rhythm is known
+
+
+def test_a_run_that_stays_slow_is_a_warning():
+    series = replace_values(healthy_sft(seed=24), "train/time(s)", {s: 4.0 for s in range(1011, 1020)})
+    alert = only(detect_series(series, run_info=VERL_INFO), "step_time_spike")
+    assert alert.severity == "warn" and alert.first_step == 1011
+
+
+def test_a_loss_recovering_after_an_lr_spike_is_a_spike_not_divergence_nor_plateau():
+    # the trainer's `spike` scenario: lr x40 for 3 steps; grad_norm and loss jump, then the loss slowly recovers
+    series = healthy_sft(seed=25)
+    series = replace_values(series, "train/grad_norm", {1000: 12.0, 1001: 9.0, 1002: 10.0, 1003: 8.0})
+    steps, values = series["train/loss"]
+    series["train/loss"] = (
+        steps,
+        [v if s < 1001 else v + 8.0 * math.exp(-(s - 1001) / 60) for s, v in zip(steps, values, strict=True)],
+    )
+    events = detect_series(series, run_info=VERL_INFO)
+    assert only(events, "grad_spike").severity == "error"  # followed by the loss jump
+    loss = only(events, "loss_spike")
+    assert loss.severity == "warn" and loss.first_step == 1001 and "diverging" not in loss.message
+    assert "loss_plateau" not in rules_of(events)
