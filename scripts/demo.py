@@ -78,14 +78,13 @@ def cli_json(db: Path, *args: str) -> object:
     return json.loads(out.stdout)
 
 
-def print_alerts(db: Path, run: str, seen: set[tuple]) -> None:
-    for a in cli_json(db, "alerts", "--run", run, "--state", "all") or []:
-        key = (a["id"], a["state"], a["last_step"])
-        if key not in seen:
-            seen.add(key)
-            print(
-                f"  [{a['severity']:5}] {a['rule']:<16} steps {a['first_step']}-{a['last_step']} ({a['state']}): {a['message']}"
-            )
+def print_alerts(db: Path, run: str) -> None:
+    alerts = cli_json(db, "alerts", "--run", run, "--state", "all") or []
+    print(f"\nAlerts for {run}: {len(alerts)}")
+    for a in alerts:
+        print(
+            f"  [{a['severity']:5}] {a['rule']:<16} steps {a['first_step']}-{a['last_step']} ({a['state']})"
+        )
 
 
 def print_advice(db: Path, run: str) -> None:
@@ -179,21 +178,17 @@ def main() -> None:
                 f"\n  runwatch dashboard: http://127.0.0.1:{port}\n  (Ctrl-C stops the trainer, the collector and the dashboard)\n"
             )
 
-        seen: set[tuple] = set()
-        while True:
-            time.sleep(3)
-            if args.headless:
-                print_alerts(db, run_id, seen)
-            if trainer.poll() is not None:
-                print(f"demo: training finished with exit code {trainer.returncode}")
-                time.sleep(3)  # let the collector take in the last lines
-                print_alerts(db, run_id, seen)
-                print_advice(db, run_id)
-                if args.headless:
-                    break
-                print("demo: the dashboard stays up; Ctrl-C to stop")
-                while True:
-                    time.sleep(3600)
+        # Live alerts: the collector prints one line per alert event on this terminal as they happen.
+        while trainer.poll() is None:
+            time.sleep(1)
+        print(f"demo: training finished with exit code {trainer.returncode}")
+        time.sleep(3)  # let the collector take in the last lines
+        print_alerts(db, run_id)
+        print_advice(db, run_id)
+        if not args.headless:
+            print("demo: the dashboard stays up; Ctrl-C to stop")
+            while True:
+                time.sleep(3600)
     except KeyboardInterrupt:
         print("\ndemo: stopping")
     finally:
