@@ -42,7 +42,7 @@ class Window:
     point before): a baseline that is a few points stale judges a spike the same way, at a tenth of the cost.
     """
 
-    __slots__ = ("points", "_stride", "_added", "_at", "_stats")
+    __slots__ = ("points", "_stride", "_added", "_at", "_stats", "_noise_at", "_noise")
 
     def __init__(self, size: int) -> None:
         self.points: deque[tuple[int, float]] = deque(maxlen=max(1, size))
@@ -50,6 +50,8 @@ class Window:
         self._added = 0
         self._at = -1
         self._stats = (0.0, 0.0)
+        self._noise_at = -1
+        self._noise = 0.0
 
     def __len__(self) -> int:
         return len(self.points)
@@ -75,11 +77,26 @@ class Window:
         self._at = self._added
         return self._stats
 
+    def level_noise(self, last: int) -> tuple[float, float]:
+        """Median of the last `last` points, and the noise sigma of the window estimated from point-to-point
+        differences (MAD of the differences / sqrt 2), which a steady trend does not inflate."""
+        values = [v for _, v in self.points]
+        level = median(values[-last:]) if values else 0.0
+        full = len(self.points) == self.points.maxlen
+        if not (full and self._noise_at >= 0 and self._added - self._noise_at < self._stride):
+            diffs = [b - a for a, b in zip(values, values[1:], strict=False)]
+            if diffs:
+                mid = median(diffs)
+                self._noise = MAD_TO_SIGMA * median([abs(d - mid) for d in diffs]) / math.sqrt(2)
+            self._noise_at = self._added
+        return level, self._noise
+
     def rewind(self, step: int) -> None:
         """Forget points at `step` and after."""
         while self.points and self.points[-1][0] >= step:
             self.points.pop()
         self._at = -1
+        self._noise_at = -1
 
 
 def robust_z(value: float, mid: float, mad: float, floor: float) -> float:

@@ -69,8 +69,9 @@ class LossSpikeRule:
     enabled: bool = True
     window: int = 50
     min_history: int = 5
-    z: float = 6.0
-    rel_jump: float = 0.5  # and at least 50 % above the median...
+    level_points: int = 10  # the baseline level: median of the last 10 points (the loss trends)
+    z: float = 6.0  # noise sigmas above that level (noise from point-to-point differences over `window`)
+    rel_jump: float = 0.5  # and at least 50 % above the level...
     abs_jump: float = 0.1  # ...and 0.1 nats above it
     diverge_window: int = 10  # rolling median length for the divergence check
     diverge_rel: float = 0.3  # rolling median this much above its best so far = diverging

@@ -93,7 +93,8 @@ class GradSpike:
 
 
 class LossSpike:
-    """The training loss far above its recent robust baseline, or its rolling median rising away from its best."""
+    """The training loss far above its recent robust baseline, or diverging: rising block after block while
+    far above its best."""
 
     rule_id = "loss_spike"
 
@@ -101,8 +102,10 @@ class LossSpike:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
         self.window = Window(cfg.window)
-        self.recent: deque[float] = deque(maxlen=max(1, cfg.diverge_window))
-        self.rolled: deque[float] = deque(maxlen=max(1, cfg.diverge_window))  # past rolling medians
+        self.block = max(2, cfg.diverge_window)
+        # three blocks of raw values: a rising trend is three block medians in increasing order, which a
+        # single spike passing through a rolling window cannot fake
+        self.recent: deque[float] = deque(maxlen=3 * self.block)
         self.best_rolling: float | None = None
         self.best_step = 0
         self.rising = 0
@@ -110,7 +113,6 @@ class LossSpike:
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
         self.recent.clear()
-        self.rolled.clear()
         self.rising = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
@@ -118,18 +120,20 @@ class LossSpike:
             return HOLD  # in RL runs "loss" is a policy loss: neither spikes nor trends mean much
         cfg = self.cfg
         enough = len(self.window) >= cfg.min_history
-        mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
+        # the loss trends (fast, early on): its baseline is the median of the last few points, and its noise
+        # comes from point-to-point differences, which a trend does not inflate
+        mid, sigma = self.window.level_noise(cfg.level_points) if enough else (0.0, 0.0)
         self.window.add(step, value)
         self.recent.append(value)
-        rolling = median(self.recent) if len(self.recent) == self.recent.maxlen else None
-        earlier = self.rolled[0] if len(self.rolled) == self.rolled.maxlen else None
-        if rolling is not None:
-            self.rolled.append(rolling)
-            if self.best_rolling is None or rolling < self.best_rolling:
-                self.best_rolling, self.best_step = rolling, step
+        blocks = None
+        if len(self.recent) == self.recent.maxlen:
+            values, k = list(self.recent), self.block
+            blocks = (median(values[:k]), median(values[k : 2 * k]), median(values[2 * k :]))
+            if self.best_rolling is None or blocks[2] < self.best_rolling:
+                self.best_rolling, self.best_step = blocks[2], step
         if not enough:
             return HOLD
-        z = robust_z(value, mid, mad, floor=0.01 * abs(mid))
+        z = (value - mid) / max(sigma, 0.01 * abs(mid), 1e-12)
         jump = value - mid
         if z >= cfg.z and jump >= max(cfg.rel_jump * abs(mid), cfg.abs_jump):
             return Finding(
@@ -139,30 +143,30 @@ class LossSpike:
                 f"(robust z {fmt(z)}). Likely causes: a gradient spike just before, a bad batch, lr too high. "
                 f"Check grad_norm around this step and the batch; if the loss does not come back within a few "
                 f"steps, resume from the last good checkpoint with a lower lr.",
-                {"baseline_median": mid, "mad": mad, "z": z, "jump": jump},
+                {"baseline_median": mid, "noise_sigma": sigma, "z": z, "jump": jump},
             )
         best = self.best_rolling
         if (
-            rolling is not None
+            blocks is not None
             and best is not None
-            and rolling > best + max(cfg.diverge_rel * abs(best), cfg.abs_jump)
+            and blocks[2] > best + max(cfg.diverge_rel * abs(best), cfg.abs_jump)
         ):
-            if earlier is None or rolling <= earlier:
+            if not blocks[0] < blocks[1] < blocks[2]:
                 self.rising = 0
-                return HOLD  # far above its best but coming back down: recovering, not (yet) diverging
+                return HOLD  # far above its best but not climbing: recovering from a spike, not diverging
             self.rising += 1
             if self.rising >= cfg.diverge_for:
                 return Finding(
                     "error",
                     value,
-                    f"{self.metric} is diverging: its rolling median is {fmt(rolling)} at step {step}, rising and far "
-                    f"above its best {fmt(best)} at step {self.best_step}, for {self.rising} points. Likely causes: lr too high, "
-                    f"optimizer state corrupted after a spike, numerical instability. Stop the run and resume from the "
-                    f"checkpoint near step {self.best_step} with a lower lr.",
+                    f"{self.metric} is diverging: block medians {fmt(blocks[0])} -> {fmt(blocks[1])} -> "
+                    f"{fmt(blocks[2])} to step {step}, far above its best {fmt(best)} at step {self.best_step}. "
+                    f"Likely causes: lr too high, optimizer state corrupted after a spike, numerical instability. "
+                    f"Stop the run and resume from the checkpoint near step {self.best_step} with a lower lr.",
                     {
-                        "best_rolling_median": best,
+                        "best_median": best,
                         "best_step": self.best_step,
-                        "rolling_median": rolling,
+                        "block_medians": list(blocks),
                         "kind": "diverging",
                     },
                 )

@@ -352,3 +352,15 @@ def test_a_loss_recovering_after_an_lr_spike_is_a_spike_not_divergence_nor_plate
     loss = only(events, "loss_spike")
     assert loss.severity == "warn" and loss.first_step == 1001 and "diverging" not in loss.message
     assert "loss_plateau" not in rules_of(events)
+
+
+def test_loss_jump_while_the_loss_still_falls_fast_is_caught():
+    # the demo's lr spike at step 51, while the loss was still falling from 6 to 1: a wide window's median
+    # would sit far above the current level and hide the jump
+    rng = random.Random(26)
+    steps = list(range(1, 120))
+    loss = [
+        5.0 * math.exp(-s / 15) + 1.0 + rng.gauss(0, 0.08) + (3.0 if 51 <= s <= 54 else 0.0) for s in steps
+    ]
+    alert = only(detect_series({"train/loss": (steps, loss)}), "loss_spike")
+    assert alert.first_step == 51 and alert.severity == "warn" and not alert.active
