@@ -33,6 +33,12 @@ def _drawable(values: Iterable[float]) -> list[float | None]:
     return [v if is_finite(v) else None for v in values]
 
 
+def _band_edge(edge: list[float], other: list[float]) -> list[float | None]:
+    # A bucket holding a NaN may lack one edge; a gap in a filled band draws a stray polygon, so fall back
+    # to the other edge (the NaN itself is marked at the top).
+    return [e if is_finite(e) else (o if is_finite(o) else None) for e, o in zip(edge, other, strict=True)]
+
+
 def bucket_note(series_list: list[dict]) -> str | None:
     """A sentence saying the chart shows buckets rather than raw points, or None when every series is raw."""
     parts = [
@@ -58,10 +64,10 @@ def _add_series(fig: go.Figure, series: dict, color: str, smoothing: float) -> N
         fig.add_trace(
             go.Scatter(
                 x=steps,
-                y=_drawable(series["maxs"]),
+                y=_band_edge(series["maxs"], series["mins"]),
                 name=f"{name} max",
                 mode="lines",
-                line={"width": 0.5, "color": _rgba(color, 0.5)},
+                line={"width": 1, "color": _rgba(color, 0.6)},
                 showlegend=False,
                 legendgroup=name,
                 hoverinfo="x+y+name",
@@ -70,10 +76,10 @@ def _add_series(fig: go.Figure, series: dict, color: str, smoothing: float) -> N
         fig.add_trace(
             go.Scatter(
                 x=steps,
-                y=_drawable(series["mins"]),
+                y=_band_edge(series["mins"], series["maxs"]),
                 name=f"{name} min",
                 mode="lines",
-                line={"width": 0.5, "color": _rgba(color, 0.5)},
+                line={"width": 1, "color": _rgba(color, 0.6)},
                 fill="tonexty",
                 fillcolor=_rgba(color, 0.25),
                 showlegend=False,
@@ -125,7 +131,7 @@ def _add_nonfinite(fig: go.Figure, series_list: list[dict]) -> None:
     fig.add_trace(
         go.Scatter(
             x=steps,
-            y=[0.97] * len(steps),
+            y=[0.94] * len(steps),
             yaxis="y2",
             name=NONFINITE_TRACE,
             mode="markers",
@@ -181,6 +187,14 @@ def _label_level(fig: go.Figure, y: float, text: str, color: str, log_y: bool, a
         showarrow=False,
         font={"color": color, "size": 11},
     )
+
+
+def _step_range(series_list: list[dict]) -> dict:
+    # Fit the axis to the data: annotations and shapes must not widen it past the first and last step.
+    steps = [s for series in series_list for s in (series["steps"][:1] + series["steps"][-1:])]
+    if not steps or min(steps) == max(steps):
+        return {}
+    return {"range": [min(steps), max(steps)]}
 
 
 def metric_figure(
@@ -243,7 +257,7 @@ def metric_figure(
         margin={"l": 10, "r": 10, "t": 60, "b": 10},
         hovermode="x unified",
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
-        xaxis={"title": "step"},
+        xaxis={"title": "step", **_step_range(series_list)},
         yaxis={"title": y_title or "", "type": "log" if log_y else "linear"},
         yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
         meta={"bucket_note": note},

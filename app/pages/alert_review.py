@@ -52,13 +52,16 @@ st.dataframe(
             "steps": f"{a['first_step']}–{a['last_step']}",
             "state": a["state"],
             "message": a.get("message"),
-            "note": a.get("note"),
+            "note": a.get("note") or "",
         }
         for a in shown
     ],
     hide_index=True,
     width="stretch",
-    column_config={"message": st.column_config.TextColumn("message", width="large")},
+    column_config={
+        "run": st.column_config.TextColumn("run", width="medium"),
+        "message": st.column_config.TextColumn("message", width="large"),
+    },
 )
 
 
@@ -105,4 +108,9 @@ if act[1].button("Resolve", disabled=alert["state"] == "resolved", key=f"resolve
 history = alert.get("history") or []
 if history:
     st.markdown("**History**")
-    st.dataframe(history, hide_index=True, width="stretch")
+    st.dataframe(
+        [{**h, "at": ui.parse_time(h.get("at")), "note": h.get("note") or ""} for h in history],
+        hide_index=True,
+        width="stretch",
+        column_config={"at": st.column_config.DatetimeColumn("at", format="YYYY-MM-DD HH:mm:ss")},
+    )

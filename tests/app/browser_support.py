@@ -137,10 +137,11 @@ def wait_for_charts(page, count: int = 1) -> None:
 
 
 def wait_idle(page) -> None:
-    """Wait until Streamlit shows no running-script indicator and no loading skeleton."""
+    """Wait until Streamlit shows no running-script indicator, no loading skeleton and no stale element."""
     page.wait_for_function(
         """() => !document.querySelector('[data-testid="stStatusWidget"]')
-               && !document.querySelector('[data-testid="stSkeleton"]')"""
+               && !document.querySelector('[data-testid="stSkeleton"]')
+               && !document.querySelector('[data-stale="true"]')"""
     )
 
 

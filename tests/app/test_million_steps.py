@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 
@@ -93,7 +94,8 @@ def test_million_step_run_page_draws_spikes_and_nan(tmp_path: Path):
     finally:
         stop_process(collector.proc)
 
-    by_title = {f["title"].split("<br>")[0]: f for f in figures}
+    # Streamlit's theme wraps titles in <b>; the part before <br> is the chart's name.
+    by_title = {re.sub(r"<[^>]+>", "", f["title"].split("<br>")[0]): f for f in figures}
     grad = by_title["Gradient norm"]
     assert "buckets" in grad["title"]  # the chart says it shows buckets, not raw points
     drawn = [
