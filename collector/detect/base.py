@@ -77,19 +77,19 @@ class Window:
         self._at = self._added
         return self._stats
 
-    def level_noise(self, last: int) -> tuple[float, float]:
-        """Median of the last `last` points, and the noise sigma of the window estimated from point-to-point
-        differences (MAD of the differences / sqrt 2), which a steady trend does not inflate."""
-        values = [v for _, v in self.points]
-        level = median(values[-last:]) if values else 0.0
+    def diff_noise(self) -> float:
+        """Noise sigma of the window from point-to-point differences (MAD of the differences / sqrt 2): a
+        steady trend does not inflate it. Recomputed on the same stride as `median_mad`."""
         full = len(self.points) == self.points.maxlen
-        if not (full and self._noise_at >= 0 and self._added - self._noise_at < self._stride):
-            diffs = [b - a for a, b in zip(values, values[1:], strict=False)]
-            if diffs:
-                mid = median(diffs)
-                self._noise = MAD_TO_SIGMA * median([abs(d - mid) for d in diffs]) / math.sqrt(2)
-            self._noise_at = self._added
-        return level, self._noise
+        if full and self._noise_at >= 0 and self._added - self._noise_at < self._stride:
+            return self._noise
+        values = [v for _, v in self.points]
+        diffs = [b - a for a, b in zip(values, values[1:], strict=False)]
+        if diffs:
+            mid = median(diffs)
+            self._noise = MAD_TO_SIGMA * median([abs(d - mid) for d in diffs]) / math.sqrt(2)
+        self._noise_at = self._added
+        return self._noise
 
     def rewind(self, step: int) -> None:
         """Forget points at `step` and after."""

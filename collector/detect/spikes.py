@@ -106,6 +106,8 @@ class LossSpike:
         # three blocks of raw values: a rising trend is three block medians in increasing order, which a
         # single spike passing through a rolling window cannot fake
         self.recent: deque[float] = deque(maxlen=3 * self.block)
+        self.level: deque[float] = deque(maxlen=max(1, cfg.level_points))
+        self.seen = 0
         self.best_rolling: float | None = None
         self.best_step = 0
         self.rising = 0
@@ -113,6 +115,8 @@ class LossSpike:
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
         self.recent.clear()
+        self.level.clear()
+        self.level.extend(v for _, v in list(self.window.points)[-self.level.maxlen :])
         self.rising = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
@@ -122,11 +126,15 @@ class LossSpike:
         enough = len(self.window) >= cfg.min_history
         # the loss trends (fast, early on): its baseline is the median of the last few points, and its noise
         # comes from point-to-point differences, which a trend does not inflate
-        mid, sigma = self.window.level_noise(cfg.level_points) if enough else (0.0, 0.0)
+        mid = median(self.level) if enough else 0.0
+        sigma = self.window.diff_noise() if enough else 0.0
         self.window.add(step, value)
+        self.level.append(value)
         self.recent.append(value)
         blocks = None
-        if len(self.recent) == self.recent.maxlen:
+        self.seen += 1
+        stride = max(1, self.block // 2)  # the trend is judged every half block: it moves slowly
+        if len(self.recent) == self.recent.maxlen and self.seen % stride == 0:
             values, k = list(self.recent), self.block
             blocks = (median(values[:k]), median(values[k : 2 * k]), median(values[2 * k :]))
             if self.best_rolling is None or blocks[2] < self.best_rolling:
@@ -154,7 +162,7 @@ class LossSpike:
             if not blocks[0] < blocks[1] < blocks[2]:
                 self.rising = 0
                 return HOLD  # far above its best but not climbing: recovering from a spike, not diverging
-            self.rising += 1
+            self.rising += stride
             if self.rising >= cfg.diverge_for:
                 return Finding(
                     "error",
@@ -171,6 +179,8 @@ class LossSpike:
                     },
                 )
             return HOLD
+        if blocks is None and self.rising:
+            return HOLD  # between trend checks: keep the verdict of the last one
         self.rising = 0
         return None
 
