@@ -163,7 +163,9 @@ class LrAnomalyRule:
     enabled: bool = True
     end_fraction: float = 0.02  # lr reaching zero in the last 2 % of the run is a schedule ending
     zero_for: int = 3  # points of lr <= 0 before alerting when the run length is unknown
-    cosine_tolerance: float = 0.25  # off the cosine curve by more than 25 % of the peak
+    cosine_tolerance: float = (
+        0.25  # off the configured curve (cosine, linear, constant) by over 25 % of the base lr
+    )
     cosine_for: int = 3
     rise_tolerance: float = 0.02  # lr rising more than 2 % above its peak after warmup
     clear_after: int = 3

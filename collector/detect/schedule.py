@@ -85,8 +85,28 @@ def _positive_int(value: object) -> int | None:
     return int(value)
 
 
+def expected_lr(
+    scheduler: str, step: int, base: float | None, min_lr_ratio: float, warmup: int, total: int | None
+) -> float | None:
+    """The lr a linear warmup then `scheduler` ("cosine", "linear" or "constant") gives at `step`; None when
+    the schedule or the numbers it needs are unknown."""
+    if base is None or total is None or total <= warmup:
+        return None
+    if warmup and step <= warmup:
+        return base * step / warmup
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    min_lr = base * min_lr_ratio
+    if "cosine" in scheduler:
+        return min_lr + (base - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
+    if "linear" in scheduler:
+        return min_lr + (base - min_lr) * (1 - progress)
+    if "constant" in scheduler:
+        return base
+    return None
+
+
 class LrAnomaly:
-    """lr <= 0 after warmup (and before the schedule's end), or off the configured cosine curve."""
+    """lr <= 0 after warmup (and before the schedule's end), or off the configured schedule (warmup included)."""
 
     rule_id = "lr_anomaly"
 
@@ -130,13 +150,12 @@ class LrAnomaly:
             return HOLD
         self.zeros = 0
         self.peak = max(self.peak, value)
-        scheduler = facts.get("scheduler", "")
-        if "cosine" not in scheduler or total is None or step <= warmup or total <= warmup:
+        base = facts.get("base_lr") or (self.peak if step > warmup else None)
+        expected = expected_lr(
+            facts.get("scheduler", ""), step, base, facts.get("min_lr_ratio", 0.0), warmup, total
+        )
+        if expected is None or base is None:
             return None
-        base = facts.get("base_lr") or self.peak
-        min_lr = base * facts.get("min_lr_ratio", 0.0)
-        progress = min(1.0, (step - warmup) / (total - warmup))
-        expected = min_lr + (base - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
         if abs(value - expected) <= cfg.cosine_tolerance * base:
             self.off_curve = 0
             return None
@@ -146,8 +165,8 @@ class LrAnomaly:
         return Finding(
             "warn",
             value,
-            f"{self.metric} = {fmt(value)} at step {step}, but the config's cosine schedule (base {fmt(base)}, warmup "
-            f"{warmup} steps, {total} steps) expects {fmt(expected)}. Likely causes: the scheduler is not the one "
+            f"{self.metric} = {fmt(value)} at step {step}, but the config's {facts.get('scheduler')} schedule (base "
+            f"{fmt(base)}, warmup {warmup} steps, {total} steps) expects {fmt(expected)}. Likely causes: the scheduler is not the one "
             f"configured, total steps differ from the real run length, a resume restored another scheduler state. "
             f"Check the scheduler type and total steps in the resolved config.",
             {

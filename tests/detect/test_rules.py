@@ -297,8 +297,10 @@ def test_constant_lr_when_config_says_cosine_warns():
     series = healthy_sft(seed=21)
     steps, _ = series["train/lr"]
     series["train/lr"] = (steps, [1e-4] * len(steps))
-    alert = only(detect_series(series, run_info=VERL_INFO), "lr_anomaly")
-    assert alert.severity == "warn" and "cosine" in alert.message
+    found = [e for e in detect_series(series, run_info=VERL_INFO) if e.rule == "lr_anomaly"]
+    # no warmup (steps 1-74, until the warmup line comes within 25 %), then no decay (from a third of the run)
+    assert [e.first_step for e in found][0] <= 10 and found[-1].first_step > 600
+    assert all(e.severity == "warn" and "cosine schedule" in e.message for e in found)
 
 
 def test_scaled_lr_key_is_read_times_1e_minus_3():
@@ -364,3 +366,34 @@ def test_loss_jump_while_the_loss_still_falls_fast_is_caught():
     ]
     alert = only(detect_series({"train/loss": (steps, loss)}), "loss_spike")
     assert alert.first_step == 51 and alert.severity == "warn" and not alert.active
+
+
+def test_no_warmup_when_the_config_asks_for_one_warns():
+    series = healthy_sft(seed=27)
+    steps, values = series["train/lr"]
+    series["train/lr"] = (
+        steps,
+        [max(v, 1e-4) if s <= 100 else v for s, v in zip(steps, values, strict=True)],
+    )
+    alert = only(detect_series(series, run_info=VERL_INFO), "lr_anomaly")
+    assert alert.first_step <= 10 and "expects" in alert.message
+
+
+def test_linear_and_constant_schedules_are_followed_too():
+    from tests.detect.synth import cosine_lr
+
+    series = healthy_sft(seed=28)
+    steps, _ = series["train/lr"]
+    linear = {
+        "trainer": {"total_training_steps": 2000},
+        "optim": {"lr": 1e-4, "lr_warmup_steps_ratio": 0.05, "lr_scheduler_type": "linear"},
+    }
+    series["train/lr"] = (steps, [1e-4 * s / 100 if s <= 100 else 1e-4 * (2000 - s) / 1900 for s in steps])
+    assert detect_series(series, run_info=linear) == []
+    series["train/lr"] = (steps, [cosine_lr(s, 2000, 100) for s in steps])
+    assert detect_series(series, run_info=linear) == []  # cosine stays within 10 % of linear: close enough
+    series["train/lr"] = (steps, [1e-4 * s / 100 if s <= 100 else 1e-4 for s in steps])  # never decays
+    assert only(detect_series(series, run_info=linear), "lr_anomaly").first_step > 500
+    constant = {"optim": {"lr": 1e-4, "lr_scheduler_type": "constant", "total_training_steps": 2000}}
+    series["train/lr"] = (steps, [1e-4] * len(steps))
+    assert detect_series(series, run_info=constant) == []
