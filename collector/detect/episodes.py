@@ -31,10 +31,7 @@ class AlertEvent:
     run: str = ""
 
     def to_dict(self) -> dict:
-        """A JSON-able dict (non-finite values as strings, since JSON has no NaN)."""
-        value = self.value
-        if value is not None and not math.isfinite(value):
-            value = str(value)
+        """A JSON-able dict (non-finite numbers, evidence included, as strings: JSON has no NaN)."""
         return {
             "run": self.run,
             "rule": self.rule,
@@ -42,11 +39,25 @@ class AlertEvent:
             "metric": self.metric,
             "first_step": self.first_step,
             "last_step": self.last_step,
-            "value": value,
+            "value": _json_number(self.value),
             "message": self.message,
             "active": self.active,
-            "evidence": self.evidence,
+            "evidence": _json_safe(self.evidence),
         }
+
+
+def _json_number(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _json_safe(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return _json_number(value)
 
 
 @dataclass(slots=True)

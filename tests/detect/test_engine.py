@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
+import random
 
-from collector.detect.config import CustomRule, DetectConfig
+import pytest
+
+from collector.detect.config import CustomRule, DetectConfig, load_config
 from collector.detect.engine import AlertEvent, RunDetector, detect_series
 from collector.model import Points
 from tests.detect.synth import healthy_sft, replace_values
@@ -220,3 +224,48 @@ def test_a_resumed_episode_whose_condition_cleared_while_down_is_closed():
     )
     events = detector.update(points_of(series, start=800), replay=True)
     assert [(e.rule, e.first_step, e.active) for e in events] == [("grad_spike", 700, False)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_garbage_in_never_raises(seed):
+    # one bad file must never crash the collector: random values (NaN, inf, negative, huge, zero), steps out
+    # of order and repeated, odd run info, tiny windows
+    rng = random.Random(seed)
+    names = ["train/loss", "train/grad_norm", "train/lr", "train/lr(1e-3)", "train/time(s)", "val/loss", "actor/ppo_kl",
+             "critic/score/mean", "critic/score/std", "eval_loss", "x/unknown", "loss", "reward"]  # fmt: skip
+    specials = [math.nan, math.inf, -math.inf, 0.0, -1.0, 1e308, -1e308, 1e-320]
+    config = load_config(None, None)
+    info = rng.choice(
+        [
+            {},
+            {"algorithm": ["ppo"]},
+            {"optim": {"lr": "high", "total_training_steps": 10}},
+            {"vocab_size": -3},
+        ]
+    )
+    detector = RunDetector("fuzz", config, info)
+    for _ in range(30):
+        points = Points()
+        for _ in range(rng.randint(0, 60)):
+            value = rng.choice(specials) if rng.random() < 0.2 else rng.gauss(1, 3)
+            points.add(rng.randint(-5, 80), rng.choice(names), value, rng.choice([None, rng.uniform(0, 1e9)]))
+        for event in detector.update(points, replay=rng.random() < 0.2):
+            assert event.severity in ("info", "warn", "error") and event.first_step <= event.last_step
+            json.dumps(event.to_dict(), allow_nan=False)
+        detector.tick(
+            rng.uniform(0, 2e9),
+            rng.choice([None, {}, {"state": "running"}, {"status": 3}]),
+            rng.choice([None, 0.0, 1e9]),
+        )
+        detector.note_checkpoints([rng.randint(0, 80)])
+    detect_series({"train/loss": ([1, 1, 2], [math.nan, 1.0, math.inf])})
+
+
+def test_to_dict_is_strict_json_even_with_non_finite_evidence():
+    event = AlertEvent(
+        "r", "warn", "m", 1, 2, math.nan, "x", evidence={"z": math.inf, "values": [[1, math.nan]]}
+    )
+    assert json.loads(json.dumps(event.to_dict(), allow_nan=False))["evidence"] == {
+        "z": "inf",
+        "values": [[1, "nan"]],
+    }
