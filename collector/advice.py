@@ -77,7 +77,7 @@ def recommend_checkpoint(
         recommended = {
             "step": best["step"],
             "path": best["path"],
-            "reason": _reason(best, scored, skipped_bad, metric, direction, rows),
+            "reason": _reason(best, scored, skipped_bad, metric, direction, rows, finite_evals),
         }
     elif good:
         best = good[-1]
@@ -126,7 +126,13 @@ def _skipped_text(skipped: list[dict]) -> str:
 
 
 def _reason(
-    best: dict, scored: list[dict], skipped: list[dict], metric: str, direction: str, rows: list[dict]
+    best: dict,
+    scored: list[dict],
+    skipped: list[dict],
+    metric: str,
+    direction: str,
+    rows: list[dict],
+    evals: list[tuple[int, float]],
 ) -> str:
     word = "lowest" if direction == "min" else "highest"
     where = ""
@@ -147,9 +153,14 @@ def _reason(
         if any(r["_inferred"] for r in rows)
         else ""
     )
+    sign = 1 if direction == "min" else -1
+    top_step, top_value = min(evals, key=lambda e: (sign * e[1], e[0]))
+    missed = ""
+    if sign * top_value < sign * best["value"]:
+        missed = f"; the best evaluation overall, {fmt(top_value)} at step {top_step}, has no complete checkpoint near it"
     return (
         f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} complete "
-        f"checkpoint(s){alternatives}{_skipped_text(skipped)}{inferred}."
+        f"checkpoint(s){alternatives}{missed}{_skipped_text(skipped)}{inferred}."
     )
 
 

@@ -106,3 +106,13 @@ def test_hf_checkpoints_are_inferred_from_save_steps_best_and_final():
         c["step"] for c in hf_checkpoints_from_state({"best_model_checkpoint": "./checkpoint-98000"}, 100000)
     ] == [98000, 100000]
     assert checkpoint_step("./results/checkpoint-2800/") == 2800 and checkpoint_step(None) is None
+
+
+def test_says_when_the_best_evaluation_has_no_checkpoint_left():
+    # max_ckpt_to_keep deleted the checkpoint of the best evaluation (the trainer's overfit demo)
+    out = recommend_checkpoint([ckpt(400), ckpt(500)], EVALS, [], "val/loss", "min")
+    assert out["recommended"]["step"] == 400
+    assert (
+        "the best evaluation overall, 1.2 at step 300, has no complete checkpoint near it"
+        in out["recommended"]["reason"]
+    )
