@@ -22,7 +22,26 @@ GRAD_RANGE = (0.1, 10.0)
 Series = dict[str, tuple[list[int], list[float]]]
 
 
-def _item(id_: str, phase: str, title: str, state: str, evidence: str) -> dict:
+CHECKS = {  # id -> (phase, title), in checklist order
+    "start_loss_falling": ("start", "Loss falls in the first 100 steps"),
+    "start_lr_warmup": ("start", "Learning rate rises during warmup"),
+    "start_grad_norm_range": ("start", "grad_norm mostly within 0.1-10 in the first 100 steps"),
+    "start_step_time_stable": ("start", "Time per step stable in the first 100 steps"),
+    "checkpoint_val_loss": ("checkpoint", "Validation loss not rising at checkpoints"),
+    "checkpoint_complete": ("checkpoint", "Every checkpoint complete (huggingface/ folder written)"),
+    "checkpoint_latest_marker": (
+        "checkpoint",
+        "Latest-checkpoint marker points at the newest complete checkpoint",
+    ),
+    "end_step_count": ("end", "Step count as expected"),
+    "end_final_loss": ("end", "Final loss finite and below the starting loss"),
+    "end_checkpoints_saved": ("end", "A checkpoint saved at the final step"),
+    "end_status_completed": ("end", "Status says completed"),
+}
+
+
+def _item(id_: str, state: str, evidence: str) -> dict:
+    phase, title = CHECKS[id_]
     return {"id": id_, "phase": phase, "title": title, "state": state, "evidence": evidence}
 
 
@@ -58,14 +77,11 @@ def health_checklist(
 
 
 def _loss_falling(series: Series) -> dict:
-    title = "Loss falls in the first 100 steps"
     steps, values = _first(series, "loss")
     values = _finite(values)
     if len(values) < 4:
         return _item(
             "start_loss_falling",
-            "start",
-            title,
             "unknown",
             f"only {len(values)} finite loss point(s) in the first {START_STEPS} steps",
         )
@@ -74,60 +90,38 @@ def _loss_falling(series: Series) -> dict:
     state = "pass" if late < early else "fail"
     return _item(
         "start_loss_falling",
-        "start",
-        title,
         state,
         f"loss median {fmt(early)} over the first {third} point(s), {fmt(late)} over the last {third} (to step {steps[-1]})",
     )
 
 
 def _lr_warmup(series: Series, facts: dict) -> dict:
-    title = "Learning rate rises during warmup"
-    steps, values = _first(series, "lr")
-    values = _finite(values)
-    if len(values) < 2:
+    pairs = [(s, v) for s, v in zip(*_first(series, "lr"), strict=True) if v is not None and math.isfinite(v)]
+    if len(pairs) < 2:
         return _item(
-            "start_lr_warmup",
-            "start",
-            title,
-            "unknown",
-            f"{len(values)} lr point(s) in the first {START_STEPS} steps",
+            "start_lr_warmup", "unknown", f"{len(pairs)} lr point(s) in the first {START_STEPS} steps"
         )
-    warmup = facts.get("warmup_steps")
-    rising = values[-1] > values[0] and all(
-        b >= a * (1 - 1e-6) for a, b in zip(values, values[1:], strict=False)
-    )
-    rose_at_start = values[1] > values[0]
+    steps, values = [s for s, _ in pairs], [v for _, v in pairs]
     seen = f"lr {fmt(values[0])} at step {steps[0]} -> {fmt(values[-1])} at step {steps[-1]}"
+    warmup = facts.get("warmup_steps")
     if warmup:
-        in_warmup = [v for s, v in zip(steps, values, strict=False) if s <= warmup]
+        in_warmup = [v for s, v in pairs if s <= warmup]
         ok = len(in_warmup) < 2 or in_warmup[-1] > in_warmup[0]
+        return _item("start_lr_warmup", "pass" if ok else "fail", f"{warmup} warmup steps configured; {seen}")
+    peak_at = max(range(len(values)), key=lambda i: values[i])
+    if peak_at > 0 and values[peak_at] > values[0]:  # warmup, then possibly decay within the first 100 steps
+        peak = f"to {fmt(values[peak_at])} at step {steps[peak_at]}"
         return _item(
-            "start_lr_warmup",
-            "start",
-            title,
-            "pass" if ok else "fail",
-            f"{warmup} warmup steps configured; {seen}",
+            "start_lr_warmup", "pass", f"no warmup length configured, but the lr rises {peak}: {seen}"
         )
-    if rising or rose_at_start:
-        return _item(
-            "start_lr_warmup",
-            "start",
-            title,
-            "pass",
-            f"no warmup length configured, but the lr rises: {seen}",
-        )
-    return _item("start_lr_warmup", "start", title, "unknown", f"no warmup configured or seen: {seen}")
+    return _item("start_lr_warmup", "unknown", f"no warmup configured or seen: {seen}")
 
 
 def _grad_in_range(series: Series) -> dict:
-    title = "grad_norm mostly within 0.1-10 in the first 100 steps"
     _, values = _first(series, "grad_norm")
     if not values:
         return _item(
             "start_grad_norm_range",
-            "start",
-            title,
             "unknown",
             "the run logs no grad_norm in its first 100 steps",
         )
@@ -138,22 +132,17 @@ def _grad_in_range(series: Series) -> dict:
     state = "pass" if share >= 0.8 else "fail"
     return _item(
         "start_grad_norm_range",
-        "start",
-        title,
         state,
         f"{inside} of {len(values)} points in range ({share:.0%}); {spread}",
     )
 
 
 def _step_time_stable(series: Series) -> dict:
-    title = "Time per step stable in the first 100 steps"
     _, values = _first(series, "step_time")
     values = _finite(values)
     if len(values) < 5:
         return _item(
             "start_step_time_stable",
-            "start",
-            title,
             "unknown",
             f"{len(values)} step-time point(s) in the first {START_STEPS} steps",
         )
@@ -164,23 +153,18 @@ def _step_time_stable(series: Series) -> dict:
     state = "pass" if share >= 0.9 else "fail"
     return _item(
         "start_step_time_stable",
-        "start",
-        title,
         state,
         f"median {fmt(mid)} s; {steady} of {len(rest)} steps within 2x the median (first step left out)",
     )
 
 
 def _val_not_rising(series: Series, checkpoints: list[dict]) -> dict:
-    title = "Validation loss not rising at checkpoints"
     steps, values = series.get("val_loss", ([], []))
     evals = [(s, v) for s, v in zip(steps, values, strict=False) if v is not None and math.isfinite(v)]
     saved = sorted(int(c["step"]) for c in checkpoints)
     if not evals or not saved:
         return _item(
             "checkpoint_val_loss",
-            "checkpoint",
-            title,
             "unknown",
             "no validation loss" if not evals else "no checkpoints",
         )
@@ -197,29 +181,22 @@ def _val_not_rising(series: Series, checkpoints: list[dict]) -> dict:
     if not rose:
         return _item(
             "checkpoint_val_loss",
-            "checkpoint",
-            title,
             "pass",
             f"validation loss at each of {len(saved)} checkpoint(s) at or near its best so far (last {fmt(evals[-1][1])} at step {evals[-1][0]})",
         )
     return _item(
         "checkpoint_val_loss",
-        "checkpoint",
-        title,
         "fail",
         f"{len(rose)} checkpoint(s) saved with the validation loss above its best: " + "; ".join(rose[:4]),
     )
 
 
 def _checkpoints_complete(checkpoints: list[dict]) -> dict:
-    title = "Every checkpoint complete (huggingface/ folder written)"
     if not checkpoints:
-        return _item("checkpoint_complete", "checkpoint", title, "unknown", "no checkpoints found")
+        return _item("checkpoint_complete", "unknown", "no checkpoints found")
     if all(c.get("inferred") for c in checkpoints):
         return _item(
             "checkpoint_complete",
-            "checkpoint",
-            title,
             "unknown",
             f"{len(checkpoints)} checkpoint(s) inferred from save_steps, none seen on disk",
         )
@@ -227,40 +204,29 @@ def _checkpoints_complete(checkpoints: list[dict]) -> dict:
     if broken:
         return _item(
             "checkpoint_complete",
-            "checkpoint",
-            title,
             "fail",
             f"incomplete: step(s) {', '.join(map(str, sorted(broken)[:8]))} of {len(checkpoints)}",
         )
-    return _item(
-        "checkpoint_complete", "checkpoint", title, "pass", f"all {len(checkpoints)} checkpoint(s) complete"
-    )
+    return _item("checkpoint_complete", "pass", f"all {len(checkpoints)} checkpoint(s) complete")
 
 
 def _marker_updated(checkpoints: list[dict], latest_marker: int | None) -> dict:
-    title = "Latest-checkpoint marker points at the newest complete checkpoint"
     complete = sorted(int(c["step"]) for c in checkpoints if c.get("complete") and not c.get("inferred"))
     if latest_marker is None:
         return _item(
             "checkpoint_latest_marker",
-            "checkpoint",
-            title,
             "unknown",
             "no latest_checkpointed_iteration.txt marker (or the format has none)",
         )
     if not complete:
         return _item(
             "checkpoint_latest_marker",
-            "checkpoint",
-            title,
             "fail",
             f"the marker says step {latest_marker} but no complete checkpoint exists",
         )
     state = "pass" if latest_marker == complete[-1] else "fail"
     return _item(
         "checkpoint_latest_marker",
-        "checkpoint",
-        title,
         state,
         f"marker {latest_marker}, newest complete checkpoint {complete[-1]}",
     )
@@ -279,30 +245,22 @@ def _end_items(
     )
     items = []
 
-    title = "Step count as expected"
     if total is None or current is None:
-        items.append(
-            _item("end_step_count", "end", title, "unknown", f"total steps {total}, current step {current}")
-        )
+        items.append(_item("end_step_count", "unknown", f"total steps {total}, current step {current}"))
     elif not ended:
-        items.append(
-            _item("end_step_count", "end", title, "unknown", f"run not finished: step {current} of {total}")
-        )
+        items.append(_item("end_step_count", "unknown", f"run not finished: step {current} of {total}"))
     else:
         items.append(
             _item(
                 "end_step_count",
-                "end",
-                title,
                 "pass" if current == total else "fail",
                 f"step {current} of {total}",
             )
         )
 
-    title = "Final loss finite and below the starting loss"
     _, losses = series.get("loss", ([], []))
     if len(losses) < 4:
-        items.append(_item("end_final_loss", "end", title, "unknown", f"{len(losses)} loss point(s)"))
+        items.append(_item("end_final_loss", "unknown", f"{len(losses)} loss point(s)"))
     else:
         tail = losses[-min(5, len(losses)) :]
         finite_tail = _finite(tail)
@@ -311,8 +269,6 @@ def _end_items(
             items.append(
                 _item(
                     "end_final_loss",
-                    "end",
-                    title,
                     "fail",
                     f"non-finite loss among the last {len(tail)} points",
                 )
@@ -323,21 +279,16 @@ def _end_items(
             items.append(
                 _item(
                     "end_final_loss",
-                    "end",
-                    title,
                     "pass" if good else "fail",
                     f"final loss {fmt(final)} (median of the last {len(tail)}), starting loss {fmt(start)}"
                     + ("" if final > 0 else "; a loss of 0 is not a trained model"),
                 )
             )
 
-    title = "A checkpoint saved at the final step"
     if not ended or current is None:
         items.append(
             _item(
                 "end_checkpoints_saved",
-                "end",
-                title,
                 "unknown",
                 "run not finished" if not ended else "final step unknown",
             )
@@ -349,8 +300,6 @@ def _end_items(
             items.append(
                 _item(
                     "end_checkpoints_saved",
-                    "end",
-                    title,
                     "unknown",
                     f"checkpoint {current} inferred, not seen on disk",
                 )
@@ -359,8 +308,6 @@ def _end_items(
             items.append(
                 _item(
                     "end_checkpoints_saved",
-                    "end",
-                    title,
                     "pass",
                     f"{len(checkpoints)} checkpoint(s); the final step {current} is saved and complete",
                 )
@@ -369,34 +316,25 @@ def _end_items(
             items.append(
                 _item(
                     "end_checkpoints_saved",
-                    "end",
-                    title,
                     "fail",
                     f"no complete checkpoint at the final step {current}",
                 )
             )
 
-    title = "Status says completed"
     if state_word == "completed":
-        items.append(_item("end_status_completed", "end", title, "pass", "status.json: completed"))
+        items.append(_item("end_status_completed", "pass", "status.json: completed"))
     elif state_word == "failed":
-        items.append(
-            _item("end_status_completed", "end", title, "fail", f"status.json: failed{_error_text(status)}")
-        )
+        items.append(_item("end_status_completed", "fail", f"status.json: failed{_error_text(status)}"))
     elif state_word is None and ended:
         items.append(
             _item(
                 "end_status_completed",
-                "end",
-                title,
                 "pass",
                 f"no status file; the trainer state reached its last step {total}",
             )
         )
     else:
-        items.append(
-            _item("end_status_completed", "end", title, "unknown", f"status: {state_word or 'none'}")
-        )
+        items.append(_item("end_status_completed", "unknown", f"status: {state_word or 'none'}"))
     return items
 
 

@@ -96,3 +96,19 @@ def test_loss_not_falling_or_nan_at_the_end_fails():
 def test_nothing_known_is_unknown_not_pass():
     found = {i["id"]: i for i in health_checklist({}, [], None, None)}
     assert {i["state"] for i in found.values()} == {"unknown"}
+
+
+def test_warmup_seen_without_config_even_when_the_lr_peaks_early():
+    # KG-LLM: lr 0, 0, 1e-4, 2e-4, then linear decay, all within the first 100 steps; no warmup in the info
+    steps = list(range(1, 101))
+    lr = [0.0, 0.0, 1e-4] + [2e-4 * (1 - s / 120) for s in steps[3:]]
+    lr[10] = math.nan
+    found = {i["id"]: i for i in health_checklist({"lr": (steps, lr)}, [], None, {})}
+    assert found["start_lr_warmup"]["state"] == "pass" and "at step 4" in found["start_lr_warmup"]["evidence"]
+    flat = {
+        i["id"]: i
+        for i in health_checklist(
+            {"lr": (steps, [1e-4] * 100)}, [], None, {"warmup_ratio": 0.05, "max_steps": 1000}
+        )
+    }
+    assert flat["start_lr_warmup"]["state"] == "fail"  # 50 warmup steps configured, lr flat
