@@ -22,7 +22,8 @@ Series = dict[str, tuple[list[int], list[float]]]
 
 
 def load_trainer_state(path: Path) -> tuple[Series, dict]:
-    """(series by metric name, whole-file info) of one trainer_state.json. Raises ValueError naming the file."""
+    """(series by metric name, whole-file info) of one trainer_state.json. Raises ValueError (line and
+    reason) when the file is not a readable trainer_state.json, OSError when it cannot be read."""
     data = Path(path).read_bytes()
     try:
         from collector.parsers.hf_trainer_state import parse
@@ -33,7 +34,7 @@ def load_trainer_state(path: Path) -> tuple[Series, dict]:
         result = parse(data)
         if result.bad and not result.points:
             bad = result.bad[0]
-            raise ValueError(f"{path}: line {bad.line}: {bad.reason}")
+            raise ValueError(f"line {bad.line}: {bad.reason}")
         for step, metric, value in zip(
             result.points.step, result.points.metric, result.points.value, strict=True
         ):
@@ -45,7 +46,7 @@ def load_trainer_state(path: Path) -> tuple[Series, dict]:
         try:
             state = json.loads(data)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from exc
+            raise ValueError(f"line {exc.lineno}: not valid JSON ({exc.msg})") from exc
         for entry in state.get("log_history", []):
             for key, value in entry.items():
                 if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -120,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.files:
         try:
             rows.append(analyse(path))
-        except (OSError, ValueError) as exc:
-            print(f"skipped {path}: {exc}", file=sys.stderr)
+        except OSError as exc:
+            print(f"skipped {path}: cannot read it ({exc.strerror})", file=sys.stderr)
+            failed += 1
+        except ValueError as exc:
+            print(f"skipped {path}: {exc}; nothing reported for this file", file=sys.stderr)
             failed += 1
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -1,0 +1,44 @@
+"""`python -m collector.detect.report` as the lead runs it: a real subprocess over real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+
+def run_report(python, repo, *args):
+    return subprocess.run(
+        [python, "-m", "collector.detect.report", *map(str, args)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_report_table_over_real_runs(python, repo, real_runs):
+    files = sorted(real_runs.glob("*.json"))
+    done = run_report(python, repo, *files)
+    assert done.returncode == 0, done.stderr
+    rows = [
+        line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| file")
+    ]
+    assert len(rows) == len(files) == 10
+    yong = next(r for r in rows if r.startswith("| yongshuaiy"))
+    assert "val_loss_rise warn eval_loss @250-" in yong and "ckpt 200 by eval_loss (min) (agrees" in yong
+
+
+def test_report_json_and_a_bad_file(python, repo, real_runs, tmp_path):
+    broken = tmp_path / "trainer_state.json"
+    broken.write_text('{"log_history": [{"step": 1, "loss": 2.0},')
+    done = run_report(
+        python,
+        repo,
+        "--json",
+        real_runs / "Rishikarpe__LoRA-Fine-Tuning__outputs-checkpoint-1000.json",
+        broken,
+    )
+    assert done.returncode == 1
+    assert f"skipped {broken}: line 1: invalid JSON" in done.stderr
+    (row,) = json.loads(done.stdout)
+    assert {a["rule"] for a in row["alerts"]} == {"no_learning"}
