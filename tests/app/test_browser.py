@@ -5,11 +5,16 @@ Screenshots go to $RUNWATCH_SCREENSHOTS (default: the test's tmp_path/screenshot
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.app.browser_support import (
+    CHART,
     chromium_or_skip,
     chromium_page,
     screenshot_whole_page,
@@ -18,7 +23,7 @@ from tests.app.browser_support import (
     wait_for_charts,
     wait_idle,
 )
-from tests.app.conftest import SMOKE_RUN, wait_until
+from tests.app.conftest import SMOKE_RUN, start_collector, stop_process, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -33,6 +38,7 @@ def open_and_wait(page, url: str, charts: int = 0) -> None:
     wait_idle(page)
     exceptions = page.locator('[data-testid="stException"]')
     assert exceptions.count() == 0, exceptions.first.inner_text()
+    assert page.get_by_text("Page not found").count() == 0, f"{url}: Streamlit says the page was not found"
 
 
 def test_every_page_in_chromium_and_acknowledge_by_click(collector, tmp_path: Path):
@@ -81,3 +87,70 @@ def test_every_page_in_chromium_and_acknowledge_by_click(collector, tmp_path: Pa
 
         open_and_wait(page, f"{url}/health?run={SMOKE_RUN}")
         screenshot_whole_page(page, shots / "7-health.png")
+
+
+def write_steps(path: Path, first: int, last: int) -> None:
+    with open(path, "a") as out:
+        for step in range(first, last + 1):
+            out.write(
+                f'{{"step":{step},"data":{{"train/loss":{3.0 - step * 0.01},"train/grad_norm":1.5,'
+                f'"train/lr":{1e-4 * min(1.0, step / 10)}}}}}\n'
+            )
+
+
+LAST_LOSS_STEP = """() => {
+    const gd = Array.from(document.querySelectorAll('CHART_SELECTOR'))
+        .find(g => (g.layout.title && g.layout.title.text || '').includes('Loss'));
+    if (!gd) return null;
+    const line = gd.data.find(t => t.name === 'train/loss');
+    return line && line.x.length ? line.x[line.x.length - 1] : null;
+}""".replace("CHART_SELECTOR", CHART)
+
+
+def test_live_run_page_appends_new_points_to_the_charts_only(tmp_path: Path):
+    chromium_or_skip()
+    root = tmp_path / "root"
+    run_dir = root / "live"
+    run_dir.mkdir(parents=True)
+    write_steps(run_dir / "metrics.jsonl", 1, 20)
+    now = time.time()
+    status = {
+        "state": "running",
+        "step": 20,
+        "total_steps": 200,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
+    (run_dir / "status.json").write_text(json.dumps({**status, "started_at": now, "updated_at": now}))
+    collector = start_collector(tmp_path / "live.duckdb", [root], tmp_path / "collector.log")
+    client = collector.client()
+    try:
+        wait_until(
+            "the collector lists the live run at step 20",
+            lambda: any(r["id"] == "live" and r["last_step"] == 20 for r in client.get("/api/runs")),
+            120,
+            collector.proc,
+        )
+        assert client.get("/api/runs/live")["status"] == "running"
+        with (
+            streamlit_app(
+                collector.db, [root], tmp_path / "home", tmp_path / "streamlit.log", refresh=1
+            ) as url,
+            chromium_page() as page,
+        ):
+            # A fresh server knows its pages only after a first session ran the app's frame (Streamlit 1.67
+            # shows "Page not found" on a first visit straight to a page): open the front page first.
+            open_and_wait(page, url + "/")
+            open_and_wait(page, f"{url}/run?run=live", charts=3)
+            assert page.evaluate(LAST_LOSS_STEP) == 20
+            header = page.locator('[data-testid="stMetric"]').filter(has_text="Step").first.inner_text()
+            write_steps(run_dir / "metrics.jsonl", 21, 40)
+            page.wait_for_function(f"() => ({LAST_LOSS_STEP})() === 40")
+            screenshot_whole_page(page, screenshots_dir(tmp_path) / "8-live-run.png")
+            # The header is outside the refreshing fragment: it still shows the step it was drawn with.
+            assert (
+                page.locator('[data-testid="stMetric"]').filter(has_text="Step").first.inner_text() == header
+            )
+            assert "20" in header
+    finally:
+        stop_process(collector.proc)
