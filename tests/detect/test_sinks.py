@@ -112,7 +112,7 @@ def test_webhook_times_out_on_a_hanging_server_and_gives_up_with_a_warning(serve
     sink = WebhookSink(server.url, timeout=0.3, retries=1, backoff=0.01)
     with caplog.at_level(logging.WARNING, logger="runwatch.sinks"):
         sink.send(ALERT)  # returns at once: delivery is on the sink's thread
-        sink.close()  # waits for the two attempts to time out
+        sink.close(wait=120)  # waits for the two attempts to time out (the bound only matters if broken)
     assert sink.failed == 1 and sink.sent == 0 and server.attempts == 2
     assert "gave up on the grad_spike alert for run sft/run1 after 2 attempt(s)" in caplog.text
 
@@ -126,7 +126,7 @@ def test_webhook_never_blocks_and_drops_with_a_warning_when_the_queue_is_full(se
     assert sink.dropped >= 7
     assert "queue full" in caplog.text and "still in alerts.jsonl" in caplog.text
     server.release.set()
-    sink.close()
+    sink.close(wait=120)
 
 
 def test_webhook_refuses_a_url_that_is_not_http():
