@@ -16,7 +16,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -24,21 +23,23 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import duckdb
+import orjson
 
 from collector import discover, parsers
 from collector.model import ParseResult, Points
-from collector.store import SourceState, Store
+from collector.store import BulkMismatch, SourceState, Store
 
 log = logging.getLogger("collector.ingest")
 
-CHUNK_BYTES = 8 << 20  # one read of a file; bounds memory while a big backlog is ingested
+CHUNK_BYTES = 8 << 20  # one Python read of a file; bounds memory while a backlog is parsed in Python
+BULK_BYTES = 32 << 20  # one DuckDB read of a verl backlog (copied in PIECE_BYTES pieces: Python holds one)
+PIECE_BYTES = 4 << 20
 TXN_BYTES = 16 << 20  # bytes one shared transaction takes in before it commits
 BULK_MIN_BYTES = 1 << 20  # below this, DuckDB's reader costs more than it saves
 MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is quarantined instead of buffered forever
 SIG_BYTES = 32  # bytes before the offset remembered to notice a file rewritten in place
 # Formats whose parser reads the whole document each time it changes.
 WHOLE_FILE_FORMATS = {"hf_trainer_state", "status", "run_config", "checkpoint_marker"}
-_FLOAT_STEP = re.compile(rb'^\{"step":-?\d+[.eE]', re.MULTILINE)
 
 PointsCallback = Callable[[str, Points], None]
 
@@ -63,6 +64,7 @@ class Ingestor:
         on_run_info: Callable[[str, str, dict], None] | None = None,
         on_backlog: Callable[[str], None] | None = None,
         chunk_bytes: int = CHUNK_BYTES,
+        bulk_bytes: int = BULK_BYTES,
         txn_bytes: int = TXN_BYTES,
         bulk: bool = True,
     ) -> None:
@@ -74,6 +76,8 @@ class Ingestor:
         # a stored backlog and reads it from the store at its own pace.
         self.on_backlog = on_backlog
         self.chunk_bytes = chunk_bytes
+        self.bulk_bytes = bulk_bytes
+        self._keys: dict[str, list[str]] = {}  # verl JSONL path -> metric names seen under "data"
         self.txn_bytes = txn_bytes
         self.bulk = bulk
         self.sources: dict[str, SourceState] = store.sources()
@@ -258,7 +262,9 @@ class Ingestor:
         try:
             callback(run_id, *args)
         except Exception:
-            log.exception("run %s: detection failed on new points; the points are stored, ingest goes on", run_id)
+            log.exception(
+                "run %s: detection failed on new points; the points are stored, ingest goes on", run_id
+            )
 
     def _read_one(self, cur, s: SourceState, fresh: dict[str, Points], infos: list) -> bool:
         """Read one chunk of one source into the open transaction; returns True when more is waiting."""
@@ -419,54 +425,120 @@ class Ingestor:
             if st is None or st.st_size == s.offset:
                 self.sources[s.path] = s
                 return False
-        data = _read_range(s.path, s.offset, min(st.st_size - s.offset, self.chunk_bytes))
-        end = data.rfind(b"\n") + 1
-        lines = data.count(b"\n", 0, end)
-        staged = end > 0 and self._stage(data, end, lines)
-        if not staged:
-            # Not plain verl records (or a bad line in there): the Python parser finds and quarantines them.
-            pending: set[str] = set()
-            self.sources[s.path] = s
-            self._read_many([s.path], pending)
-            return bool(pending)
-        with self.store.transaction() as cur:
-            low = cur.execute("SELECT min(step), max(step) FROM rw_stage").fetchall()[0]
-            overlap = low[0] is not None and low[0] <= self.max_step.get(s.run_id, -(2**62))
-            self.store.add_stage(cur, s, may_overlap=overlap)
-            s.offset += end
-            s.lines += lines
-            s.tail_sig = data[max(0, end - SIG_BYTES) : end]
-            s.size, s.mtime = st.st_size, st.st_mtime
-            self.store.save_source(cur, s)
-            if low[1] is not None:
-                self.store.update_run_info(cur, s.run_id, last_step=low[1], last_point_at=time.time())
+        copied = self._copy_complete_lines(s.path, s.offset, min(st.st_size - s.offset, self.bulk_bytes))
+        if copied is not None and self._bulk_commit(s, st, copied):
+            return s.offset < st.st_size
+        # Not plain verl records (or a bad line in there): the Python parser finds and quarantines them.
+        pending: set[str] = set()
         self.sources[s.path] = s
-        if low[1] is not None:
-            self.max_step[s.run_id] = max(self.max_step.get(s.run_id, low[1]), low[1])
-        if low[1] is not None:
-            self._notify(self.on_backlog, s.run_id)
-        return s.offset < st.st_size
+        self._read_many([s.path], pending)
+        return bool(pending)
 
-    def _stage(self, data: bytes, end: int, lines: int) -> bool:
-        """Stage complete verl records with DuckDB's reader; False when the chunk is not plainly verl."""
-        # Cheap byte-level shape checks: DuckDB would silently ignore extra keys or round a float step.
-        if data.count(b'{"step":', 0, end) != lines or data.count(b"}}\n", 0, end) != lines:
-            return False
-        if b'"step":"' in data[:end]:
-            return False
+    def _copy_complete_lines(self, path: str, start: int, size: int) -> _Chunk | None:
+        """Copy the complete lines of `path[start:start+size]` to the temp file in bounded pieces, counting
+        lines and `":` (each verl line has one for "step", one for "data", one per value)."""
         tmp = os.path.join(self._tmpdir, "chunk.jsonl")
-        with open(tmp, "wb") as f:
-            f.write(memoryview(data)[:end])
-        try:
-            _, missing, _ = self.store.stage_ndjson(self.store.cursor(), tmp)
-        except duckdb.Error:
+        chunk = _Chunk(tmp)
+        with open(path, "rb") as src, open(tmp, "wb") as out:
+            src.seek(start)
+            left = size
+            recent = b""  # the last bytes copied before this piece
+            while left > 0:
+                piece = src.read(min(PIECE_BYTES, left))
+                if not piece:
+                    break
+                left -= len(piece)
+                if not chunk.first_line:
+                    chunk.first_line = piece.split(b"\n", 1)[0] if b"\n" in piece else b""
+                if recent.endswith(b'"') and piece.startswith(b":"):
+                    chunk.partial_colons += 1  # a `":` split between two pieces
+                last_nl = piece.rfind(b"\n")
+                if last_nl >= 0:
+                    chunk.end = chunk.copied + last_nl + 1
+                    chunk.lines += piece.count(b"\n")
+                    chunk.colons += chunk.partial_colons + piece.count(b'":', 0, last_nl + 1)
+                    chunk.partial_colons = piece.count(b'":', last_nl + 1)
+                    chunk.tail = (recent + piece[: last_nl + 1])[-SIG_BYTES:]
+                else:
+                    chunk.partial_colons += piece.count(b'":')
+                out.write(piece)
+                chunk.copied += len(piece)
+                recent = (recent + piece[-SIG_BYTES:])[-SIG_BYTES:]
+            out.truncate(chunk.end)
+        return chunk if chunk.end > 0 else None
+
+    def _bulk_commit(self, s: SourceState, st: os.stat_result, chunk: _Chunk) -> bool:
+        """Insert the chunk with DuckDB's reader in one transaction with the new offset; False (nothing
+        changed) when the chunk is not plainly verl."""
+        after = self.max_step.get(s.run_id, -(2**62))
+        keys = self._keys.get(s.path) or _keys_of(chunk.first_line)
+        if keys is None:
             return False
-        return missing == 0
+        expected = chunk.colons - 2 * chunk.lines
+        for attempt in range(2):
+            new = dataclasses.replace(s)
+            try:
+                with self.store.transaction() as cur:
+                    count, high = self.store.bulk_ndjson(cur, new, chunk.path, after, keys, expected)
+                    new.offset += chunk.end
+                    new.lines += chunk.lines
+                    new.tail_sig = chunk.tail
+                    new.size, new.mtime = st.st_size, st.st_mtime
+                    self.store.save_source(cur, new)
+                    if count:
+                        self.store.update_run_info(cur, s.run_id, last_step=high, last_point_at=time.time())
+                break
+            except BulkMismatch:
+                if attempt:
+                    return False
+                try:  # a metric first seen in this chunk (the first validation): learn the keys, once
+                    keys = self.store.ndjson_keys(chunk.path)
+                except duckdb.Error:
+                    return False
+            except duckdb.Error:
+                return False
+        self._keys[s.path] = keys
+        s.offset, s.lines, s.tail_sig, s.size, s.mtime = (
+            new.offset,
+            new.lines,
+            new.tail_sig,
+            new.size,
+            new.mtime,
+        )
+        self.sources[s.path] = s
+        if count:
+            self.max_step[s.run_id] = max(after, high)
+            self._notify(self.on_backlog, s.run_id)
+        return True
 
     def _event(self, path: str, message: str) -> None:
         log.warning("%s: %s", path, message)
         self.events.append(Event(path, message))
         del self.events[:-200]
+
+
+@dataclasses.dataclass(slots=True)
+class _Chunk:
+    """A run of complete lines copied to a temp file for DuckDB, with what was counted on the way."""
+
+    path: str
+    copied: int = 0
+    end: int = 0  # bytes of complete lines
+    lines: int = 0
+    colons: int = 0
+    partial_colons: int = 0
+    first_line: bytes = b""
+    tail: bytes = b""
+
+
+def _keys_of(line: bytes) -> list[str] | None:
+    """The metric names of one verl line, or None when it is not one."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    data = record.get("data") if isinstance(record, dict) else None
+    return sorted(data) if isinstance(data, dict) and data else None
 
 
 def _position(s: SourceState) -> dict:
