@@ -128,6 +128,10 @@ def test_run_page_draws_role_panels_and_nan_markers(app_env):
     assert {1, 2, 6} <= set(trace(grad, "NaN/inf")["x"])
     lr = figure_titled(figs, "Learning rate")
     assert trace(lr, "learning_rate")["y"]
+    # HF runs log `epoch`: the epoch view draws the loss's mean per epoch with its spread
+    epochs = api_of(app_env).epochs(NAN_GRAD_RUN, "loss")["epochs"]
+    per_epoch = figure_titled(figs, "loss per epoch")
+    assert trace(per_epoch, "mean")["y"] == pytest.approx([e["mean"] for e in epochs])
 
 
 def test_run_page_marks_every_alert_of_the_run_on_its_chart(app_env):
