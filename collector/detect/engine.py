@@ -97,7 +97,7 @@ class RunDetector:
     def set_run_info(self, run_info: dict) -> None:
         """Take run settings (scheduler, warmup, total steps, vocab size, save/eval frequency) from run info."""
         self.facts = run_facts(run_info)
-        if any(k in str(run_info.get("algorithm", "")).lower() for k in ("ppo", "grpo", "rl")):
+        if any(k in str(run_info.get("algorithm", "")).lower() for k in ("ppo", "grpo", "adv_estimator")):
             self.is_rl = True
 
     def note_checkpoints(self, steps: list[int]) -> None:
