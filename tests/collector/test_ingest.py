@@ -251,3 +251,28 @@ def test_every_real_run_ingests_with_its_points_counted_exactly(tmp_path, real_r
     )
     ing.close()
     store.close()
+
+
+def test_bulk_path_learns_new_metrics_and_reads_odd_records_like_the_parser(tmp_path):
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "metrics.jsonl"
+    with f.open("w") as out:
+        for step in range(1, 30_001):
+            out.write(json.dumps({"step": step, "data": {"train/loss": 1.0 / step, "train/lr": 1e-4}}) + "\n")
+            if step % 5000 == 0:  # validation: a separate record at the same step, a metric not seen before
+                out.write(json.dumps({"step": step, "data": {"val/loss": 2.0 / step}}) + "\n")
+            if step == 12_345:
+                out.write('{"step":12345,"data":{"train/grad_norm":null,"train/acc":0.5},"extra":1}\n')
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root], bulk_bytes=1 << 20)
+    ing.ingest_all()
+    got = stored(store, "r")
+    assert [got[("val/loss", s)] for s in range(5000, 30_001, 5000)] == [2.0 / s for s in range(5000, 30_001, 5000)]
+    # the parser reads a null as NaN (orjson writes NaN as null): the chunk holding it went through Python
+    assert got[("train/acc", 12_345)] == 0.5 and math.isnan(got[("train/grad_norm", 12_345)])
+    assert len(got) == 2 * 30_000 + 6 + 2
+    assert store.rows("SELECT count(*) FROM points_replaced")[0][0] == 0
+    assert store_read.sources(store, "r")[0]["lines"] == 30_000 + 6 + 1
+    ing.close()
+    store.close()
