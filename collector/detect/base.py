@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import median
 
@@ -59,6 +60,13 @@ class Window:
     def add(self, step: int, value: float) -> None:
         self.points.append((step, value))
         self._added += 1
+
+    def replace(self, points: Iterable[tuple[int, float]]) -> None:
+        """Start over from these (step, value) points."""
+        self.points.clear()
+        for step, value in points:
+            self.add(step, value)
+        self._at = self._noise_at = -1
 
     def values(self) -> list[float]:
         return [v for _, v in self.points]

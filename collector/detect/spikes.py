@@ -25,10 +25,13 @@ class GradSpike:
         self.window = Window(cfg.window)
         self.above_abs = 0
         self.vanishing = 0
+        self.recent: deque[tuple[int, float, bool]] = deque(maxlen=max(2, cfg.window))
+        self.spikes = 0  # spike points among `recent`
 
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
-        self.above_abs = self.vanishing = 0
+        self.above_abs = self.vanishing = self.spikes = 0
+        self.recent.clear()
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         cfg = self.cfg
@@ -36,8 +39,19 @@ class GradSpike:
         enough = len(self.window) >= cfg.min_history
         mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
         verdict = self._verdict(step, value, enough, mid, mad)
+        spike = isinstance(verdict, Finding) and verdict.evidence.get("kind") != "vanishing"
         if not isinstance(verdict, Finding):
             self.window.add(step, value)  # flagged points stay out of the baseline they are judged against
+        self.recent.append((step, value, spike))
+        self.spikes += spike
+        if len(self.recent) == self.recent.maxlen:
+            if 2 * self.spikes >= len(self.recent):
+                # spiking for half a window or more: this is the new level (unfrozen layers, a new data mix)
+                self.window.replace((s, v) for s, v, _ in self.recent)
+                self.recent.clear()
+                self.spikes = 0
+            else:
+                self.spikes -= self.recent[0][2]
         return verdict
 
     def _verdict(

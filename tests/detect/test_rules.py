@@ -397,3 +397,15 @@ def test_linear_and_constant_schedules_are_followed_too():
     constant = {"optim": {"lr": 1e-4, "lr_scheduler_type": "constant", "total_training_steps": 2000}}
     series["train/lr"] = (steps, [1e-4] * len(steps))
     assert detect_series(series, run_info=constant) == []
+
+
+def test_a_lasting_grad_norm_level_shift_becomes_the_new_baseline():
+    series = healthy_sft(seed=29)
+    steps, values = series["train/grad_norm"]
+    series["train/grad_norm"] = (
+        steps,
+        [v * 5 if s >= 800 else v for s, v in zip(steps, values, strict=True)],
+    )
+    alert = only(detect_series(series, run_info=VERL_INFO), "grad_spike")
+    assert alert.first_step == 800 and alert.severity == "error" and not alert.active  # closed once adopted
+    assert alert.last_step < 1000
