@@ -96,6 +96,18 @@ def rows_backfill(r: dict | None) -> list[list[str]]:
             _met(r.get("count_ok")),
         ],
     ]
+    so = r.get("ours_store_only", {})
+    if "points_per_s" in so and "points_per_s" in d:
+        rows.append(
+            [
+                "backfill, our store path only (Ingestor without detectors, in-process)",
+                f"{_n(so['points_per_s'], ' pts/s')}, {_n(so['wall_s'], ' s')} (inside {_n(so.get('load_s'), ' s')})",
+                f"DuckDB inside {_n(d.get('load_s'), ' s')}",
+                f"ours/DuckDB {_n(so['points_per_s'] / d['points_per_s'], 'x')} (inside: {_n(d['load_s'] / so['load_s'], 'x')})",
+                "(split of the row above)",
+                "n/a",
+            ]
+        )
     tb = r.get("tensorboard", {})
     keep = tb.get("keep_all", {})
     if "wall_s" in keep and "points_per_s" in o:
