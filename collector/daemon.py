@@ -65,8 +65,8 @@ class Collector:
         paths = self.ingestor.discover()
         self.detection.warm_up()
         self.ingestor.ingest_all(paths)
-        while self.detection.catch_up():
-            pass
+        # Points DuckDB read in bulk are judged later by the daemon (Python detectors are far slower than
+        # bulk ingest): their runs keep `detected_to` so a collector resumes judging them in step order.
         self._scan_all_checkpoints()
 
     def close(self) -> None:

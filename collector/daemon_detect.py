@@ -49,15 +49,21 @@ class Detection:
             return DetectConfig()
 
     def warm_up(self) -> None:
-        """Rebuild every stored run's detector from the last points of each metric (after a restart)."""
+        """Rebuild every stored run's detector from the last points of each metric (after a restart); a run
+        whose bulk backlog was not all judged resumes where its judging stopped."""
+        backlogs = self.store.detection_backlogs()
         for r in store_read.runs(self.store):
-            det = self.detector(r["id"])
-            recent = store_read.recent_points(self.store, r["id"], REBUILD_POINTS_PER_METRIC)
+            run = r["id"]
+            det = self.detector(run)
+            up_to = backlogs.get(run)
+            recent = store_read.recent_points(self.store, run, REBUILD_POINTS_PER_METRIC, up_to)
             # Replayed episodes upsert onto the alerts already stored (same first step), so nothing is told
             # twice; an episode the store never saw (it was found while the collector was down) is new.
-            self._handle(r["id"], det.update(recent))
+            self._handle(run, det.update(recent))
             if recent:
-                self.fed_to[r["id"]] = max(recent.step)
+                self.fed_to[run] = max(recent.step)
+            if up_to is not None:
+                self.behind[run] = up_to
 
     def detector(self, run: str) -> RunDetector:
         """The run's detector (created empty on first use)."""
@@ -93,6 +99,7 @@ class Detection:
                 rows = [r for r in rows if r[0] != last]
             if not rows:
                 del self.behind[run]
+                self.store.set_detected_to(run, None)
                 continue
             points = Points(
                 step=[r[0] for r in rows],
@@ -102,6 +109,7 @@ class Detection:
             )
             self._handle(run, self.detector(run).update(points))
             self.behind[run] = self.fed_to[run] = rows[-1][0]
+            self.store.set_detected_to(run, rows[-1][0])
             return True
         return bool(self.behind)
 

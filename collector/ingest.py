@@ -487,6 +487,7 @@ class Ingestor:
                     self.store.save_source(cur, new)
                     if count:
                         self.store.update_run_info(cur, s.run_id, last_step=high, last_point_at=time.time())
+                        self.store.mark_detection_behind(cur, s.run_id, after)
                 break
             except BulkMismatch:
                 if attempt:

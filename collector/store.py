@@ -68,6 +68,8 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE sources ADD COLUMN parser_state VARCHAR",
         # Which bulk insert a row came from: a bulk chunk is checked (and, rarely, merged) after inserting.
         "ALTER TABLE points ADD COLUMN batch BIGINT",
+        # The step detection has judged a run up to, while a bulk backlog waits for it (NULL: up to date).
+        "ALTER TABLE runs ADD COLUMN detected_to BIGINT",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -194,6 +196,22 @@ class Store:
                WHERE id = ?""",
             [status, total_steps, config, status_info, last_step, last_point_at, time.time(), run_id],
         )
+
+    def mark_detection_behind(self, cur: duckdb.DuckDBPyConnection, run_id: str, judged_to: int) -> None:
+        """Record, with the bulk rows, that detection has judged the run only up to `judged_to` (kept if
+        already behind): a restart resumes detection there instead of skipping the backlog."""
+        cur.execute(
+            "UPDATE runs SET detected_to = coalesce(detected_to, ?) WHERE id = ?", [judged_to, run_id]
+        )
+
+    def set_detected_to(self, run_id: str, step: int | None) -> None:
+        """Detection has judged the run up to `step` (None: all of it)."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE runs SET detected_to = ? WHERE id = ?", [step, run_id])
+
+    def detection_backlogs(self) -> dict[str, int]:
+        """Runs whose stored points detection has not all judged: run -> step judged up to."""
+        return dict(self.rows("SELECT id, detected_to FROM runs WHERE detected_to IS NOT NULL"))
 
     def sources(self) -> dict[str, SourceState]:
         """Every source the store knows, by path."""

@@ -121,15 +121,16 @@ def points_from(
     )
 
 
-def recent_points(store: Store, run: str, per_metric: int) -> Points:
-    """The last `per_metric` points of each metric of a run, in step order (to rebuild detector state)."""
+def recent_points(store: Store, run: str, per_metric: int, up_to: int | None = None) -> Points:
+    """The last `per_metric` points of each metric of a run (at or before step `up_to`), in step order:
+    what a detector needs to rebuild its state."""
     table = (
         store.cursor()
         .execute(
-            """SELECT step, metric, value, wall_time FROM points WHERE run_id = ?
+            """SELECT step, metric, value, wall_time FROM points WHERE run_id = ? AND step <= ?
                QUALIFY row_number() OVER (PARTITION BY metric ORDER BY step DESC) <= ?
                ORDER BY step, metric""",
-            [run, per_metric],
+            [run, 2**62 if up_to is None else up_to, per_metric],
         )
         .fetchnumpy()
     )

@@ -157,3 +157,34 @@ def test_polling_observer_and_once(tmp_path):
     assert once.returncode == 0, once.stderr
     assert not marker_path(db).exists()
     assert cli_json(db, "metrics", "--run", "p", "--metric", "train/loss")["steps"] == [1, 2, 3]
+
+
+def test_a_bulk_backlog_ingested_by_the_cli_is_judged_by_the_daemon(tmp_path):
+    root = tmp_path / "root"
+    (root / "big").mkdir(parents=True)
+    with (root / "big" / "metrics.jsonl").open("w") as f:  # ~3 MiB: read in bulk by DuckDB
+        for step in range(1, 40_001):
+            loss = "NaN" if step == 30_000 else repr(0.5 + 2.0 * 0.9999**step + 0.01 * (step % 7))
+            f.write(
+                f'{{"step":{step},"data":{{"train/loss":{loss},"train/grad_norm":{1.0 + (step % 5) * 0.01}}}}}\n'
+            )
+    db = tmp_path / "rw.duckdb"
+    out = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "collector", "ingest", "--db", str(db), str(root), "--json"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert out["points_added"] == 80_000
+    daemon = Daemon(db, [root]).start()
+    try:
+        client = daemon.client()
+        alerts = wait_for(
+            lambda: client.get("/api/alerts", params={"run": "big", "rule": "nonfinite"}), "the NaN judged"
+        )
+        assert alerts[0]["first_step"] == 30_000
+    finally:
+        assert daemon.stop() == 0
