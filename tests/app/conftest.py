@@ -97,15 +97,53 @@ def start_collector(db: Path, roots: list[Path], log: Path) -> Collector:
     return Collector(db=db, root=roots[0], proc=proc, info=info)
 
 
+def copy_real_runs(root: Path) -> None:
+    if not REAL_RUNS.is_dir():
+        pytest.fail(f"{REAL_RUNS} is missing: the app tests read the real runs from ../shared/real-runs")
+    (root / "real").mkdir(parents=True)
+    for path in REAL_RUNS.glob("*.json"):
+        shutil.copyfile(path, root / "real" / path.name)
+
+
+def serve_when_ingested(root: Path, state: Path, expected: set[str]) -> Iterator[Collector]:
+    """A real collector over `root`, yielded once it lists every `expected` run with points; stopped after."""
+    running = start_collector(state / "runwatch.duckdb", [root], state / "collector.log")
+    client = running.client()
+
+    def all_ingested() -> bool:
+        runs = {r["id"]: r for r in client.get("/api/runs")}
+        return expected <= set(runs) and all(runs[r].get("last_step") for r in expected)
+
+    try:
+        wait_until(
+            "the collector lists every run with its points", all_ingested, INGEST_LIMIT_S, running.proc
+        )
+        yield running
+    finally:
+        stop_process(running.proc)
+
+
+def env_for(collector: Collector, monkeypatch: pytest.MonkeyPatch) -> Collector:
+    """Point the dashboard's settings at `collector` (AppTest runs the script in this process)."""
+    monkeypatch.setenv("RUNWATCH_DB", str(collector.db))
+    monkeypatch.setenv("RUNWATCH_ROOTS", str(collector.root))
+    monkeypatch.setenv("RUNWATCH_REFRESH", "2")
+    return collector
+
+
+@pytest.fixture(scope="session")
+def real_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A watched root holding copies of the real runs under `real/`."""
+    root = tmp_path_factory.mktemp("real-root")
+    copy_real_runs(root)
+    return root
+
+
 @pytest.fixture(scope="session")
 def app_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A watched root: copies of the real runs under `real/`, and a real CPU verl smoke run under `smoke/`."""
-    if not REAL_RUNS.is_dir():
-        pytest.fail(f"{REAL_RUNS} is missing: the app tests read the real runs from ../shared/real-runs")
     root = tmp_path_factory.mktemp("app-root")
-    (root / "real").mkdir()
-    for path in REAL_RUNS.glob("*.json"):
-        shutil.copyfile(path, root / "real" / path.name)
+    copy_real_runs(root)
     prebuilt = os.environ.get("RUNWATCH_TEST_SMOKE_RUN")
     if prebuilt:
         # A finished smoke run directory from an earlier `trainer.launch --preset smoke` (saves ~40 s per session).
@@ -128,30 +166,26 @@ def app_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_collector(real_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collector]:
+    """A real collector over the real runs only (no training needed)."""
+    yield from serve_when_ingested(real_root, tmp_path_factory.mktemp("real-db"), set(real_run_ids()))
+
+
+@pytest.fixture(scope="session")
 def collector(app_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collector]:
-    """A real collector over `app_root`, once every run is in its store."""
-    state = tmp_path_factory.mktemp("app-db")
-    running = start_collector(state / "runwatch.duckdb", [app_root], state / "collector.log")
-    expected = set(real_run_ids()) | {SMOKE_RUN}
-    client = running.client()
-
-    def all_ingested() -> bool:
-        runs = {r["id"]: r for r in client.get("/api/runs")}
-        return expected <= set(runs) and all(runs[r].get("last_step") for r in expected)
-
-    try:
-        wait_until(
-            "the collector lists every run with its points", all_ingested, INGEST_LIMIT_S, running.proc
-        )
-        yield running
-    finally:
-        stop_process(running.proc)
+    """A real collector over the real runs and the verl smoke run (tests using it are `slow`)."""
+    yield from serve_when_ingested(
+        app_root, tmp_path_factory.mktemp("app-db"), set(real_run_ids()) | {SMOKE_RUN}
+    )
 
 
 @pytest.fixture
-def app_env(collector: Collector, monkeypatch: pytest.MonkeyPatch) -> Collector:
-    """Point the dashboard's settings at the test collector (AppTest runs the script in this process)."""
-    monkeypatch.setenv("RUNWATCH_DB", str(collector.db))
-    monkeypatch.setenv("RUNWATCH_ROOTS", str(collector.root))
-    monkeypatch.setenv("RUNWATCH_REFRESH", "2")
-    return collector
+def app_env(real_collector: Collector, monkeypatch: pytest.MonkeyPatch) -> Collector:
+    """The dashboard pointed at the collector of the real runs."""
+    return env_for(real_collector, monkeypatch)
+
+
+@pytest.fixture
+def smoke_env(collector: Collector, monkeypatch: pytest.MonkeyPatch) -> Collector:
+    """The dashboard pointed at the collector that also holds the verl smoke run."""
+    return env_for(collector, monkeypatch)

@@ -41,6 +41,7 @@ def open_and_wait(page, url: str, charts: int = 0) -> None:
     assert page.get_by_text("Page not found").count() == 0, f"{url}: Streamlit says the page was not found"
 
 
+@pytest.mark.slow  # its collector serves the verl smoke run, trained for this session
 def test_every_page_in_chromium_and_acknowledge_by_click(collector, tmp_path: Path):
     chromium_or_skip()
     shots = screenshots_dir(tmp_path)
