@@ -155,6 +155,7 @@ class StepTimeSpikeRule:
     z: float = 6.0
     abs_max_seconds: float = 30.0  # over 30 s is a spike when the usual step is much shorter
     abs_ratio: float = 1.5
+    warn_ratio: float = 10.0  # a single slow step is a notice (info); this many times the median, a warning
     clear_after: int = 3
 
 

@@ -285,15 +285,17 @@ class StepTimeSpike:
             self.spike_steps.append(step)
             if periodic:
                 return HOLD  # slow every N steps (epoch ends, periodic logging or saving): the run's rhythm
+            # one slow step is a notice; ten times the usual, or a run that stays slow, is a warning
+            severity = "warn" if mid > 0 and value >= cfg.warn_ratio * mid else "info"
             return Finding(
-                "info",
+                severity,
                 value,
                 f"{self.metric} = {fmt(value)} s at step {step}, {fmt(value / mid if mid else float('inf'))}x the "
                 f"median {fmt(mid)} s (not a save or validation step). Likely causes: another job on the "
                 f"machine, data loading stalls, memory swapping, a slow filesystem. Check the machine's load, "
                 f"the data loader workers and free memory.",
                 {"baseline_median": mid, "z": z, "abs_max_seconds": cfg.abs_max_seconds},
-                warn_after_points=3,  # one slow step is a notice; a run that stays slow is a warning
+                warn_after_points=3,
                 error_after_points=20,
                 at_step=step,
             )

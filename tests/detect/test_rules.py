@@ -409,3 +409,10 @@ def test_a_lasting_grad_norm_level_shift_becomes_the_new_baseline():
     alert = only(detect_series(series, run_info=VERL_INFO), "grad_spike")
     assert alert.first_step == 800 and alert.severity == "error" and not alert.active  # closed once adopted
     assert alert.last_step < 1000
+
+
+def test_one_step_ten_times_slower_is_a_warning():
+    # the trainer's `stall` scenario: the process sleeps 20 s inside step 10 of 0.5 s steps
+    series = replace_values(healthy_sft(seed=30), "train/time(s)", {10: 20.0})
+    alert = only(detect_series(series, run_info=VERL_INFO), "step_time_spike")
+    assert (alert.first_step, alert.severity) == (10, "warn")
