@@ -36,6 +36,9 @@ PAGE_TIMEOUT_S = 120
 NAN_GRAD_RUN = "real/ChenguangYang96UCR__KG-LLM__outputs"  # fp16 overflow: grad_norm NaN at steps 1, 2, 6
 BURST_RUN = "real/Miguel-Alessio__qwen-chess-lora__logs"  # grad_norm burst ~131 at step 2680
 HEALTHY_RUN = "real/Dheena731__tinyLlama-finetune__root"  # monotone eval_loss, best = last checkpoint
+GRPO_RUN = (
+    "real/srinath-manda__IITD_Feb26_AAIPL__outputs-checkpoint-500"  # TRL GRPO: reward, entropy, lengths
+)
 
 
 def open_page(page: str | None = None, run: str | None = None) -> AppTest:
@@ -151,6 +154,17 @@ def test_run_page_marks_every_alert_of_the_run_on_its_chart(app_env):
             and any(t.get("name") == alert["metric"] for t in fig["data"])
         ]
         assert marked, f"alert {label} on {alert['metric']} is not marked on the chart of that metric"
+
+
+def test_rl_run_gets_reward_entropy_and_response_length_panels(app_env):
+    at = open_page("run", run=GRPO_RUN)
+    figs = figures(at)
+    for title, metric in (
+        ("Reward", "reward"),
+        ("Entropy", "entropy"),
+        ("Response length", "completions/mean_length"),
+    ):
+        assert metric in {t["name"] for t in figure_titled(figs, title)["data"]}
 
 
 def test_run_page_draws_a_grad_norm_burst_of_a_real_run(app_env):
