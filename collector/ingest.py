@@ -77,7 +77,10 @@ class Ingestor:
         self.on_backlog = on_backlog
         self.chunk_bytes = chunk_bytes
         self.bulk_bytes = bulk_bytes
-        self._keys: dict[str, list[str]] = {}  # verl JSONL path -> metric names seen under "data"
+        self._keys: dict[str, list[str]] = {}
+        self._registered: dict[
+            str, tuple
+        ] = {}  # run id -> what was last registered for it  # verl JSONL path -> metric names seen under "data"
         self.txn_bytes = txn_bytes
         self.bulk = bulk
         self.sources: dict[str, SourceState] = store.sources()
@@ -116,6 +119,15 @@ class Ingestor:
         return key if role and role != "ignored" else None
 
     def _register(self, run: discover.Run) -> None:
+        known = (
+            str(run.root),
+            str(run.dir),
+            run.format,
+            tuple((str(x.path), x.format, x.role) for x in run.sources),
+        )
+        if self._registered.get(run.id) == known:
+            return  # the periodic rescan sees the same run: nothing to write
+        self._registered[run.id] = known
         self.run_dirs[run.id] = run.dir
         self.store.upsert_run(run.id, str(run.root), str(run.dir), run.format)
         for source in run.sources:
@@ -234,16 +246,22 @@ class Ingestor:
         return result is not False if not quiet else True
 
     def _read_many(self, paths: list[str], pending: set[str]) -> None:
+        """One transaction for the sources' new lines; plain appends of all sources go in as one insert
+        (a live cycle over a hundred runs costs a handful of statements, not a hundred times that)."""
         fresh: dict[str, Points] = {}
         new_states: dict[str, SourceState] = {}
         infos: list[tuple[str, str, dict]] = []
+        cycle = _Cycle()
         with self.store.transaction() as cur:
             for path in paths:
                 s = dataclasses.replace(self.sources[path])
-                more = self._read_one(cur, s, fresh, infos)
+                more = self._read_one(cur, s, fresh, infos, cycle)
                 new_states[path] = s
                 if more:
                     pending.add(path)
+            self.store.add_points_many(cur, cycle.plain)
+            self.store.save_sources(cur, cycle.saves)
+            self.store.set_runs_progress(cur, cycle.last_steps)
         self.sources.update(new_states)
         self._after_commit(fresh, infos)
 
@@ -266,7 +284,7 @@ class Ingestor:
                 "run %s: detection failed on new points; the points are stored, ingest goes on", run_id
             )
 
-    def _read_one(self, cur, s: SourceState, fresh: dict[str, Points], infos: list) -> bool:
+    def _read_one(self, cur, s: SourceState, fresh: dict[str, Points], infos: list, cycle: _Cycle) -> bool:
         """Read one chunk of one source into the open transaction; returns True when more is waiting."""
         st = self._identity(cur, s)
         if st is None:
@@ -296,7 +314,10 @@ class Ingestor:
             return False
         run = s.run_id
         overlap = whole or not result.points or min(result.points.step) <= self.max_step.get(run, -(2**62))
-        self.store.add_points(cur, s, result.points, may_overlap=overlap)
+        if overlap:
+            self.store.add_points(cur, s, result.points, may_overlap=True)
+        else:
+            cycle.plain.append((s, result.points))
         self._quarantine(cur, s, result)
         if whole:
             s.offset, s.lines = st.st_size, result.lines
@@ -307,10 +328,9 @@ class Ingestor:
                 data[max(0, result.consumed - SIG_BYTES) : result.consumed] if result.consumed else s.tail_sig
             )
         s.size, s.mtime = st.st_size, st.st_mtime
-        self.store.save_source(cur, s)
+        cycle.saves.append(s)
         if result.points:
-            last = max(result.points.step)
-            self.store.update_run_info(cur, run, last_step=last, last_point_at=time.time())
+            cycle.last_steps[run] = max(result.points.step)
             fresh.setdefault(run, Points()).extend(result.points)
         if result.info:
             infos.append((run, s.format, result.info))
@@ -516,6 +536,15 @@ class Ingestor:
         log.warning("%s: %s", path, message)
         self.events.append(Event(path, message))
         del self.events[:-200]
+
+
+@dataclasses.dataclass(slots=True)
+class _Cycle:
+    """What one shared transaction collects to write in a few statements at its end."""
+
+    plain: list[tuple[SourceState, Points]] = dataclasses.field(default_factory=list)
+    saves: list[SourceState] = dataclasses.field(default_factory=list)
+    last_steps: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(slots=True)

@@ -255,6 +255,51 @@ class Store:
             ],
         )
 
+    def save_sources(self, cur: duckdb.DuckDBPyConnection, states: list[SourceState]) -> None:
+        """`save_source` for many sources in one statement (a live cycle touches a hundred)."""
+        if not states:
+            return
+        fields = (
+            "id",
+            "inode",
+            "device",
+            "size",
+            "mtime",
+            "offset",
+            "lines",
+            "segment",
+            "state",
+            "parser_state",
+        )
+        columns = {f: [getattr(x, f) for x in states] for f in fields}
+        columns["tail_sig"] = pa.array([x.tail_sig for x in states], pa.binary())
+        cur.register("rw_sources", pa.table(columns))
+        try:
+            cur.execute(
+                """UPDATE sources SET inode = t.inode, device = t.device, size = t.size, mtime = t.mtime,
+                   byte_offset = t."offset", lines = t.lines, segment = t.segment, state = t.state,
+                   tail_sig = t.tail_sig, parser_state = t.parser_state, updated_at = ?
+                   FROM rw_sources t WHERE sources.id = t.id""",
+                [time.time()],
+            )
+        finally:
+            cur.unregister("rw_sources")
+
+    def set_runs_progress(self, cur: duckdb.DuckDBPyConnection, last_steps: dict[str, int]) -> None:
+        """Each run's newest step and the time points last came, in one statement."""
+        if not last_steps:
+            return
+        now = time.time()
+        cur.register("rw_runs", pa.table({"id": list(last_steps), "last_step": list(last_steps.values())}))
+        try:
+            cur.execute(
+                """UPDATE runs SET last_step = t.last_step, last_point_at = ?, updated_at = ?
+                   FROM rw_runs t WHERE runs.id = t.id""",
+                [now, now],
+            )
+        finally:
+            cur.unregister("rw_runs")
+
     def quarantine(self, cur: duckdb.DuckDBPyConnection, s: SourceState, bad: list[BadLine]) -> None:
         """Keep bad lines with their file line number and reason, inside the caller's transaction."""
         if not bad:
@@ -310,6 +355,54 @@ class Store:
         finally:
             cur.unregister("rw_batch")
         return self._merge_stage(cur, s)
+
+    def add_points_many(
+        self, cur: duckdb.DuckDBPyConnection, batches: list[tuple[SourceState, Points]]
+    ) -> int:
+        """Store many sources' plain appends (no step already stored) in one insert; returns rows added."""
+        batches = [(s, p) for s, p in batches if p]
+        if not batches:
+            return 0
+        run_ids, source_ids, segments = [], [], []
+        metric, step, value, wall = [], [], [], []
+        for s, p in batches:
+            n = len(p)
+            run_ids.extend([s.run_id] * n)
+            source_ids.extend([s.id] * n)
+            segments.extend([s.segment] * n)
+            metric.extend(p.metric)
+            step.extend(p.step)
+            value.extend(p.value)
+            wall.extend(p.wall_time)
+        table = pa.table(
+            {
+                "run_id": pa.array(run_ids, pa.string()),
+                "metric": pa.array(metric, pa.string()),
+                "step": pa.array(step, pa.int64()),
+                "value": pa.array(value, pa.float64()),
+                "wall_time": pa.array(wall, pa.float64()),
+                "source_id": pa.array(source_ids, pa.int32()),
+                "segment": pa.array(segments, pa.int32()),
+            }
+        )
+        cur.register("rw_many", table)
+        try:
+            cur.execute(
+                """INSERT INTO points (run_id, metric, step, value, wall_time, source_id, segment)
+                   SELECT * FROM rw_many"""
+            )
+            cur.execute(
+                """INSERT INTO metric_stats
+                   SELECT run_id, metric, count(*), max(step), arg_max(value, step) FROM rw_many GROUP BY ALL
+                   ON CONFLICT (run_id, metric) DO UPDATE SET
+                     points = metric_stats.points + excluded.points,
+                     last_value = CASE WHEN excluded.last_step >= metric_stats.last_step
+                                       THEN excluded.last_value ELSE metric_stats.last_value END,
+                     last_step = greatest(excluded.last_step, metric_stats.last_step)"""
+            )
+        finally:
+            cur.unregister("rw_many")
+        return len(table)
 
     def bulk_ndjson(
         self,
