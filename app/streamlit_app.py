@@ -17,6 +17,7 @@ if _REPO not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app import ui  # noqa: E402
+from app.connection import roots_differ  # noqa: E402
 from collector.client import ApiError  # noqa: E402
 
 st.set_page_config(page_title="runwatch", page_icon=":material/monitoring:", layout="wide")
@@ -72,5 +73,15 @@ with st.sidebar:
         + (" (started by this dashboard)" if conn.started_here else "")
         + f"  \nLive charts refresh every {conf.refresh_s:g} s"
     )
+    missing = roots_differ(conn.info, conf.roots)
+    if missing:
+        st.warning(
+            f"The running collector does not watch {', '.join(missing)} (it was started with other roots); "
+            "stop it to have the dashboard start one with these roots."
+        )
 
-page.run()
+try:
+    page.run()
+except ApiError as err:
+    # One failed call (a missing run, an endpoint this collector lacks) costs the page, not the dashboard.
+    st.error(f"The collector could not answer this page: {err}")
