@@ -100,14 +100,22 @@ def _advice_cell(row: dict) -> str:
     own = row["run_best_checkpoint"]
     if rec is None:
         return "no complete checkpoint"
-    verdict = ""
-    if own is not None:
-        verdict = (
-            " (agrees with the run's best_model_checkpoint)"
-            if own == rec["step"]
-            else f" (the run's own: checkpoint-{own})"
-        )
-    return f"ckpt {rec['step']} by {advice['metric']} ({advice['direction']}){verdict}; deletable {len(advice['deletable'])}"
+    deletable = (
+        f"deletable {len(advice['deletable'])} of {len(advice['checkpoints'])} (inferred from save_steps)"
+    )
+    if "no evaluation" in rec["reason"]:
+        return f"ckpt {rec['step']}: the latest; the run logs no evaluation to choose by; {deletable}"
+    by = f"by {advice['metric']} ({advice['direction']})"
+    if own is None:
+        return f"ckpt {rec['step']} {by}; {deletable}"
+    if own == rec["step"]:
+        return f"ckpt {rec['step']} {by}, agrees with the run's best_model_checkpoint; {deletable}"
+    value = next((c["value"] for c in advice["checkpoints"] if c["step"] == rec["step"]), None)
+    return (
+        f"ckpt {rec['step']} {by}; the run's own is checkpoint-{own} because the Trainer only compares "
+        f"evaluations made at save steps, while this advice gives each save its nearest evaluation "
+        f"({advice['metric']} {value:.4g} for {rec['step']}); {deletable}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,12 @@ def test_report_table_over_real_runs(python, repo, real_runs):
     ]
     assert len(rows) == len(files) == 10
     yong = next(r for r in rows if r.startswith("| yongshuaiy"))
-    assert "val_loss_rise warn eval_loss @250-" in yong and "ckpt 200 by eval_loss (min) (agrees" in yong
+    assert "val_loss_rise warn eval_loss @250-" in yong and "ckpt 200 by eval_loss (min), agrees" in yong
+    pranav = next(r for r in rows if r.startswith("| pranav"))
+    assert (
+        "the run's own is checkpoint-200 because the Trainer only compares evaluations made at save steps"
+        in pranav
+    )
 
 
 def test_report_json_and_a_bad_file(python, repo, real_runs, tmp_path):
