@@ -94,10 +94,12 @@ class LossPlateauRule:
     # steps; the window grows to a tenth of the run so far (up to max_window) so slow steady progress counts
     patience_points: int = 50
     max_window: int = 1000
-    # progress = the last window's median below the one before by this much (relative)...
+    # progress = the last window's median below the best earlier window's by more than this (relative)
     min_rel_improvement: float = 0.0
-    noise_sigmas: float = 2.0  # ...and by this many sigmas of the comparison's own noise
-    hold_checks: int = 3  # checks (every tenth of a window) that must fail in a row before alerting
+    noise_sigmas: float = (
+        2.0  # worse than the window before by this many noise sigmas is a rise, not a plateau
+    )
+    hold_checks: int = 5  # checks (every tenth of a window) that must fail in a row before alerting
     end_lr_fraction: float = 0.1  # no plateau alert once lr has decayed below 10 % of its peak
     clear_after: int = 10  # checks showing progress before the episode closes
 

@@ -78,11 +78,12 @@ class ValLossRise:
 
 
 class LossPlateau:
-    """The median training loss of the last window is not significantly below that of the window before.
+    """The median training loss of the last window is no lower than the best median of any earlier window
+    that does not overlap it, check after check (slow, steady progress keeps setting new bests; a flat,
+    noisy loss soon stops doing so).
 
-    The window is `patience_points` logged points, or a tenth of the points so far when that is longer (a
-    long run's slow, steady progress is not a plateau), capped at `max_window` points; it is judged every
-    tenth of a window, so the cost per point stays small.
+    The window is `patience_points` logged points, or a tenth of the points so far when that is longer,
+    capped at `max_window` points; it is judged every tenth of a window, so the cost per point stays small.
     """
 
     rule_id = "loss_plateau"
@@ -93,11 +94,14 @@ class LossPlateau:
         self.recent: deque[tuple[int, float]] = deque(maxlen=2 * max(2, cfg.patience_points, cfg.max_window))
         self.seen = 0
         self.flat = 0
+        self.checks: deque[tuple[int, int, float]] = deque()  # (seen, step, window median) not yet "earlier"
+        self.best: tuple[int, float] | None = None  # (step, median) of the best earlier window
 
     def rewind(self, step: int) -> None:
         while self.recent and self.recent[-1][0] >= step:
             self.recent.pop()
             self.seen -= 1
+        self.checks.clear()
         self.flat = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
@@ -112,16 +116,22 @@ class LossPlateau:
         window = list(self.recent)[-2 * half :]
         values = [v for _, v in window]
         before, now = median(values[:half]), median(values[half:])
-        # medians of two whole windows, so single noisy points neither make nor break a plateau; progress must
-        # beat the noise of that comparison (a median of n points wobbles by about 1.25 sigma / sqrt(n))
-        sigma = MAD_TO_SIGMA * median(abs(v - now) for v in values[half:])
-        noise = 1.25 * sigma * math.sqrt(2 / half)
-        if before - now > max(cfg.noise_sigmas * noise, cfg.min_rel_improvement * abs(before)):
+        while self.checks and self.checks[0][0] <= self.seen - half:  # no longer overlaps the current window
+            _, at, old = self.checks.popleft()
+            if self.best is None or old < self.best[1]:
+                self.best = (at, old)
+        self.checks.append((self.seen, step, now))
+        best = self.best
+        if best is None or now < best[1] - cfg.min_rel_improvement * abs(best[1]):
             self.flat = 0
             return None
+        # a median of n points wobbles by about 1.25 sigma / sqrt(n): worse than the window before by more
+        # than that noise is a rise, which is loss_spike's to judge, not a plateau
+        sigma = MAD_TO_SIGMA * median(abs(v - now) for v in values[half:])
+        noise = 1.25 * sigma * math.sqrt(2 / half)
         if now - before > cfg.noise_sigmas * noise:
             self.flat = 0
-            return HOLD  # worse, not flat: rises are loss_spike's to judge
+            return HOLD
         self.flat += 1
         if self.flat < cfg.hold_checks:
             return HOLD
@@ -140,14 +150,14 @@ class LossPlateau:
             "info",
             value,
             f"{self.metric} has not improved over the last {half} logged points: median {fmt(now)} from step "
-            f"{since} to {step}, against {fmt(before)} over the {half} points before (noise {fmt(noise)}). "
+            f"{since} to {step}, no lower than {fmt(best[1])}, the median of the {half} points to step {best[0]}. "
             f"Likely causes: lr too low or already decayed, the model has learned what this data can teach, "
             f"a data loader repeating the same batches. Check the lr schedule and the validation loss; stop early "
             f"if the validation loss is flat too.",
             {
-                "median_before": before,
                 "median_now": now,
-                "noise": noise,
+                "best_median": best[1],
+                "best_window_end_step": best[0],
                 "window_points": half,
                 "window_start_step": since,
             },
