@@ -17,6 +17,7 @@ The database our ingest built is kept in bench/out/db/ for bench/query.py.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -44,6 +45,24 @@ def remove_db(db: Path) -> None:
         p.unlink()
 
 
+def collector_version() -> str:
+    """A digest of the collector's source: a database built by other code is rebuilt, not reused."""
+    digest = hashlib.sha256()
+    for path in sorted((gen.REPO / "collector").rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def built_by_this_collector(db: Path) -> bool:
+    """True when `db` exists and was built by the collector source now on disk."""
+    stamp = Path(f"{db}.bench.json")
+    return (
+        db.exists()
+        and stamp.exists()
+        and json.loads(stamp.read_text()).get("collector") == collector_version()
+    )
+
+
 def ingest_ours(h: gen.History, db: Path, verify: bool = True) -> dict:
     """Backfill `h` into a fresh `db` with our CLI; with `verify`, read the stored count back through it.
 
@@ -60,6 +79,7 @@ def ingest_ours(h: gen.History, db: Path, verify: bool = True) -> dict:
         res["error"] = f"collector ingest exited {m.rc}: {m.output[-1500:]}"
         return res
     said = json.loads(last)
+    Path(f"{db}.bench.json").write_text(json.dumps({"collector": collector_version(), "history": h.key}))
     res["ingest_s"], res["points_added"] = said["seconds"], said["points_added"]
     res["points_per_s"] = h.points / m.wall_s
     if verify:

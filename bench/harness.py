@@ -141,3 +141,21 @@ class Daemon:
         )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(pid: int, window_s: float = 3.0, below: float = 0.1, cap_s: float = 900.0) -> bool:
+    """Block until process `pid` uses under `below` of a core over a `window_s` window (True), or `cap_s`
+    passed (False). Used to wait out work the API does not report, such as judging a backlog."""
+    deadline = time.monotonic() + cap_s
+    while time.monotonic() < deadline:
+        c0 = cpu_seconds(pid)
+        time.sleep(window_s)
+        if (cpu_seconds(pid) - c0) / window_s < below:
+            return True
+    return False

@@ -16,7 +16,6 @@ trip under this load and the daemon's CPU use.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import threading
@@ -53,12 +52,6 @@ PEERS = [
         "history on its own file-stream interval (x_file_stream_transmit_interval, value not documented)",
     },
 ]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def line(step: int, run_index: int) -> str:
@@ -207,14 +200,14 @@ def main() -> None:
             t.start()
             probers.append(t)
 
-        cpu0, wall0 = cpu_seconds(d.proc.pid), time.perf_counter()
+        cpu0, wall0 = harness.cpu_seconds(d.proc.pid), time.perf_counter()
         try:
             warmup = int(args.warmup_s * total_rate)
             lag = write_steadily(files, args.steps, total_rate, first, args.sample_every, on_sample, warmup)
         finally:
             for t in probers:
                 t.join()
-        cpu = (cpu_seconds(d.proc.pid) - cpu0) / (time.perf_counter() - wall0)
+        cpu = (harness.cpu_seconds(d.proc.pid) - cpu0) / (time.perf_counter() - wall0)
 
     lat = [r["latency_s"] * 1000 for r in results if r["latency_s"] is not None]
     errors = [r["error"] for r in results if r["error"]]
