@@ -54,6 +54,12 @@ def test_every_page_in_chromium_and_acknowledge_by_click(collector, tmp_path: Pa
         page.wait_for_selector('[data-testid="stDataFrame"]')
         assert page.get_by_text("Runs", exact=True).first.is_visible()
         screenshot_whole_page(page, shots / "1-runs.png")
+        # Clicking a row's selection box (the grid is a canvas: by position, 35 px rows) opens that run.
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        grid = page.locator('[data-testid="stDataFrame"]').bounding_box()
+        page.mouse.click(grid["x"] + 15, grid["y"] + 35 + 17)
+        wait_for_charts(page, 1)
+        assert page.locator("h1").first.inner_text() == client.get("/api/runs")[0]["id"]
 
         open_and_wait(page, f"{url}/run?run={SMOKE_RUN}", charts=3)
         assert page.locator("h1").first.inner_text() == SMOKE_RUN
