@@ -31,23 +31,31 @@ class ValLossRise:
         self.best: float | None = None
         self.best_step = 0
         self.train_at_best: float | None = None
-        self.worse: list[tuple[int, float]] = []
+        self.worse: deque[tuple[int, float]] = deque(maxlen=8)  # the latest evaluations above the best
+        self.above = 0  # evaluations in a row above the best
+        self.first_above = 0
 
     def rewind(self, step: int) -> None:
-        self.worse = [(s, v) for s, v in self.worse if s < step]
+        while self.worse and self.worse[-1][0] >= step:
+            self.worse.pop()
+            self.above -= 1
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         train_now = run.train_loss_level() if hasattr(run, "train_loss_level") else None
         if self.best is None or value < self.best:
             self.best, self.best_step, self.train_at_best = value, step, train_now
-            self.worse = []
+            self.worse.clear()
+            self.above = 0
             return None
         if value <= self.best + self.cfg.min_delta * abs(self.best):
-            self.worse = []
+            self.worse.clear()
+            self.above = 0
             return None
+        if self.above == 0:
+            self.first_above = step
         self.worse.append((step, value))
-        del self.worse[: -max(self.cfg.patience, 1) * 4]  # bounded: only the first and last few matter
-        if len(self.worse) < self.cfg.patience:
+        self.above += 1
+        if self.above < self.cfg.patience:
             return HOLD
         train_falls = train_now is None or self.train_at_best is None or train_now < self.train_at_best
         if not train_falls:
@@ -62,18 +70,18 @@ class ValLossRise:
             "warn",
             value,
             f"{self.metric} has been above its best {fmt(self.best)} (step {self.best_step}) for "
-            f"{len(self.worse)} evaluations, now {fmt(value)} at step {step} (+{rise:.1%}) {train_text}: the model "
+            f"{self.above} evaluations, now {fmt(value)} at step {step} (+{rise:.1%}) {train_text}: the model "
             f"is overfitting. Keep the checkpoint nearest step {self.best_step}; consider stopping, more data, "
             f"fewer epochs, a lower lr or more regularisation (dropout, weight decay, LoRA rank).",
             {
                 "best_step": self.best_step,
                 "best_value": self.best,
-                "evaluations_above": len(self.worse),
+                "evaluations_above": self.above,
                 "train_loss_at_best": self.train_at_best,
                 "train_loss_now": train_now,
-                "values": [[s, v] for s, v in self.worse[-8:]],
+                "values": [[s, v] for s, v in self.worse],
             },
-            first_step=self.worse[0][0],
+            first_step=self.first_above,
         )
 
 

@@ -416,3 +416,15 @@ def test_one_step_ten_times_slower_is_a_warning():
     series = replace_values(healthy_sft(seed=30), "train/time(s)", {10: 20.0})
     alert = only(detect_series(series, run_info=VERL_INFO), "step_time_spike")
     assert (alert.first_step, alert.severity) == (10, "warn")
+
+
+def test_a_long_overfit_keeps_its_first_step_and_counts_every_evaluation():
+    steps = list(range(100, 3100, 100))
+    val = [2.0 - s / 1000 if s <= 1000 else 1.0 + (s - 1000) / 5000 for s in steps]
+    train = ([s for s in range(1, 3001)], [3.0 - s / 1500 for s in range(1, 3001)])
+    alert = only(detect_series({"val/loss": (steps, val), "train/loss": train}), "val_loss_rise")
+    assert (
+        alert.first_step == 1100
+        and alert.evidence["evaluations_above"] == 20
+        and "for 20 evaluations" in alert.message
+    )
