@@ -217,10 +217,13 @@ class NoLearningLoss:
         self.clear_after = cfg.clear_after
         self.recent: deque[tuple[int, float]] = deque(maxlen=max(2, cfg.for_points))
         self.at_uniform = 0
+        self.uniform_since = 0
+        self.flat_points = 0  # points in a row the loss has not moved
+        self.flat_since = 0
 
     def rewind(self, step: int) -> None:
         self.recent.clear()
-        self.at_uniform = 0
+        self.at_uniform = self.flat_points = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         if getattr(run, "is_rl", False):
@@ -230,7 +233,11 @@ class NoLearningLoss:
         vocab = run.facts.get("vocab_size") if hasattr(run, "facts") else None
         if vocab and vocab > 1:
             uniform = math.log(vocab)
-            self.at_uniform = self.at_uniform + 1 if abs(value - uniform) <= cfg.ln_vocab_rel * uniform else 0
+            if abs(value - uniform) <= cfg.ln_vocab_rel * uniform:
+                self.uniform_since = step if self.at_uniform == 0 else self.uniform_since
+                self.at_uniform += 1
+            else:
+                self.at_uniform = 0
             if self.at_uniform >= cfg.ln_vocab_after:
                 return Finding(
                     "error",
@@ -240,13 +247,19 @@ class NoLearningLoss:
                     f"pretrained weights not loaded (random init), lr zero, labels shuffled against inputs. Check "
                     f"the model path and the load messages at start-up.",
                     {"ln_vocab": uniform, "vocab_size": vocab, "points": self.at_uniform},
+                    first_step=self.uniform_since,
                 )
         if len(self.recent) < self.recent.maxlen:
             return HOLD
         values = [v for _, v in self.recent]
         spread = max(values) - min(values)
         if spread > cfg.flat_rel * max(abs(sum(values) / len(values)), 1e-12):
+            self.flat_points = 0
             return None
+        if self.flat_points == 0:
+            self.flat_since, self.flat_points = self.recent[0][0], len(values)
+        else:
+            self.flat_points += 1
         zero = (
             "; a loss of exactly 0 usually means every label is masked (-100) or the loss is not computed"
             if value == 0
@@ -255,11 +268,12 @@ class NoLearningLoss:
         return Finding(
             "error",
             value,
-            f"{self.metric} has not moved from {fmt(value)} for {len(values)} logged points (to step {step}){zero}. "
+            f"{self.metric} has not moved from {fmt(value)} for {self.flat_points} logged points (steps "
+            f"{self.flat_since}-{step}){zero}. "
             f"Nothing is being learned. Check that the loss is connected to trainable parameters, the labels of "
             f"one batch, and the lr.",
-            {"spread": spread, "points": len(values)},
-            first_step=self.recent[0][0],
+            {"spread": spread, "points": self.flat_points},
+            first_step=self.flat_since,
         )
 
 

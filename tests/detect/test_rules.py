@@ -214,7 +214,7 @@ def test_loss_stuck_at_ln_vocab_is_no_learning():
     loss = [math.log(32000) * (1 + 0.002 * math.sin(s)) for s in steps]
     events = detect_series({"train/loss": (steps, loss)}, run_info={"model": {"vocab_size": 32000}})
     alert = only(events, "no_learning")
-    assert "ln(vocab size 32000)" in alert.message
+    assert "ln(vocab size 32000)" in alert.message and alert.first_step == 1
 
 
 def test_training_from_scratch_leaves_ln_vocab_quickly_and_is_fine():
