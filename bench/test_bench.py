@@ -12,6 +12,7 @@ import duckdb
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import backfill  # noqa: E402
 import gen  # noqa: E402
 import harness  # noqa: E402
 import query  # noqa: E402
@@ -83,3 +84,20 @@ def test_peak_rss_is_the_childs_own_not_the_parents():
     assert small.rc == 0 and big.rc == 0
     assert small.peak_rss_mb < 100
     assert big.peak_rss_mb > 200
+
+
+def test_replayed_server_sampling_keeps_exactly_what_the_tensorboard_server_keeps():
+    h = gen.history(3_000)
+    logdir = gen.tensorboard_dir(h)
+    loaded = backfill.server_load(logdir)  # the server's own ingester: 1,000 per tag
+    from tensorboard.backend.event_processing import event_accumulator
+
+    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    everything = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    replayed = backfill.server_sample(everything)
+    assert sorted(loaded) == sorted(replayed)
+    for tag in loaded:
+        assert len(loaded[tag]) == min(1000, len(everything[tag]))
+        assert [s for s, _ in loaded[tag]] == [s for s, _ in replayed[tag]]
+        np.testing.assert_array_equal([v for _, v in loaded[tag]], [v for _, v in replayed[tag]])
