@@ -60,22 +60,42 @@ event = st.dataframe(
     shown,
     hide_index=True,
     width="stretch",
+    # every run in view without scrolling the table (up to 25): 35 px a row plus the header
+    height=min(len(shown), 25) * 35 + 38,
     on_select="rerun",
     selection_mode="single-row",
     key="runs_table",
+    column_order=[
+        "run",
+        "status",
+        "progress",
+        "step",
+        "train loss",
+        "val loss",
+        "errors",
+        "warnings",
+        "info",
+        "recommended checkpoint",
+        "updated",
+    ],
     column_config={
-        "run": st.column_config.TextColumn("run", help="Run directory under its root", width="large"),
+        "run": st.column_config.TextColumn("run", help="Run directory under its root", width="medium"),
         "progress": st.column_config.ProgressColumn(
-            "progress", min_value=0.0, max_value=1.0, format="percent"
+            "progress", min_value=0.0, max_value=1.0, format="percent", width="small"
         ),
         "step": st.column_config.NumberColumn("step", format="%d"),
-        "total steps": st.column_config.NumberColumn("total steps", format="%d"),
         "train loss": st.column_config.NumberColumn("train loss", format="%.4f"),
         "val loss": st.column_config.NumberColumn("val loss", format="%.4f"),
-        "errors": st.column_config.NumberColumn("errors", help="Open alerts of severity error"),
-        "warnings": st.column_config.NumberColumn("warnings", help="Open alerts of severity warn"),
-        "info": st.column_config.NumberColumn("info", help="Open alerts of severity info"),
-        "recommended checkpoint": st.column_config.NumberColumn("recommended checkpoint", format="%d"),
+        "errors": st.column_config.NumberColumn(
+            "errors", help="Open alerts of severity error", width="small"
+        ),
+        "warnings": st.column_config.NumberColumn(
+            "warns", help="Open alerts of severity warn", width="small"
+        ),
+        "info": st.column_config.NumberColumn("info", help="Open alerts of severity info", width="small"),
+        "recommended checkpoint": st.column_config.NumberColumn(
+            "keep step", format="%d", help="The recommended checkpoint's step"
+        ),
         "updated": st.column_config.DatetimeColumn("last update", format="distance"),
     },
 )
