@@ -9,7 +9,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-COMMIT_INTERVAL_S = 0.25  # the store commits at most this often while files change (batching, not per event)
+COMMIT_INTERVAL_S = 0.2  # the store commits at most this often while files change (batching, not per event)
 RESCAN_INTERVAL_S = 5.0  # a full look at the roots, for events a filesystem did not deliver
 POLL_INTERVAL_S = 0.25  # the polling observer's period (network filesystems)
 

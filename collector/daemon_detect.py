@@ -39,6 +39,7 @@ class Detection:
         # Runs whose newest stored points the detector has not seen (a bulk backlog): step fed up to.
         self.behind: dict[str, int] = {}
         self.fed_to: dict[str, int] = {}
+        self._checkpoints_seen: dict[str, list[dict]] = {}
 
     def _config(self, run: str) -> DetectConfig:
         run_dir = self.run_dirs.get(run)
@@ -141,8 +142,13 @@ class Detection:
             }
             for c in index.checkpoints
         ]
-        if items != store_alerts.checkpoints(self.store, run):
-            store_alerts.replace_checkpoints(self.store, run, items)
+        if items != self._checkpoints_seen.get(run):
+            # Compared in memory: a periodic rescan of a hundred runs must not query the store each time.
+            if self._checkpoints_seen.get(run) is not None or items != store_alerts.checkpoints(
+                self.store, run
+            ):
+                store_alerts.replace_checkpoints(self.store, run, items)
+            self._checkpoints_seen[run] = items
         if run in self.detectors:
             self.detectors[run].note_checkpoints([c.step for c in index.checkpoints])
 

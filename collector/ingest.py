@@ -99,8 +99,9 @@ class Ingestor:
     def discover(self) -> list[str]:
         """Register every run and source under the roots; returns the paths of all readable sources."""
         runs = discover.find_runs(self.roots)
-        for run in runs:
-            self._register(run)
+        with self.store.transaction():  # one commit for all new runs, not one per run
+            for run in runs:
+                self._register(run)
         return [p for p, role in self.roles.items() if role != "ignored"]
 
     def note_path(self, path: str | Path) -> str | None:
