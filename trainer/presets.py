@@ -2,10 +2,10 @@
 
 - `gpu`: the seed hyperparameters for Qwen2.5-Coder-7B-Instruct on GPUs (`trainer/run_sft.sh`).
 - `demo`: the tiny CPU model overfitting a small train set (val/loss turns up while train/loss keeps
-  falling), then a gradient spike (learning rate x10 at steps 120-121); 200 steps, checkpoint and
+  falling), then a gradient spike (learning rate x10 at steps 60-61); 200 steps, checkpoint and
   validation every 10, all checkpoints kept. What `make demo` runs.
 - `overfit`: the same overfitting run without the spike.
-- `spike`: a healthy run whose learning rate is boosted 30x for a few steps: grad norm and loss jump.
+- `spike`: a healthy run whose learning rate is boosted 100x for three steps: grad norm and loss jump.
 - `nan`: a healthy run with a NaN loss injected at step 12.
 - `stall`: a healthy run whose process sleeps 20 s before step 10.
 - `healthy`: the full train set, decreasing losses, nothing injected.
@@ -107,7 +107,8 @@ OVERFIT = _cpu(
     optim__lr=1e-2,
 )
 # The demo: the same overfitting over 200 steps (validation and checkpoint every 10, all kept, so the best one,
-# before the turn, is still there to recommend at the end), and a gradient spike once the turn is plain.
+# before the turn, is still there to recommend at the end), and a gradient spike once the turn shows (later,
+# the model has memorised its 16 rows and a learning-rate boost no longer moves it).
 DEMO = {
     **OVERFIT,
     "trainer.total_epochs": 100,
@@ -119,16 +120,16 @@ PRESETS: dict[str, Preset] = {
     for preset in [
         Preset(
             "demo",
-            "overfits a 16-row train set (val/loss turns up after ~40 steps), gradient spike at steps 120-121",
+            "overfits a 16-row train set (val/loss turns up after ~40 steps), gradient spike at steps 60-61",
             DEMO,
-            faults=[{"kind": "lr_spike", "step": 120, "steps": 2, "factor": 10.0}],
+            faults=[{"kind": "lr_spike", "step": 60, "steps": 2, "factor": 10.0}],
         ),
         Preset("overfit", "overfits a 16-row train set: val/loss turns up while train/loss falls", OVERFIT),
         Preset(
             "spike",
-            "healthy run with the learning rate boosted 30x at steps 40-42: grad norm and loss jump",
-            _cpu(trainer__total_training_steps=80, trainer__test_freq=20, trainer__save_freq=20),
-            faults=[{"kind": "lr_spike", "step": 40, "steps": 3, "factor": 30.0}],
+            "healthy run with the learning rate boosted 100x at steps 20-22: grad norm and loss jump",
+            _cpu(trainer__total_training_steps=60, trainer__test_freq=20, trainer__save_freq=20),
+            faults=[{"kind": "lr_spike", "step": 20, "steps": 3, "factor": 100.0}],
         ),
         Preset(
             "nan",

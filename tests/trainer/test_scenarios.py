@@ -26,16 +26,16 @@ def test_nan_preset_writes_a_nan_loss_at_its_step(built_data, tmp_path):
 
 def test_spike_preset_makes_grad_norm_and_loss_jump(built_data, tmp_path):
     result = launch(
-        tmp_path / "run", "spike", "--steps", "46", "trainer.test_freq=23", "trainer.save_freq=23"
+        tmp_path / "run", "spike", "--steps", "26", "trainer.test_freq=13", "trainer.save_freq=13"
     )
     assert result.rc == 0, result.output[-4000:]
     steps = train_records(result.out)
-    calm_norm = statistics.median(steps[s]["train/grad_norm"] for s in range(30, 40))
-    calm_loss = statistics.median(steps[s]["train/loss"] for s in range(35, 40))
-    assert max(steps[s]["train/grad_norm"] for s in range(41, 46)) > 5 * calm_norm
-    assert max(steps[s]["train/loss"] for s in range(41, 46)) > 1.5 * calm_loss
+    calm_norm = statistics.median(steps[s]["train/grad_norm"] for s in range(10, 20))
+    calm_loss = statistics.median(steps[s]["train/loss"] for s in range(15, 20))
+    assert max(steps[s]["train/grad_norm"] for s in range(21, 26)) > 5 * calm_norm
+    assert max(steps[s]["train/loss"] for s in range(21, 26)) > 1.5 * calm_loss
     injected = json.loads((result.out / "run.json").read_text())["injected"]
-    assert injected == [{"kind": "lr_spike", "step": 40, "steps": 3, "factor": 30.0}]
+    assert injected == [{"kind": "lr_spike", "step": 20, "steps": 3, "factor": 100.0}]
 
 
 def test_stall_preset_sleeps_mid_run(built_data, tmp_path):
