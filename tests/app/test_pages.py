@@ -232,6 +232,21 @@ def test_acknowledging_an_alert_stores_its_state_and_note(app_env):
     assert after[alert_id]["note"] == "seen in the app test"
 
 
+def test_resolving_an_alert_stores_its_state_note_and_history(app_env):
+    at = open_page("alerts")
+    alert_id = at.selectbox(key="alert_choice").value
+    at.text_input(key=f"note-{alert_id}").input("fixed the lr").run()
+    at.button(key=f"resolve-{alert_id}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    stored = api_of(app_env).alert(alert_id)
+    assert stored["state"] == "resolved"
+    assert stored["note"] == "fixed the lr"
+    assert any(h.get("note") == "fixed the lr" for h in stored["history"])
+    # the open-alerts view moved on: the resolved alert is no longer offered for review
+    offered = at.selectbox(key="alert_choice").options  # the labels, "#ID [severity] rule in run ..."
+    assert offered and not any(label.startswith(f"#{alert_id} ") for label in offered)
+
+
 def test_alert_filters_narrow_the_list(app_env):
     api = api_of(app_env)
     open_alerts = api.alerts(state="open")
