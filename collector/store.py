@@ -71,6 +71,13 @@ MIGRATIONS: list[list[str]] = [
         # The step detection has judged a run up to, while a bulk backlog waits for it (NULL: up to date).
         "ALTER TABLE runs ADD COLUMN detected_to BIGINT",
     ],
+    # v3: each metric's first step, so a downsampled query needs no extra pass to find its range.
+    [
+        "ALTER TABLE metric_stats ADD COLUMN first_step BIGINT",
+        """UPDATE metric_stats SET first_step = m.lo
+           FROM (SELECT run_id, metric, min(step) AS lo FROM points GROUP BY ALL) m
+           WHERE metric_stats.run_id = m.run_id AND metric_stats.metric = m.metric""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -392,13 +399,15 @@ class Store:
                    SELECT * FROM rw_many"""
             )
             cur.execute(
-                """INSERT INTO metric_stats
-                   SELECT run_id, metric, count(*), max(step), arg_max(value, step) FROM rw_many GROUP BY ALL
+                """INSERT INTO metric_stats (run_id, metric, points, last_step, last_value, first_step)
+                   SELECT run_id, metric, count(*), max(step), arg_max(value, step), min(step)
+                   FROM rw_many GROUP BY ALL
                    ON CONFLICT (run_id, metric) DO UPDATE SET
                      points = metric_stats.points + excluded.points,
                      last_value = CASE WHEN excluded.last_step >= metric_stats.last_step
                                        THEN excluded.last_value ELSE metric_stats.last_value END,
-                     last_step = greatest(excluded.last_step, metric_stats.last_step)"""
+                     last_step = greatest(excluded.last_step, metric_stats.last_step),
+                     first_step = least(excluded.first_step, metric_stats.first_step)"""
             )
         finally:
             cur.unregister("rw_many")
@@ -456,7 +465,7 @@ class Store:
             return 0, after_step
         if low > after_step and not repeats:
             self._bump_stats(
-                cur, s.run_id, "SELECT metric, n, hi, last_value FROM rw_bulk_stats", summarised=True
+                cur, s.run_id, "SELECT metric, n, hi, last_value, lo FROM rw_bulk_stats", summarised=True
             )
             return count, high
         cur.execute(
@@ -539,19 +548,21 @@ class Store:
         summarised: bool = False,
     ) -> None:
         """Fold added rows into the per-metric summaries. `rows_sql` is one of our own fixed queries giving
-        (metric, step, value) rows, or with `summarised` (metric, count, last step, value at the last step)."""
+        (metric, step, value) rows, or with `summarised` (metric, count, last step, value at the last step, first step)."""
         grouped = (
             rows_sql
             if summarised
-            else f"SELECT metric, count(*), max(step), arg_max(value, step) FROM ({rows_sql}) GROUP BY metric"
+            else f"SELECT metric, count(*), max(step), arg_max(value, step), min(step) FROM ({rows_sql}) GROUP BY metric"
         )
         cur.execute(
-            f"""INSERT INTO metric_stats SELECT ?, * FROM ({grouped})
+            f"""INSERT INTO metric_stats (run_id, metric, points, last_step, last_value, first_step)
+                SELECT ?, * FROM ({grouped})
                 ON CONFLICT (run_id, metric) DO UPDATE SET
                   points = metric_stats.points + excluded.points,
                   last_value = CASE WHEN excluded.last_step >= metric_stats.last_step
                                     THEN excluded.last_value ELSE metric_stats.last_value END,
-                  last_step = greatest(excluded.last_step, metric_stats.last_step)""",
+                  last_step = greatest(excluded.last_step, metric_stats.last_step),
+                  first_step = least(excluded.first_step, metric_stats.first_step)""",
             [run, *(params or [])],
         )
         if minus:  # rows the batch replaced no longer count

@@ -54,17 +54,27 @@ def series(
     """One metric of one run: raw when it has at most `points` points (or with `after`), else bucketed.
 
     Bucketed by step range into at most `points` buckets; each bucket keeps its first, last, min and max
-    (finite values) and its last step; a bucket holding a NaN reports NaN as its value and max, so a NaN
-    is never averaged or sampled away. `values` is the bucket's last value.
+    and its last step; a bucket holding a NaN reports NaN as its value and max (its min stays the lowest
+    number), so a NaN is never averaged or sampled away. `values` is the bucket's last value.
     """
+    whole = start is None and end is None and after is None
     low = -(2**62) if start is None else start
     high = 2**62 if end is None else end
     if after is not None:
         low = max(low, after + 1)
-    total = store.rows(
-        "SELECT count(*) FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?",
-        [run, metric, low, high],
-    )[0][0]
+    if whole:
+        # The per-metric summary kept at ingest gives the count and the range without a pass over points.
+        found = store.rows(
+            "SELECT points, first_step, last_step FROM metric_stats WHERE run_id = ? AND metric = ?",
+            [run, metric],
+        )
+        total, first, last = found[0] if found else (0, None, None)
+    else:
+        total, first, last = store.rows(
+            """SELECT count(*), min(step), max(step) FROM points
+               WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?""",
+            [run, metric, low, high],
+        )[0]
     out = {"run": run, "metric": metric, "total_points": total}
     if after is not None or total <= max(points, 1):
         table = (
@@ -75,25 +85,21 @@ def series(
             )
             .fetchnumpy()
         )
-        out.update(
-            steps=table["step"].tolist(),
-            values=table["value"].tolist(),
-            downsampled=False,
-        )
+        out.update(steps=table["step"].tolist(), values=table["value"].tolist(), downsampled=False)
         return out
     rows = store.rows(
-        """WITH s AS (SELECT step, value FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?),
-                r AS (SELECT min(step) AS lo, max(step) - min(step) + 1 AS span FROM s)
-           SELECT max(step), arg_min(value, step), arg_max(value, step),
-                  min(value) FILTER (WHERE NOT isnan(value)), max(value) FILTER (WHERE NOT isnan(value)),
-                  bool_or(isnan(value))
-           FROM (SELECT step, value, least(((step - r.lo) * ?) // r.span, ? - 1) AS bucket FROM s, r)
+        # DuckDB sorts NaN above every number: min() skips a NaN unless the bucket is all NaN, and max()
+        # is NaN exactly when the bucket holds one, which is what the answer must show.
+        """SELECT max(step), arg_min(value, step), arg_max(value, step), min(value), max(value)
+           FROM (SELECT step, value, least(((step - ?) * ?) // ?, ? - 1) AS bucket FROM points
+                 WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?)
            GROUP BY bucket ORDER BY bucket""",
-        [run, metric, low, high, points, points],
+        [first, points, last - first + 1, points, run, metric, first, last],
     )
     nan = math.nan
     steps, values, mins, maxs, firsts, lasts = [], [], [], [], [], []
-    for step, first, last, mn, mx, has_nan in rows:
+    for step, first, last, mn, mx in rows:
+        has_nan = mx != mx
         steps.append(step)
         firsts.append(first)
         lasts.append(last)
