@@ -188,3 +188,34 @@ def test_a_bulk_backlog_ingested_by_the_cli_is_judged_by_the_daemon(tmp_path):
         assert alerts[0]["first_step"] == 30_000
     finally:
         assert daemon.stop() == 0
+
+
+def test_rotation_deletion_and_garbage_while_running(live):
+    root, daemon = live
+    client = daemon.client()
+    (root / "rot").mkdir()
+    f = root / "rot" / "metrics.jsonl"
+    f.write_text("".join(verl_line(i, 1.0) for i in range(1, 4)))
+    wait_for(lambda: stored_map(client, "rot").get(("train/loss", 3)) == 1.0, "the first lines")
+    with f.open("ab") as fh:  # garbage and bytes that are not UTF-8 between good lines
+        fh.write(b"garbage\n" + b'{"step":4,"data":{"train/loss":\xff}}\n' + verl_line(5, 1.0).encode())
+    wait_for(lambda: ("train/loss", 5) in stored_map(client, "rot"), "the line after the garbage")
+    bad = client.get("/api/runs/rot/quarantine")
+    assert [(b["line"], b["path"]) for b in bad] == [(4, str(f)), (5, str(f))]
+
+    os.rename(f, root / "rot" / "metrics.jsonl.1")  # rotation: the old file moves away, a new one starts
+    f.write_text("".join(verl_line(i, 2.0) for i in range(6, 9)))
+    wait_for(lambda: stored_map(client, "rot").get(("train/loss", 8)) == 2.0, "the new file's lines")
+    run = client.get("/api/runs/rot")
+    assert run["sources"][0]["segment"] == 1
+    assert sorted(s for m, s in stored_map(client, "rot") if m == "train/loss") == [1, 2, 3, 5, 6, 7, 8]
+
+    f.unlink()  # deleted: what was ingested stays, the daemon carries on
+    (root / "rot2").mkdir()
+    (root / "rot2" / "metrics.jsonl").write_text(verl_line(1, 3.0))
+    wait_for(
+        lambda: stored_map(client, "rot2").get(("train/loss", 1)) == 3.0, "a run started after the deletion"
+    )
+    wait_for(lambda: client.get("/api/runs/rot")["sources"][0]["state"] == "deleted", "the deletion noticed")
+    assert len(stored_map(client, "rot")) == 2 * 7  # loss and grad_norm of steps 1-3 and 5-8
+    assert daemon.stop() == 0
