@@ -65,8 +65,37 @@ def run_ours(recs, tmp: Path) -> dict:
     loop = _timed_loop(verl_seam.record, recs)
     t0 = time.perf_counter()
     verl_seam._train_end()
+    finish = time.perf_counter() - t0
     files = sorted(p.name for p in verl_seam.STATE.run_dir.iterdir())
-    return {"setup_s": setup, "loop_s": loop, "finish_s": time.perf_counter() - t0, "files": files}
+    return {"setup_s": setup, "loop_s": loop, "finish_s": finish, "files": files} | {
+        "per_writer_us": per_writer(recs[:5000])
+    }
+
+
+def per_writer(recs) -> dict[str, float]:
+    """Microseconds per step of each of our writers alone (after the timed run: not part of its figure)."""
+    from trainer.callbacks import RunInfo
+    from trainer.writers import default_writers
+
+    with tempfile.TemporaryDirectory(prefix="bench-writers-") as tmp:
+        return _per_writer(recs, Path(tmp), RunInfo, default_writers)
+
+
+def _per_writer(recs, run_dir: Path, RunInfo, default_writers) -> dict[str, float]:  # noqa: N803
+    info = RunInfo(
+        run_dir=run_dir, trainer="verl_sft", preset="bench", config={}, total_steps=len(recs), resume_step=0
+    )
+    out = {}
+    for writer in default_writers(run_dir):
+        writer.on_train_begin(info)
+        t0 = time.perf_counter()
+        for step, data in recs:
+            writer.on_step_end(step, dict(data))
+        out[f"{type(writer).__name__}({getattr(writer, 'kind', '')})".replace("()", "")] = (
+            (time.perf_counter() - t0) / len(recs) * 1e6
+        )
+        writer.on_train_end(len(recs))
+    return out
 
 
 def run_wandb(recs, tmp: Path) -> dict:
@@ -158,6 +187,10 @@ def summarize(rounds: list[dict[str, dict]]) -> dict[str, dict]:
         keys = ("us_per_step", "setup_s", "finish_s", "peak_rss_mb", "bytes_on_disk")
         out[name] = {k: statistics.median(x[k] for x in ok) for k in keys}
         out[name]["rounds_us_per_step"] = [x["us_per_step"] for x in ok]
+        if "per_writer_us" in ok[0]:
+            out[name]["per_writer_us"] = {
+                k: statistics.median(x["per_writer_us"][k] for x in ok) for k in ok[0]["per_writer_us"]
+            }
     base = out.get("ours", {}).get("us_per_step")
     for _name, r in out.items():
         if "us_per_step" in r and base:
@@ -209,6 +242,13 @@ def main() -> None:
         ["back end", "us/step", "x ours", "setup s", "finish s", "peak RSS MB", "disk MB"],
         rows,
     )
+    split = res.get("ours", {}).get("per_writer_us")
+    if split:
+        gen.print_table(
+            "Our writers one by one (5,000 steps each, outside the timed run)",
+            ["writer", "us/step"],
+            [[k, v] for k, v in split.items()],
+        )
     for name, r in res.items():
         if "error" in r:
             print(f"{name}: {r['error']}")
