@@ -54,12 +54,16 @@ def rows_logging(r: dict | None) -> list[list[str]]:
             peers.append(f"{name} {_n(p['us_per_step'], ' us')}{extra}")
             ratios.append(f"{name} {_n(p.get('ratio_vs_ours'), 'x')}")
         else:
-            peers.append(f"{name}: error")
+            peers.append(f"{name}: {p.get('error', 'not run')[:60]}")
     ours_txt = (
         _n(ours.get("us_per_step"), " us/step")
         if "us_per_step" in ours
         else f"error: {ours.get('error', '')[:120]}"
     )
+    split = ours.get("per_writer_us") or {}
+    if split:
+        top = max(split, key=split.get)
+        ours_txt += f" (of which {top} {_n(split[top], ' us')} alone)"
     return [
         [
             f"logging cost per step, 4 metrics, {r['steps']:,} steps",
