@@ -228,7 +228,7 @@ def main() -> None:
     ap.add_argument("--skip-tb", action="store_true", help="backfill without the TensorBoard loads")
     ap.add_argument("--only", nargs="*", choices=SCRIPTS, default=list(SCRIPTS))
     args = ap.parse_args()
-    failed = []
+    failed, took = [], {}
     for name in args.only:
         (gen.OUT / f"{name}.json").unlink(missing_ok=True)  # a stale figure must not pass for a new one
         cmd = [sys.executable, str(gen.BENCH / f"{name}.py")]
@@ -239,12 +239,15 @@ def main() -> None:
         print(f"\n=== {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
         rc = subprocess.run(cmd, cwd=gen.REPO).returncode
-        print(f"=== {name}: exit {rc} after {time.perf_counter() - t0:.0f} s", flush=True)
+        took[name] = time.perf_counter() - t0
+        print(f"=== {name}: exit {rc} after {took[name]:.0f} s", flush=True)
         if rc != 0:
             failed.append(name)
     md = table()
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    note = f"Measured {stamp} with `{' '.join([Path(sys.executable).name, *sys.argv])}` on {_machine()}.\n\n"
+    times = ", ".join(f"{n} {t:.0f} s" for n, t in took.items())
+    note = f"Measured {stamp} with `{' '.join([Path(sys.executable).name, *sys.argv])}` on {_machine()}"
+    note += f" (script times: {times}).\n\n" if times else ".\n\n"
     (gen.OUT / "results.md").write_text(note + md)
     print("\n" + note + md)
     print(f"wrote {gen.OUT / 'results.md'}")
