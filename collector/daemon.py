@@ -16,10 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-import uvicorn
-
 from collector import discover
-from collector.api import create_app
 from collector.config import Settings, ensure_token, read_marker, remove_marker, write_marker
 from collector.daemon_detect import Detection, default_sinks
 from collector.ingest import Ingestor
@@ -85,6 +82,11 @@ class Collector:
 
     def serve(self) -> None:
         """Run until SIGTERM/SIGINT (or `stop()`). Raises AlreadyRunning when another collector holds the DB."""
+        # Imported here: one-shot commands (ingest, --once) need neither the web stack nor its memory.
+        import uvicorn
+
+        from collector.api import create_app
+
         token = ensure_token(self.db)
         app = create_app(self.store, self.db, self.roots, token, request_ingest=self.request_ingest)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

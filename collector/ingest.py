@@ -446,6 +446,12 @@ class Ingestor:
             if st is None or st.st_size == s.offset:
                 self.sources[s.path] = s
                 return False
+        if s.offset == 0 and _ends_with_newline(s.path, st.st_size):
+            # The whole file is complete lines: DuckDB reads it in place, in one statement (no copy, no
+            # chunks); the commit checks that the file did not change meanwhile, else the chunked path runs.
+            counted = self._copy_complete_lines(s.path, 0, st.st_size, copy=False)
+            if counted is not None and counted.end == st.st_size and self._bulk_commit(s, st, counted):
+                return False
         copied = self._copy_complete_lines(s.path, s.offset, min(st.st_size - s.offset, self.bulk_bytes))
         if copied is not None and self._bulk_commit(s, st, copied):
             return s.offset < st.st_size
@@ -455,12 +461,13 @@ class Ingestor:
         self._read_many([s.path], pending)
         return bool(pending)
 
-    def _copy_complete_lines(self, path: str, start: int, size: int) -> _Chunk | None:
+    def _copy_complete_lines(self, path: str, start: int, size: int, copy: bool = True) -> _Chunk | None:
         """Copy the complete lines of `path[start:start+size]` to the temp file in bounded pieces, counting
-        lines and `":` (each verl line has one for "step", one for "data", one per value)."""
+        lines and `":` (each verl line has one for "step", one for "data", one per value). With
+        `copy=False` only count (DuckDB then reads `path` itself)."""
         tmp = os.path.join(self._tmpdir, "chunk.jsonl")
-        chunk = _Chunk(tmp)
-        with open(path, "rb") as src, open(tmp, "wb") as out:
+        chunk = _Chunk(tmp if copy else path, direct=not copy)
+        with open(path, "rb") as src, open(tmp if copy else os.devnull, "wb") as out:
             src.seek(start)
             left = size
             recent = b""  # the last bytes copied before this piece
@@ -482,10 +489,12 @@ class Ingestor:
                     chunk.tail = (recent + piece[: last_nl + 1])[-SIG_BYTES:]
                 else:
                     chunk.partial_colons += piece.count(b'":')
-                out.write(piece)
+                if copy:
+                    out.write(piece)
                 chunk.copied += len(piece)
                 recent = (recent + piece[-SIG_BYTES:])[-SIG_BYTES:]
-            out.truncate(chunk.end)
+            if copy:
+                out.truncate(chunk.end)
         return chunk if chunk.end > 0 else None
 
     def _bulk_commit(self, s: SourceState, st: os.stat_result, chunk: _Chunk) -> bool:
@@ -495,12 +504,22 @@ class Ingestor:
         keys = self._keys.get(s.path) or _keys_of(chunk.first_line)
         if keys is None:
             return False
+        if chunk.direct:
+            # Metrics logged now and then (validation) are rarely on the first line: learn the keys of the
+            # file's first piece up front, since a miss here costs a whole-file read.
+            head = self._copy_complete_lines(s.path, 0, PIECE_BYTES)
+            try:
+                keys = sorted(set(keys) | set(self.store.ndjson_keys(head.path))) if head else keys
+            except duckdb.Error:
+                return False
         expected = chunk.colons - 2 * chunk.lines
-        for attempt in range(2):
+        for attempt in range(1 if chunk.direct else 2):
             new = dataclasses.replace(s)
             try:
                 with self.store.transaction() as cur:
                     count, high = self.store.bulk_ndjson(cur, new, chunk.path, after, keys, expected)
+                    if chunk.direct and _identity_of(s.path) != (st.st_ino, st.st_size, st.st_mtime_ns):
+                        raise BulkMismatch("the file changed while DuckDB read it")
                     new.offset += chunk.end
                     new.lines += chunk.lines
                     new.tail_sig = chunk.tail
@@ -511,7 +530,7 @@ class Ingestor:
                         self.store.mark_detection_behind(cur, s.run_id, after)
                 break
             except BulkMismatch:
-                if attempt:
+                if attempt or chunk.direct:
                     return False
                 try:  # a metric first seen in this chunk (the first validation): learn the keys, once
                     keys = self.store.ndjson_keys(chunk.path)
@@ -560,6 +579,19 @@ class _Chunk:
     partial_colons: int = 0
     first_line: bytes = b""
     tail: bytes = b""
+    direct: bool = False  # DuckDB reads the source file itself (the whole file is complete lines)
+
+
+def _ends_with_newline(path: str, size: int) -> bool:
+    return size > 0 and _read_range(path, size - 1, 1) == b"\n"
+
+
+def _identity_of(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _keys_of(line: bytes) -> list[str] | None:
