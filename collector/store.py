@@ -80,6 +80,8 @@ MIGRATIONS: list[list[str]] = [
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+# DuckDB's buffer pool would take 80% of RAM; the collector stays small (it spills to disk past this).
+MEMORY_LIMIT = "200MB"
 
 
 class BulkMismatch(ValueError):
@@ -116,7 +118,7 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            self._con = duckdb.connect(str(self.path))
+            self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
         except duckdb.IOException as e:
             raise StoreError(
                 f"cannot open the database {self.path}: {e}. Only one process may hold it; if a collector "
