@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.api import DashboardApi
 from app.connection import read_marker
-from tests.app.conftest import REPO, SMOKE_RUN, real_run_ids, wait_until
+from tests.app.conftest import REPO, SMOKE_RUN, real_run_ids, start_collector, stop_process, wait_until
 
 APP = str(REPO / "app" / "streamlit_app.py")
 PAGE_FILES = {
@@ -326,4 +326,32 @@ def test_the_app_starts_a_collector_when_none_runs(real_root, tmp_path, monkeypa
     finally:
         if info is not None:
             os.killpg(info["pid"], signal.SIGTERM)  # the app started it in its own session
+            wait_until("the started collector exits", lambda: read_marker(db) is None, 60)
+
+
+def test_the_app_recovers_when_its_collector_is_killed(real_root, tmp_path, monkeypatch):
+    db = tmp_path / "own.duckdb"
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "one.json").write_bytes((real_root / "real" / f"{HEALTHY_RUN.split('/')[1]}.json").read_bytes())
+    monkeypatch.setenv("RUNWATCH_DB", str(db))
+    monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+    first = start_collector(db, [root], tmp_path / "first.log")
+    try:
+        at = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S).run()
+        assert not at.exception and not at.error
+        os.killpg(first.proc.pid, signal.SIGKILL)  # no clean shutdown: the marker stays, naming a dead pid
+        first.proc.wait()
+        at.run()
+        assert any("did not answer" in e.value for e in at.error), [e.value for e in at.error]
+        at.run()  # the next run finds no live collector and starts one
+        info = read_marker(db)
+        assert info is not None and info["pid"] != first.proc.pid
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert any("started by this dashboard" in c.value for c in at.sidebar.caption)
+    finally:
+        stop_process(first.proc)
+        info = read_marker(db)
+        if info is not None:
+            os.killpg(info["pid"], signal.SIGTERM)
             wait_until("the started collector exits", lambda: read_marker(db) is None, 60)
