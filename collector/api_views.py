@@ -177,7 +177,7 @@ def checkpoints(store: Store, run_id: str) -> dict:
         for a in store_alerts.list_alerts(store, run=run_id)
         if a["rule"] in ("nonfinite", "grad_spike")
     ]
-    latest = None
+    latest = found[0]["latest_marker"]  # what a resume would load: never offered for deletion
     status = store_read.parse_json(found[0]["status_info"])
     return advice.recommend_checkpoint(index, evals, bad, metric, direction, latest_step=latest) | (
         {"status": status.get("status")} if status else {}
@@ -199,7 +199,9 @@ def health(store: Store, run_id: str) -> list[dict]:
             by_role[role] = (series["steps"], series["values"])
     config = store_read.parse_json(found[0]["config"])
     status = store_read.parse_json(found[0]["status_info"])
-    return health_mod.health_checklist(by_role, store_alerts.checkpoints(store, run_id), status, config)
+    return health_mod.health_checklist(
+        by_role, store_alerts.checkpoints(store, run_id), status, config, found[0]["latest_marker"]
+    )
 
 
 def compare(store: Store, run_ids: list[str]) -> dict:

@@ -40,6 +40,7 @@ class Detection:
         self.behind: dict[str, int] = {}
         self.fed_to: dict[str, int] = {}
         self._checkpoints_seen: dict[str, list[dict]] = {}
+        self._markers_seen: dict[str, int | None] = {}
 
     def _config(self, run: str) -> DetectConfig:
         run_dir = self.run_dirs.get(run)
@@ -149,6 +150,9 @@ class Detection:
             ):
                 store_alerts.replace_checkpoints(self.store, run, items)
             self._checkpoints_seen[run] = items
+        if index.latest_marker != self._markers_seen.get(run, -1):
+            self.store.set_latest_marker(run, index.latest_marker)
+            self._markers_seen[run] = index.latest_marker
         if run in self.detectors:
             self.detectors[run].note_checkpoints([c.step for c in index.checkpoints])
 

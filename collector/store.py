@@ -78,6 +78,8 @@ MIGRATIONS: list[list[str]] = [
            FROM (SELECT run_id, metric, min(step) AS lo FROM points GROUP BY ALL) m
            WHERE metric_stats.run_id = m.run_id AND metric_stats.metric = m.metric""",
     ],
+    # v4: the step verl's latest_checkpointed_iteration.txt names (what a resume would load).
+    ["ALTER TABLE runs ADD COLUMN latest_marker BIGINT"],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # DuckDB's buffer pool would take 80% of RAM; the collector stays small (it spills to disk past this).
@@ -212,6 +214,11 @@ class Store:
         cur.execute(
             "UPDATE runs SET detected_to = coalesce(detected_to, ?) WHERE id = ?", [judged_to, run_id]
         )
+
+    def set_latest_marker(self, run_id: str, step: int | None) -> None:
+        """The step the run's checkpoint marker names (None: no marker)."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE runs SET latest_marker = ? WHERE id = ?", [step, run_id])
 
     def set_detected_to(self, run_id: str, step: int | None) -> None:
         """Detection has judged the run up to `step` (None: all of it)."""

@@ -17,7 +17,7 @@ def runs(store: Store, run: str | None = None) -> list[dict]:
     where, params = ("WHERE id = ?", [run]) if run is not None else ("", [])
     return store.dicts(
         f"""SELECT id, root, path, format, status, last_step, total_steps, created_at, updated_at, last_point_at,
-                   config, status_info
+                   config, status_info, latest_marker
             FROM runs {where} ORDER BY coalesce(last_point_at, created_at) DESC, id""",
         params,
     )

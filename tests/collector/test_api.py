@@ -28,18 +28,47 @@ def write_run(path, steps: int = STEPS) -> None:
             f.write(json.dumps({"step": step, "data": {"train/loss": loss, "train/grad_norm": grad}}) + "\n")
 
 
+def write_checkpointed_run(run_dir) -> None:
+    """A verl run folder: val/loss best at step 20, complete checkpoints at 10, 20, 30, an incomplete one
+    at 40 (shards only), and the marker naming 30."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    run_dir.mkdir(parents=True)
+    with (run_dir / "metrics.jsonl").open("w") as f:
+        for step in range(1, 41):
+            f.write(json.dumps({"step": step, "data": {"train/loss": 3.0 - step * 0.05}}) + "\n")
+            if step % 10 == 0:
+                f.write(
+                    json.dumps(
+                        {"step": step, "data": {"val/loss": {10: 2.0, 20: 1.5, 30: 1.7, 40: 1.9}[step]}}
+                    )
+                    + "\n"
+                )
+    for step in (10, 20, 30):
+        hf = run_dir / f"global_step_{step}" / "huggingface"
+        hf.mkdir(parents=True)
+        (hf / "config.json").write_text("{}")
+        (hf / "tokenizer.json").write_text("{}")
+        save_file({"w": np.zeros((4, 4), dtype=np.float32)}, str(hf / "model.safetensors"))
+    (run_dir / "global_step_40").mkdir()
+    (run_dir / "global_step_40" / "model_world_size_1_rank_0.pt").write_bytes(b"x" * 100)
+    (run_dir / "latest_checkpointed_iteration.txt").write_text("30")
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, real_runs):
     tmp = tmp_path_factory.mktemp("api")
     root = tmp / "root"
     (root / "a").mkdir(parents=True)
     write_run(root / "a" / "metrics.jsonl")
+    write_checkpointed_run(root / "ck")
     daemon = Daemon(tmp / "rw.duckdb", [root, real_runs]).start()
     client = daemon.client()
     wait_for(
         lambda: (
             any(r["id"] == "a" and r["last_step"] == STEPS for r in client.get("/api/runs"))
-            and len(client.get("/api/runs")) == 11
+            and len(client.get("/api/runs")) == 12
         ),
         "every run ingested",
     )
@@ -156,6 +185,28 @@ def test_checkpoint_advice_for_a_real_run(served):
         assert {"step", "path", "complete", "bytes", "value"} <= set(c)
     health = client.get("/api/runs/a/health")
     assert health and {"id", "phase", "title", "state", "evidence"} <= set(health[0])
+
+
+def test_checkpoint_index_advice_and_marker_of_a_verl_run(served):
+    _, client, _ = served
+    advice = wait_for(lambda: client.get("/api/runs/ck/checkpoints")["checkpoints"], "the checkpoint index")
+    advice = client.get("/api/runs/ck/checkpoints")
+    assert [(c["step"], c["complete"]) for c in advice["checkpoints"]] == [
+        (10, True),
+        (20, True),
+        (30, True),
+        (40, False),
+    ]
+    assert advice["recommended"]["step"] == 20 and advice["metric"] == "val/loss"
+    assert advice["deletable"] == [10]  # not the best, not the marker's 30, not the newest incomplete 40
+    assert all(c["bytes"] > 0 for c in advice["checkpoints"])
+    assert next(r for r in client.get("/api/runs") if r["id"] == "ck")["recommended_step"] == 20
+    epochs = client.get(
+        "/api/runs/yongshuaiy__LLMs-final__output-checkpoint-669/epochs", params={"metric": "loss"}
+    )
+    assert (
+        epochs["epoch_metric"] == "epoch" and len(epochs["epochs"]) == 3 and epochs["epochs"][0]["points"] > 0
+    )
 
 
 def test_paths_outside_the_roots_are_refused(served, tmp_path):
