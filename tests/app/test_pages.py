@@ -111,6 +111,18 @@ def test_overview_lists_every_run_with_status_and_alert_counts(app_env):
     assert metrics["Runs"] == str(len(expected))
 
 
+@pytest.mark.parametrize("run", real_run_ids())
+def test_every_run_page_of_every_real_run_renders_without_error(app_env, run):
+    at = open_page("run", run=run)
+    assert at.title[0].value == run
+    assert at.get("plotly_chart"), f"no chart on the run page of {run}"
+    for page in ("checkpoints", "health"):
+        at.switch_page(PAGE_FILES[page]).run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+        assert not at.error, (page, [e.value for e in at.error])
+        assert run in at.title[0].value
+
+
 def test_overview_filters_by_name(app_env):
     at = open_page()
     at.text_input[0].input("whisper").run()
