@@ -36,7 +36,7 @@ table = pd.DataFrame(
         {
             "step": c["step"],
             metric: c.get("value"),
-            "complete": bool(c.get("complete")),
+            "complete": c.get("complete"),  # None: not known (a checkpoint inferred, not seen on disk)
             "size": ui.human_bytes(c.get("bytes")),
             "recommended": recommended is not None and c["step"] == recommended["step"],
             "safe to delete": c["step"] in deletable,
