@@ -44,7 +44,7 @@ smoothing = controls[0].slider(
     "Smoothing (TensorBoard-style debiased EMA)", 0.0, 0.99, 0.6, 0.01, help="0 draws the raw points only"
 )
 log_y = controls[1].toggle("Log scale", value=False)
-live = status == "running"
+live = status in ("running", "stalled")  # a stalled run may go on: keep polling
 controls[2].markdown(f"**Live**: every {ui.settings().refresh_s:g} s" if live else "**Not live** (run ended)")
 if controls[3].button("Reload all points"):
     forget(run)
