@@ -244,10 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     preset = PRESETS[args.preset]
     try:
         overrides = build_overrides(args)
+        plan = plan_from_overrides(args, overrides)
     except ValueError as exc:
-        print(f"trainer.launch: {exc}", file=sys.stderr)
+        print(f"trainer.launch: bad override ({exc}); nothing was started", file=sys.stderr)
         return 2
-    plan = plan_from_overrides(args, overrides)
     problems = check_run(plan)
     if problems:
         print(

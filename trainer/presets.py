@@ -7,7 +7,7 @@
 - `overfit`: the same overfitting run without the spike.
 - `spike`: a healthy run whose learning rate is boosted 100x for three steps: grad norm and loss jump.
 - `nan`: a healthy run with a NaN loss injected at step 12.
-- `stall`: a healthy run whose process sleeps 20 s before step 10.
+- `stall`: a healthy run whose process sleeps 90 s before step 10 (status.json and metrics stop moving).
 - `healthy`: the full train set, decreasing losses, nothing injected.
 - `smoke`: a handful of steps for tests.
 
@@ -139,9 +139,9 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "stall",
-            "healthy run whose process sleeps 20 s before step 10",
+            "healthy run whose process sleeps 90 s before step 10 (longer than a 60 s stall threshold)",
             _cpu(trainer__total_training_steps=30, trainer__test_freq=10, trainer__save_freq=10),
-            faults=[{"kind": "stall", "step": 10, "seconds": 20}],
+            faults=[{"kind": "stall", "step": 10, "seconds": 90}],
         ),
         Preset(
             "healthy",

@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from tests.trainer.conftest import launch, train_records, val_losses
+from trainer.presets import PRESETS
 
 pytestmark = pytest.mark.slow
 
@@ -38,16 +39,18 @@ def test_spike_preset_makes_grad_norm_and_loss_jump(built_data, tmp_path):
     assert injected == [{"kind": "lr_spike", "step": 20, "steps": 3, "factor": 100.0}]
 
 
-def test_stall_preset_sleeps_mid_run(built_data, tmp_path):
-    result = launch(
-        tmp_path / "run", "stall", "--steps", "11", "trainer.test_freq=11", "trainer.save_freq=11"
-    )
+def test_stall_sleeps_mid_run(built_data, tmp_path):
+    # The mechanism, for real but short (the stall preset itself sleeps 90 s before step 10).
+    stall = {"kind": "stall", "step": 4, "seconds": 8}
+    result = launch(tmp_path / "run", "smoke", "--inject", json.dumps(stall))
     assert result.rc == 0, result.output[-4000:]
     steps = train_records(result.out)
-    # The sleep is inside step 10's measured time; no other step comes near it.
-    assert steps[10]["train/time(s)"] >= 20
-    assert all(steps[s]["train/time(s)"] < 20 for s in steps if s != 10)
-    assert "injected stall: sleeping 20 s before step 10" in result.output
+    # The sleep is inside step 4's measured time; no other step comes near it.
+    assert steps[4]["train/time(s)"] >= 8
+    assert all(steps[s]["train/time(s)"] < 8 for s in steps if s != 4)
+    assert "injected stall: sleeping 8 s before step 4" in result.output
+    assert json.loads((result.out / "run.json").read_text())["injected"] == [stall]
+    assert PRESETS["stall"].faults == [{"kind": "stall", "step": 10, "seconds": 90}]
 
 
 def test_overfit_preset_val_loss_turns_up_while_train_loss_falls(built_data, tmp_path):
