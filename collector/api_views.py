@@ -36,16 +36,17 @@ def runs(store: Store) -> list[dict]:
     stats_by_run: dict[str, list[dict]] = {}
     for s in store_read.metric_stats(store):
         stats_by_run.setdefault(s["run"], []).append(s)
+    with_checkpoints = store_alerts.runs_with_checkpoints(store)
     out = []
     for r in store_read.runs(store):
         stats = stats_by_run.get(r["id"], [])
-        out.append(_run_summary(store, r, stats, counts))
+        out.append(_run_summary(store, r, stats, counts, r["id"] in with_checkpoints))
     return out
 
 
-def _run_summary(store: Store, r: dict, stats: list[dict], counts: dict) -> dict:
+def _run_summary(store: Store, r: dict, stats: list[dict], counts: dict, has_checkpoints: bool) -> dict:
     recommended = None
-    if store_alerts.checkpoints(store, r["id"]):
+    if has_checkpoints:
         rec = checkpoints(store, r["id"]).get("recommended")
         recommended = rec["step"] if rec else None
     return {
@@ -71,7 +72,8 @@ def run(store: Store, run_id: str) -> dict:
         raise NotFound(f"no run {run_id!r}")
     r = found[0]
     stats = store_read.metric_stats(store, run_id)
-    out = _run_summary(store, r, stats, store_read.open_alert_counts(store))
+    has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
+    out = _run_summary(store, r, stats, store_read.open_alert_counts(store), has_checkpoints)
     out["config"] = store_read.parse_json(r["config"])
     out["status_info"] = store_read.parse_json(r["status_info"])
     out["metrics"] = [

@@ -182,6 +182,11 @@ def replace_checkpoints(store: Store, run: str, checkpoints: list[dict]) -> None
             )
 
 
+def runs_with_checkpoints(store: Store) -> set[str]:
+    """The runs that have a stored checkpoint index."""
+    return {r[0] for r in store.rows("SELECT DISTINCT run_id FROM checkpoints")}
+
+
 def checkpoints(store: Store, run: str) -> list[dict]:
     """The run's stored checkpoint index, by step."""
     rows = store.rows("SELECT info FROM checkpoints WHERE run_id = ? ORDER BY step", [run])
