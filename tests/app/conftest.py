@@ -93,7 +93,11 @@ def start_collector(db: Path, roots: list[Path], log: Path) -> Collector:
         info = json.loads(marker.read_text()) if marker.exists() else None
         return info if info and info.get("pid") == proc.pid else None
 
-    info = wait_until(f"collector for {db} writes {marker.name}", ready, START_LIMIT_S, proc)
+    try:
+        info = wait_until(f"collector for {db} writes {marker.name}", ready, START_LIMIT_S, proc)
+    except BaseException:
+        stop_process(proc)  # a collector that never got ready must not outlive the test
+        raise
     return Collector(db=db, root=roots[0], proc=proc, info=info)
 
 
@@ -108,13 +112,13 @@ def copy_real_runs(root: Path) -> None:
 def serve_when_ingested(root: Path, state: Path, expected: set[str]) -> Iterator[Collector]:
     """A real collector over `root`, yielded once it lists every `expected` run with points; stopped after."""
     running = start_collector(state / "runwatch.duckdb", [root], state / "collector.log")
-    client = running.client()
 
     def all_ingested() -> bool:
         runs = {r["id"]: r for r in client.get("/api/runs")}
         return expected <= set(runs) and all(runs[r].get("last_step") for r in expected)
 
     try:
+        client = running.client()
         wait_until(
             "the collector lists every run with its points", all_ingested, INGEST_LIMIT_S, running.proc
         )

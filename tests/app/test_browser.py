@@ -130,8 +130,8 @@ def test_live_run_page_appends_new_points_to_the_charts_only(tmp_path: Path):
     }
     (run_dir / "status.json").write_text(json.dumps({**status, "started_at": now, "updated_at": now}))
     collector = start_collector(tmp_path / "live.duckdb", [root], tmp_path / "collector.log")
-    client = collector.client()
     try:
+        client = collector.client()
         wait_until(
             "the collector lists the live run at step 20",
             lambda: any(r["id"] == "live" and r["last_step"] == 20 for r in client.get("/api/runs")),

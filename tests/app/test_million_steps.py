@@ -66,8 +66,8 @@ def test_million_step_run_page_draws_spikes_and_nan(tmp_path: Path):
     root = tmp_path / "root"
     write_million_step_run(root / RUN / "metrics.jsonl")
     collector = start_collector(tmp_path / "big.duckdb", [root], tmp_path / "collector.log")
-    client = collector.client()
     try:
+        client = collector.client()
 
         def ingested() -> bool:
             runs = client.get("/api/runs")
