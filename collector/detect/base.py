@@ -34,6 +34,8 @@ class Finding:
     first_step: int | None = None
     # the step this verdict is about, when a rule judges a point late (step_time waits for the next step)
     at_step: int | None = None
+    # a spike: the episode reports its highest point (value, step, message), not its latest
+    peak: bool = False
 
 
 class Window:

@@ -67,6 +67,8 @@ class _Episode:
     quiet: int = 0
     error_after: int | None = None
     warn_after: int | None = None
+    peak: float | None = None  # highest value of a spike episode so far
+    note: str = ""  # appended to every message of the episode (an escalation's reason)
 
 
 class Episodes:
@@ -88,17 +90,28 @@ class Episodes:
         if episode is None:
             first = finding.first_step if finding.first_step is not None else at
             event = AlertEvent(key[0], finding.severity, key[1], first, at, finding.value, finding.message,
-                               True, finding.evidence, self.run_id)  # fmt: skip
+                               True, dict(finding.evidence), self.run_id)  # fmt: skip
             episode = self._open[key] = _Episode(
                 event, error_after=finding.error_after_points, warn_after=finding.warn_after_points
             )
+            if finding.peak:
+                _take_peak(episode, finding, at)
         else:
             event = episode.event
             episode.hits += 1
             episode.quiet = 0
             event.last_step = max(event.last_step, at)
-            event.value, event.message = finding.value, finding.message
-            event.evidence = {**event.evidence, **finding.evidence}
+            if finding.peak:
+                higher = episode.peak is None or (finding.value is not None and finding.value > episode.peak)
+                if higher:
+                    _take_peak(episode, finding, at)
+                else:
+                    # a lower point keeps the episode open; the peak stays what the alert reports
+                    event.evidence["last_value"] = finding.value
+            else:
+                event.message = finding.message + episode.note
+                event.value = finding.value if episode.peak is None else episode.peak
+                event.evidence = {**event.evidence, **finding.evidence}
             if SEVERITY_RANK[finding.severity] > SEVERITY_RANK[event.severity]:
                 event.severity = finding.severity
             if finding.error_after_points is not None:
@@ -141,7 +154,7 @@ class Episodes:
         the weights."""
         for (rule, _), episode in self._open.items():
             if rule == "grad_spike":
-                self._mark_error(episode.event, loss_metric, step)
+                self._mark_error(episode.event, loss_metric, step, episode)
         for event in self._closed_grad.values():
             if 0 <= step - event.last_step <= horizon:
                 self._mark_error(event, loss_metric, step)
@@ -157,7 +170,12 @@ class Episodes:
             event = AlertEvent(key[0], str(alert.get("severity", "warn")), key[1], int(alert["first_step"]),
                                int(alert.get("last_step") or alert["first_step"]), alert.get("value"),
                                str(alert.get("message", "")), True, dict(evidence), self.run_id)  # fmt: skip
-            self._open[key] = _Episode(event, hits=int(evidence.get("points", 1) or 1))
+            peak = evidence.get("peak")
+            self._open[key] = _Episode(
+                event,
+                hits=int(evidence.get("points", 1) or 1),
+                peak=float(peak) if isinstance(peak, int | float) and not isinstance(peak, bool) else None,
+            )
 
     def open_events(self) -> list[AlertEvent]:
         return [_snapshot(ep.event) for ep in self._open.values()]
@@ -168,15 +186,30 @@ class Episodes:
         self._dirty = {}
         return events
 
-    def _mark_error(self, event: AlertEvent, loss_metric: str, step: int) -> None:
+    def _mark_error(
+        self, event: AlertEvent, loss_metric: str, step: int, episode: _Episode | None = None
+    ) -> None:
         if event.severity != "error":
             event.severity = "error"
             event.evidence["escalated"] = f"followed by a {loss_metric} jump at step {step}"
-            event.message += f" The loss jumped right after (step {step}): the spike damaged the weights."
+            note = f" The loss jumped right after (step {step}): the spike damaged the weights."
+            event.message += note
+            if episode is not None:
+                episode.note += note  # a higher peak later rewrites the message: keep the reason
             self._touch(event)
 
     def _touch(self, event: AlertEvent) -> None:
         self._dirty[(event.rule, event.metric, event.first_step)] = event
+
+
+def _take_peak(episode: _Episode, finding: Finding, step: int) -> None:
+    """A spike episode's new highest point: its value, message and evidence become the alert's."""
+    event = episode.event
+    episode.peak = finding.value
+    event.value = finding.value
+    event.message = finding.message + episode.note
+    event.evidence = {**event.evidence, **finding.evidence, "peak": finding.value, "peak_step": step}
+    event.evidence.pop("last_value", None)
 
 
 def _snapshot(event: AlertEvent) -> AlertEvent:

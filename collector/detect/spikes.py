@@ -62,11 +62,12 @@ class GradSpike:
             return Finding(
                 "error",
                 value,
-                f"{self.metric} = {fmt(value)} at step {step}, above {fmt(cfg.abs_max)} for {self.above_abs} "
-                f"logged points in a row: the updates are exploding. Likely causes: learning rate too high, "
+                f"{self.metric} peaked at {fmt(value)} at step {step}, above {fmt(cfg.abs_max)} for "
+                f"{cfg.abs_for} or more logged points in a row: the updates are exploding. Likely causes: learning rate too high, "
                 f"no or too loose gradient clipping, bad batches, fp16 overflow. Check: lower the lr or clip "
                 f"gradients (max_grad_norm 1.0), inspect the data at these steps, resume from the last good checkpoint.",
                 {"ceiling": cfg.abs_max, "points_above": self.above_abs},
+                peak=True,
             )
         if not enough:
             return HOLD
@@ -76,8 +77,8 @@ class GradSpike:
             return Finding(
                 "warn",
                 value,
-                f"{self.metric} = {fmt(value)} at step {step}, {fmt(value / mid if mid else float('inf'))}x its "
-                f"recent median {fmt(mid)} (robust z {fmt(z)}). Likely causes: a bad or unusually long batch, "
+                f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid if mid else float('inf'))}x "
+                f"its median {fmt(mid)} (robust z {fmt(z)}). Likely causes: a bad or unusually long batch, "
                 f"learning rate too high for this phase, loss-scale overflow. Check the loss at the next steps; "
                 f"if it jumps too, lower the lr or tighten gradient clipping and resume from the checkpoint before.",
                 {
@@ -88,6 +89,7 @@ class GradSpike:
                     "window": len(self.window),
                 },
                 error_after_points=cfg.sustained_points,
+                peak=True,
             )
         if mid > 0 and 0 < value < mid / cfg.vanish_ratio:
             self.vanishing += 1
@@ -161,11 +163,12 @@ class LossSpike:
             return Finding(
                 "warn",
                 value,
-                f"{self.metric} jumped to {fmt(value)} at step {step}, from a recent median of {fmt(mid)} "
-                f"(robust z {fmt(z)}). Likely causes: a gradient spike just before, a bad batch, lr too high. "
+                f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid if mid else float('inf'))}x "
+                f"its recent median {fmt(mid)} (robust z {fmt(z)}, a jump of {fmt(jump)}). Likely causes: a gradient spike just before, a bad batch, lr too high. "
                 f"Check grad_norm around this step and the batch; if the loss does not come back within a few "
                 f"steps, resume from the last good checkpoint with a lower lr.",
                 {"baseline_median": mid, "noise_sigma": sigma, "z": z, "jump": jump},
+                peak=True,
             )
         best = self.best_rolling
         if (
@@ -225,10 +228,11 @@ class KlSpike:
             return Finding(
                 "warn",
                 value,
-                f"{self.metric} = {fmt(value)} at step {step}, above {fmt(cfg.max_value)}: the policy drifted far "
-                f"from the reference. {advice}",
+                f"{self.metric} peaked at {fmt(value)} at step {step}, above {fmt(cfg.max_value)}: the policy "
+                f"drifted far from the reference. {advice}",
                 {"threshold": cfg.max_value},
                 error_after_points=5,
+                peak=True,
             )
         if not enough:
             return HOLD
@@ -237,8 +241,10 @@ class KlSpike:
             return Finding(
                 "warn",
                 value,
-                f"{self.metric} = {fmt(value)} at step {step}, {fmt(value / mid)}x its recent median {fmt(mid)}. {advice}",
+                f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid)}x its median {fmt(mid)}. "
+                f"{advice}",
                 {"baseline_median": mid, "mad": mad, "z": z},
+                peak=True,
             )
         return None
 
@@ -290,14 +296,15 @@ class StepTimeSpike:
             return Finding(
                 severity,
                 value,
-                f"{self.metric} = {fmt(value)} s at step {step}, {fmt(value / mid if mid else float('inf'))}x the "
-                f"median {fmt(mid)} s (not a save or validation step). Likely causes: another job on the "
+                f"{self.metric} peaked at {fmt(value)} s at step {step}, {fmt(value / mid if mid else float('inf'))}x "
+                f"its median {fmt(mid)} s (not a save or validation step). Likely causes: another job on the "
                 f"machine, data loading stalls, memory swapping, a slow filesystem. Check the machine's load, "
                 f"the data loader workers and free memory.",
                 {"baseline_median": mid, "z": z, "abs_max_seconds": cfg.abs_max_seconds},
                 warn_after_points=3,
                 error_after_points=20,
                 at_step=step,
+                peak=True,
             )
         return None
 
