@@ -2,7 +2,7 @@
 
 Read from flags after `--` (`streamlit run app -- --db X --root Y --refresh 3`), else the environment
 (`RUNWATCH_DB`, `RUNWATCH_ROOTS` separated by os.pathsep, `RUNWATCH_REFRESH`), else defaults that work from
-the repository root (`runs/runwatch.duckdb`, root `runs/`, 5 s).
+the repository root (`.runwatch/runwatch.duckdb` (outside the watched root, so the collector never watches its own files), root `runs/`, 5 s).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_DB = Path("runs") / "runwatch.duckdb"
+DEFAULT_DB = Path(".runwatch") / "runwatch.duckdb"
 DEFAULT_ROOT = Path("runs")
 DEFAULT_REFRESH_S = 5.0
 

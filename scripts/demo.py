@@ -110,14 +110,18 @@ def main() -> None:
     ap.add_argument("--preset", default="demo", help="trainer preset (see `python -m trainer.launch --help`)")
     ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--port", type=int, default=8501, help="dashboard port (0 = a free one)")
+    ap.add_argument(
+        "--db", type=Path, default=REPO / ".runwatch" / "runwatch.duckdb", help="collector database"
+    )
+    ap.add_argument("--steps", type=int, help="stop the run after N steps (default: the preset's)")
     args = ap.parse_args()
 
     root = args.root.resolve()
     root.mkdir(parents=True, exist_ok=True)
-    state = REPO / ".runwatch"  # the database and logs live outside the watched root
+    db = args.db.resolve()
+    state = db.parent  # the database and logs live outside the watched root
     (state / "logs").mkdir(parents=True, exist_ok=True)
-    db = state / "runwatch.duckdb"
-    run_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    run_id = f"{args.preset}-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     run_dir = root / run_id
     env_note = os.environ.setdefault("WANDB_MODE", "offline")
 
@@ -130,20 +134,19 @@ def main() -> None:
         print(f"demo: collector API on http://127.0.0.1:{info['port']} (pid {info['pid']})")
 
         print(f"demo: starting verl SFT on CPU, preset {args.preset!r}, run {run_id} (WANDB_MODE={env_note})")
-        trainer = start(
-            [
-                PY,
-                "-m",
-                "trainer.launch",
-                "--preset",
-                args.preset,
-                "--out",
-                str(run_dir),
-                "--nproc",
-                str(args.nproc),
-            ],
-            log=state / "logs" / f"{run_id}.trainer.log",
-        )
+        launch = [
+            "-m",
+            "trainer.launch",
+            "--preset",
+            args.preset,
+            "--out",
+            str(run_dir),
+            "--nproc",
+            str(args.nproc),
+        ]
+        if args.steps:
+            launch += ["--steps", str(args.steps)]
+        trainer = start([PY, *launch], log=state / "logs" / f"{run_id}.trainer.log")
         procs.append(trainer)
         print(f"demo: trainer output goes to {state / 'logs' / (run_id + '.trainer.log')}")
 

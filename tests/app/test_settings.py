@@ -17,7 +17,7 @@ from app.settings import DEFAULT_REFRESH_S, SettingsError, read_settings
 
 def test_defaults_work_from_the_repository_root(tmp_path: Path):
     conf = read_settings([], {}, tmp_path)
-    assert conf.db == tmp_path / "runs" / "runwatch.duckdb"
+    assert conf.db == tmp_path / ".runwatch" / "runwatch.duckdb"
     assert conf.roots == (tmp_path / "runs",)
     assert conf.refresh_s == DEFAULT_REFRESH_S
 
