@@ -5,14 +5,16 @@ Stable interface:
 - `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
   latest_step=None) -> dict` with exactly the keys `recommended` ({step, path, reason} or None),
   `checkpoints` ([{step, path, complete, bytes, value}]), `deletable` ([steps]), `frees_bytes`, `metric`,
-  `direction`. `checkpoints` items carry step, path, complete, bytes (and optionally `inferred`); `evals`
-  are (step, value) of the chosen metric; `bad_episodes` are (first_step, last_step) of `nonfinite` and
+  `direction`. `checkpoints` items carry step, path, complete, bytes (and optionally `inferred`; the
+  output items always say `inferred`, true or false); `evals` are (step, value) of the chosen metric; `bad_episodes` are (first_step, last_step) of `nonfinite` and
   `grad_spike` episodes: a checkpoint saved inside one is never recommended.
 - `choose_metric(run_info, available_metrics, evals_by_metric=None) -> (metric, direction)`: which
   evaluation metric decides (validation loss, min, by default; the HF run's own best metric when known).
 - `hf_checkpoints_from_state(info, last_step) -> list[dict]`: the checkpoints a Hugging Face run most
   likely saved, for a lone trainer_state.json copy: INFERRED (multiples of save_steps, the best model
-  checkpoint, the final step), each marked `inferred: True`, bytes unknown (0).
+  checkpoint, the final step), each marked `inferred: True`, completeness and bytes unknown (None).
+  An inferred checkpoint can be recommended (the run most likely saved it) but is never deletable: nobody
+  has seen its folder, so `frees_bytes` is None when every checkpoint is inferred.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def recommend_checkpoint(
     """The checkpoint to keep by `metric` (`direction` "min" or "max"), explained in one sentence.
 
     Each checkpoint takes the value of the evaluation nearest to its step (ties go to the earlier one).
-    Only complete checkpoints outside every bad episode are candidates. Without any usable evaluation the
+    Only complete checkpoints outside every bad episode are candidates; an inferred checkpoint (`inferred`
+    true, completeness unknown) counts as one for the recommendation but is never deletable and frees
+    nothing anyone has measured. Without any usable evaluation the
     latest good checkpoint is recommended, and the reason says so. `deletable` never holds the recommended
     checkpoint, the latest one (resume needs it: `latest_step`, else the newest complete one) nor a newest
     incomplete one (it may still be being written).
@@ -50,19 +54,21 @@ def recommend_checkpoint(
     for item in sorted(checkpoints, key=lambda c: int(c["step"])):
         step = int(item["step"])
         eval_step, value = _nearest(finite_evals, step)
+        inferred = bool(item.get("inferred"))
         rows.append(
             {
                 "step": step,
                 "path": item.get("path"),
-                "complete": bool(item.get("complete")),
-                "bytes": int(item.get("bytes") or 0),
+                # unknown stays unknown for a checkpoint nobody has seen
+                "complete": None if inferred and item.get("complete") is None else bool(item.get("complete")),
+                "bytes": None if inferred and item.get("bytes") is None else int(item.get("bytes") or 0),
                 "value": value,
+                "inferred": inferred,
                 "_eval_step": eval_step,
                 "_bad": _inside(step, bad_episodes),
-                "_inferred": bool(item.get("inferred")),
             }
         )
-    complete = [r for r in rows if r["complete"]]
+    complete = [r for r in rows if r["complete"] or (r["inferred"] and r["complete"] is None)]
     newest = rows[-1]["step"] if rows else None
     if latest_step is None and complete:
         latest_step = complete[-1]["step"]
@@ -86,17 +92,20 @@ def recommend_checkpoint(
             "step": best["step"],
             "path": best["path"],
             "reason": f"Step {best['step']} is the latest complete checkpoint outside any bad episode ({why}, so "
-            f"nothing better to go by){_skipped_text(skipped_bad)}.",
+            f"nothing better to go by){_skipped_text(skipped_bad)}{_inferred_text(rows)}.",
         }
 
     keep = {latest_step, recommended["step"] if recommended else None}
     if rows and not rows[-1]["complete"]:
         keep.add(newest)
-    deletable = [r["step"] for r in rows if r["step"] not in keep]
-    frees = sum(r["bytes"] for r in rows if r["step"] in deletable)
+    deletable = [r["step"] for r in rows if r["step"] not in keep and not r["inferred"]]
+    seen = [r for r in rows if not r["inferred"]]
+    frees = sum(r["bytes"] for r in seen if r["step"] in deletable) if seen or not rows else None
     return {
         "recommended": recommended,
-        "checkpoints": [{k: r[k] for k in ("step", "path", "complete", "bytes", "value")} for r in rows],
+        "checkpoints": [
+            {k: r[k] for k in ("step", "path", "complete", "bytes", "value", "inferred")} for r in rows
+        ],
         "deletable": deletable,
         "frees_bytes": frees,
         "metric": metric,
@@ -148,11 +157,6 @@ def _reason(
         )
     else:
         alternatives = "; it is the only evaluated complete checkpoint"
-    inferred = (
-        " (checkpoint list inferred from save_steps, not seen on disk)"
-        if any(r["_inferred"] for r in rows)
-        else ""
-    )
     sign = 1 if direction == "min" else -1
     top_step, top_value = min(evals, key=lambda e: (sign * e[1], e[0]))
     missed = ""
@@ -160,7 +164,16 @@ def _reason(
         missed = f"; the best evaluation overall, {fmt(top_value)} at step {top_step}, has no complete checkpoint near it"
     return (
         f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} complete "
-        f"checkpoint(s){alternatives}{missed}{_skipped_text(skipped)}{inferred}."
+        f"checkpoint(s){alternatives}{missed}{_skipped_text(skipped)}{_inferred_text(rows)}."
+    )
+
+
+def _inferred_text(rows: list[dict]) -> str:
+    if not any(r["inferred"] for r in rows):
+        return ""
+    return (
+        "; the checkpoints were inferred from save_steps (no checkpoint folder seen on disk), so there is no "
+        "deletion advice for them"
     )
 
 
@@ -220,8 +233,8 @@ def checkpoint_step(path: object) -> int | None:
 def hf_checkpoints_from_state(info: dict, last_step: int | None) -> list[dict]:
     """INFERRED checkpoint list of an HF run from its trainer_state info (no folders seen): multiples of
     `save_steps` up to the last step, the `best_model_checkpoint`, and the final step (HF saves at the end).
-    Each item: step, path (`checkpoint-N`), complete True, bytes 0 (unknown), inferred True. Older
-    checkpoints may in fact have been deleted by `save_total_limit`.
+    Each item: step, path (`checkpoint-N`), complete None and bytes None (unknown: nobody has seen the
+    folder), inferred True. Older checkpoints may in fact have been deleted by `save_total_limit`.
     """
     last = last_step if last_step is not None else info.get("global_step")
     steps: set[int] = set()
@@ -234,6 +247,6 @@ def hf_checkpoints_from_state(info: dict, last_step: int | None) -> list[dict]:
     if best is not None:
         steps.add(best)
     return [
-        {"step": s, "path": f"checkpoint-{s}", "complete": True, "bytes": 0, "inferred": True}
+        {"step": s, "path": f"checkpoint-{s}", "complete": None, "bytes": None, "inferred": True}
         for s in sorted(steps)
     ]

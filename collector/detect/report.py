@@ -100,9 +100,10 @@ def _advice_cell(row: dict) -> str:
     own = row["run_best_checkpoint"]
     if rec is None:
         return "no complete checkpoint"
-    deletable = (
-        f"deletable {len(advice['deletable'])} of {len(advice['checkpoints'])} (inferred from save_steps)"
-    )
+    if any(c.get("inferred") for c in advice["checkpoints"]):
+        deletable = f"{len(advice['checkpoints'])} checkpoints inferred from save_steps: no deletion advice"
+    else:
+        deletable = f"deletable {len(advice['deletable'])} of {len(advice['checkpoints'])}"
     if "no evaluation" in rec["reason"]:
         return f"ckpt {rec['step']}: the latest; the run logs no evaluation to choose by; {deletable}"
     by = f"by {advice['metric']} ({advice['direction']})"

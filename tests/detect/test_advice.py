@@ -27,7 +27,7 @@ def test_picks_the_lowest_val_loss_and_explains_with_the_alternatives():
     assert out["deletable"] == [100, 200, 400]  # not 300 (recommended), not 500 (latest: resume needs it)
     assert out["frees_bytes"] == 3 * 2 * GB
     assert [c["value"] for c in out["checkpoints"]] == [2.0, 1.5, 1.2, 1.3, 1.4]
-    assert set(out["checkpoints"][0]) == {"step", "path", "complete", "bytes", "value"}
+    assert set(out["checkpoints"][0]) == {"step", "path", "complete", "bytes", "value", "inferred"}
 
 
 def test_never_recommends_a_checkpoint_inside_a_bad_episode():
@@ -101,7 +101,14 @@ def test_hf_checkpoints_are_inferred_from_save_steps_best_and_final():
     }
     found = hf_checkpoints_from_state(info, 255)
     assert [c["step"] for c in found] == [100, 200, 255]
-    assert all(c["inferred"] and c["complete"] and c["path"] == f"checkpoint-{c['step']}" for c in found)
+    # nobody has seen these folders: completeness and size are unknown, not "complete, 0 bytes"
+    assert all(
+        c["inferred"] is True
+        and c["complete"] is None
+        and c["bytes"] is None
+        and c["path"] == f"checkpoint-{c['step']}"
+        for c in found
+    )
     assert [
         c["step"] for c in hf_checkpoints_from_state({"best_model_checkpoint": "./checkpoint-98000"}, 100000)
     ] == [98000, 100000]
@@ -116,3 +123,21 @@ def test_says_when_the_best_evaluation_has_no_checkpoint_left():
         "the best evaluation overall, 1.2 at step 300, has no complete checkpoint near it"
         in out["recommended"]["reason"]
     )
+
+
+def test_inferred_checkpoints_are_never_offered_for_deletion():
+    info = {"save_steps": 100, "global_step": 500}
+    out = recommend_checkpoint(hf_checkpoints_from_state(info, 500), EVALS, [], "eval_loss", "min")
+    assert out["recommended"]["step"] == 300  # still a recommendation: the run most likely saved it
+    assert out["deletable"] == [] and out["frees_bytes"] is None
+    assert all(c["complete"] is None and c["inferred"] is True for c in out["checkpoints"])
+    assert "inferred from save_steps" in out["recommended"]["reason"]
+    assert "no deletion advice" in out["recommended"]["reason"]
+    without_evals = recommend_checkpoint(hf_checkpoints_from_state(info, 500), [], [], "eval_loss", "min")
+    assert without_evals["recommended"]["step"] == 500 and without_evals["deletable"] == []
+    assert "inferred from save_steps" in without_evals["recommended"]["reason"]
+
+
+def test_seen_checkpoints_are_marked_not_inferred():
+    out = recommend_checkpoint([ckpt(100), ckpt(200)], EVALS, [], "val/loss", "min")
+    assert [c["inferred"] for c in out["checkpoints"]] == [False, False]

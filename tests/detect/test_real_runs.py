@@ -166,13 +166,16 @@ def test_pranav_advice_says_why_it_differs_from_checkpoint_200(results):
     assert advice["recommended"]["step"] == 255
     reason = advice["recommended"]["reason"]
     assert "evaluated at step 250" in reason and "step 200 0.1424" in reason and "inferred" in reason
-    assert advice["deletable"] == [100, 200]
+    # the checkpoints are inferred from save_steps (a lone trainer_state.json): nothing is offered for deletion
+    assert advice["deletable"] == [] and advice["frees_bytes"] is None
+    assert all(c["inferred"] and c["complete"] is None for c in advice["checkpoints"])
 
 
 def test_runs_without_evaluations_keep_the_latest_checkpoint_and_say_why(results):
     advice = results["qwen_chess"]["advice"]
     assert advice["recommended"]["step"] == 12000 and "no evaluation" in advice["recommended"]["reason"]
-    assert 2500 in advice["deletable"] and 12000 not in advice["deletable"]
+    assert 2500 in [c["step"] for c in advice["checkpoints"]] and advice["deletable"] == []
+    assert "inferred from save_steps" in advice["recommended"]["reason"]
 
 
 # ----- health checklist over the same files -----
