@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -448,10 +449,19 @@ class Ingestor:
                 return False
         if s.offset == 0 and _ends_with_newline(s.path, st.st_size):
             # The whole file is complete lines: DuckDB reads it in place, in one statement (no copy, no
-            # chunks); the commit checks that the file did not change meanwhile, else the chunked path runs.
-            counted = self._copy_complete_lines(s.path, 0, st.st_size, copy=False)
-            if counted is not None and counted.end == st.st_size and self._bulk_commit(s, st, counted):
-                return False
+            # chunks), while a thread counts its lines and values (DuckDB releases the GIL); the commit
+            # checks the counts and that the file did not change meanwhile, else the chunked path runs.
+            head = self._copy_complete_lines(s.path, 0, PIECE_BYTES)
+            whole = _Chunk(s.path, direct=True)
+            counter = threading.Thread(
+                target=self._copy_complete_lines, args=(s.path, 0, st.st_size, False, whole), daemon=True
+            )
+            counter.start()
+            try:
+                if head is not None and self._bulk_commit(s, st, whole, counter=counter, head=head):
+                    return False
+            finally:
+                counter.join()
         copied = self._copy_complete_lines(s.path, s.offset, min(st.st_size - s.offset, self.bulk_bytes))
         if copied is not None and self._bulk_commit(s, st, copied):
             return s.offset < st.st_size
@@ -461,12 +471,14 @@ class Ingestor:
         self._read_many([s.path], pending)
         return bool(pending)
 
-    def _copy_complete_lines(self, path: str, start: int, size: int, copy: bool = True) -> _Chunk | None:
+    def _copy_complete_lines(
+        self, path: str, start: int, size: int, copy: bool = True, chunk: _Chunk | None = None
+    ) -> _Chunk | None:
         """Copy the complete lines of `path[start:start+size]` to the temp file in bounded pieces, counting
         lines and `":` (each verl line has one for "step", one for "data", one per value). With
-        `copy=False` only count (DuckDB then reads `path` itself)."""
+        `copy=False` only count, into `chunk` (DuckDB then reads `path` itself)."""
         tmp = os.path.join(self._tmpdir, "chunk.jsonl")
-        chunk = _Chunk(tmp if copy else path, direct=not copy)
+        chunk = chunk or _Chunk(tmp if copy else path, direct=not copy)
         with open(path, "rb") as src, open(tmp if copy else os.devnull, "wb") as out:
             src.seek(start)
             left = size
@@ -497,22 +509,35 @@ class Ingestor:
                 out.truncate(chunk.end)
         return chunk if chunk.end > 0 else None
 
-    def _bulk_commit(self, s: SourceState, st: os.stat_result, chunk: _Chunk) -> bool:
+    def _bulk_commit(
+        self,
+        s: SourceState,
+        st: os.stat_result,
+        chunk: _Chunk,
+        counter: threading.Thread | None = None,
+        head: _Chunk | None = None,
+    ) -> bool:
         """Insert the chunk with DuckDB's reader in one transaction with the new offset; False (nothing
-        changed) when the chunk is not plainly verl."""
+        changed) when the chunk is not plainly verl. `counter`, when given, is still counting `chunk`."""
         after = self.max_step.get(s.run_id, -(2**62))
-        keys = self._keys.get(s.path) or _keys_of(chunk.first_line)
+        keys = self._keys.get(s.path) or _keys_of((head or chunk).first_line)
         if keys is None:
             return False
-        if chunk.direct:
+        if head is not None:
             # Metrics logged now and then (validation) are rarely on the first line: learn the keys of the
             # file's first piece up front, since a miss here costs a whole-file read.
-            head = self._copy_complete_lines(s.path, 0, PIECE_BYTES)
             try:
-                keys = sorted(set(keys) | set(self.store.ndjson_keys(head.path))) if head else keys
+                keys = sorted(set(keys) | set(self.store.ndjson_keys(head.path)))
             except duckdb.Error:
                 return False
-        expected = chunk.colons - 2 * chunk.lines
+
+        def expected() -> int:
+            if counter is not None:
+                counter.join()
+                if chunk.end != st.st_size:
+                    raise BulkMismatch("the file does not end with a complete line")
+            return chunk.colons - 2 * chunk.lines
+
         for attempt in range(1 if chunk.direct else 2):
             new = dataclasses.replace(s)
             try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +83,7 @@ MIGRATIONS: list[list[str]] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # DuckDB's buffer pool would take 80% of RAM; the collector stays small (it spills to disk past this).
-MEMORY_LIMIT = "200MB"
+MEMORY_LIMIT = "160MB"
 
 
 class BulkMismatch(ValueError):
@@ -429,12 +429,13 @@ class Store:
         path: str,
         after_step: int,
         keys: list[str],
-        expected_points: int,
+        expected_points: Callable[[], int],
     ) -> tuple[int, int]:
         """Insert a file of complete verl JSON lines with DuckDB's own reader, inside the caller's transaction.
 
         `keys` are the metric names under "data" (read as typed struct fields: about twice as fast as a
-        map); `expected_points` is how many values the caller counted in the bytes. Streams straight into
+        map); `expected_points()` is how many values the caller counted in the bytes (asked after the read, so
+        the counting can run meanwhile). Streams straight into
         `points` (no staging copy), then looks at just the rows it added: when they reach steps at or below
         `after_step` (the run's stored maximum) or repeat a (metric, step), they are taken back out and
         merged by the replace rule of `add_points`. Returns (points, highest step).
@@ -468,8 +469,9 @@ class Store:
         count, low, high, repeats = cur.execute(
             "SELECT coalesce(sum(n), 0), min(lo), max(hi), coalesce(sum(n - distinct_steps), 0) FROM rw_bulk_stats"
         ).fetchall()[0]
-        if count != expected_points:
-            raise BulkMismatch(f"read {count} values, the bytes hold {expected_points}")
+        expected = expected_points()
+        if count != expected:
+            raise BulkMismatch(f"read {count} values, the bytes hold {expected}")
         if count == 0:
             return 0, after_step
         if low > after_step and not repeats:
