@@ -2,6 +2,9 @@
 
 Stable interface:
 
+- `advice_for_run(checkpoints, evals_by_metric, bad_episodes, run_info, latest_step, metric=None,
+  direction=None) -> dict`: THE entry point (API, CLI, report): chooses the metric, maps each checkpoint to
+  its nearest evaluation and recommends, in `recommend_checkpoint`'s shape. The pieces below are its parts.
 - `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
   latest_step=None) -> dict` with exactly the keys `recommended` ({step, path, reason} or None),
   `checkpoints` ([{step, path, complete, bytes, value}]), `deletable` ([steps]), `frees_bytes`, `metric`,
@@ -27,6 +30,55 @@ from collector.detect.base import fmt
 from collector.detect.roles import eval_metric_direction, role_of
 
 _CKPT_STEP = re.compile(r"checkpoint-(\d+)/?$")
+
+
+def advice_for_run(
+    checkpoints: list[dict],
+    evals_by_metric: dict[str, list[tuple[int, float]]],
+    bad_episodes: list[tuple[int, int]],
+    run_info: dict | None,
+    latest_step: int | None,
+    metric: str | None = None,
+    direction: str | None = None,
+) -> dict:
+    """Checkpoint advice for one run, in `recommend_checkpoint`'s shape.
+
+    `evals_by_metric` holds every evaluation-like metric of the run as (step, value) lists; `latest_step`
+    is what a resume would load (HF: trainer_state `global_step`; verl: the checkpoint marker). The metric
+    is `metric` when given (its direction from `direction`, else from its name), else `choose_metric`'s
+    pick from the run info (HF `metric_for_best_model`, or the metric matching `best_metric`) with
+    `direction` overriding when given. With no checkpoint seen and run info from a trainer_state.json
+    (`global_step` and `save_steps` or `best_model_checkpoint`), the checkpoints are inferred from it
+    (`hf_checkpoints_from_state`: recommendable, never deletable). Raises ValueError for a direction other
+    than "min" or "max".
+    """
+    if direction is not None and direction not in ("min", "max"):
+        raise ValueError(f"direction must be 'min' or 'max', got {direction!r}")
+    info = run_info or {}
+    if metric:
+        chosen = metric
+        chosen_direction = direction or _stated_direction(info, metric) or eval_metric_direction(metric)
+    else:
+        chosen, chosen_direction = choose_metric(info, list(evals_by_metric), evals_by_metric)
+        chosen_direction = direction or chosen_direction
+    if not checkpoints and _is_trainer_state(info):
+        checkpoints = hf_checkpoints_from_state(info, latest_step)
+    return recommend_checkpoint(
+        checkpoints, evals_by_metric.get(chosen, []), bad_episodes, chosen, chosen_direction, latest_step
+    )
+
+
+def _stated_direction(info: dict, metric: str) -> str | None:
+    """The run's own `greater_is_better` when `metric` is its `metric_for_best_model`."""
+    wanted = info.get("metric_for_best_model")
+    greater = info.get("greater_is_better")
+    if isinstance(wanted, str) and isinstance(greater, bool) and metric in (wanted, f"eval_{wanted}"):
+        return "max" if greater else "min"
+    return None
+
+
+def _is_trainer_state(info: dict) -> bool:
+    return "global_step" in info and ("save_steps" in info or "best_model_checkpoint" in info)
 
 
 def recommend_checkpoint(

@@ -1,10 +1,10 @@
 """`python -m collector.detect.report FILE...`: alerts and checkpoint advice for trainer_state.json files.
 
-Reads each file with the project's HF parser (`collector.parsers.hf_trainer_state`; plain `json` when that
-parser is not importable), runs the detectors over the whole history as one backfill, infers the checkpoint
-list from save steps (marked inferred: a lone trainer_state.json copy has no folders beside it), and prints a
-Markdown table: per file, the alerts (rule, severity, steps) and the advice against the run's own
-`best_model_checkpoint`. `--json` prints the same as JSON.
+Reads each file with the project's HF parser (`collector.parsers.parser_for("hf_trainer_state")`), runs the
+detectors over the whole history as one backfill, and asks `collector.advice.advice_for_run` for the advice
+(which infers the checkpoint list from save steps, marked inferred: a lone trainer_state.json copy has no
+folders beside it). Prints a Markdown table: per file, the alerts (rule, severity, steps) and the advice
+against the run's own `best_model_checkpoint`. `--json` prints the same as JSON.
 """
 
 from __future__ import annotations
@@ -14,69 +14,45 @@ import json
 import sys
 from pathlib import Path
 
-from collector.advice import checkpoint_step, choose_metric, hf_checkpoints_from_state, recommend_checkpoint
+from collector.advice import advice_for_run, checkpoint_step
 from collector.detect.engine import AlertEvent, detect_series
 from collector.detect.roles import role_of
+from collector.parsers import parser_for
 
 Series = dict[str, tuple[list[int], list[float]]]
+EVAL_ROLES = ("val_loss", "eval_metric", "val_score")
 
 
 def load_trainer_state(path: Path) -> tuple[Series, dict]:
     """(series by metric name, whole-file info) of one trainer_state.json. Raises ValueError (line and
     reason) when the file is not a readable trainer_state.json, OSError when it cannot be read."""
-    data = Path(path).read_bytes()
-    try:
-        from collector.parsers.hf_trainer_state import parse
-    except ImportError:
-        parse = None
+    result = parser_for("hf_trainer_state")(Path(path).read_bytes())
+    if result.bad and not result.points:
+        bad = result.bad[0]
+        raise ValueError(f"line {bad.line}: {bad.reason}")
     series: Series = {}
-    if parse is not None:
-        result = parse(data)
-        if result.bad and not result.points:
-            bad = result.bad[0]
-            raise ValueError(f"line {bad.line}: {bad.reason}")
-        for step, metric, value in zip(
-            result.points.step, result.points.metric, result.points.value, strict=True
-        ):
-            series.setdefault(metric, ([], []))
-            series[metric][0].append(step)
-            series[metric][1].append(value)
-        info = dict(result.info)
-    else:
-        try:
-            state = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"line {exc.lineno}: not valid JSON ({exc.msg})") from exc
-        for entry in state.get("log_history", []):
-            for key, value in entry.items():
-                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                    series.setdefault(key, ([], []))
-                    series[key][0].append(int(entry["step"]))
-                    series[key][1].append(float(value))
-        info = {k: v for k, v in state.items() if k != "log_history"}
-    return series, info
+    for step, metric, value in zip(
+        result.points.step, result.points.metric, result.points.value, strict=True
+    ):
+        steps, values = series.setdefault(metric, ([], []))
+        steps.append(step)
+        values.append(value)
+    return series, dict(result.info)
 
 
 def analyse(path: Path) -> dict:
     """Alerts (final state of every episode) and advice for one trainer_state.json."""
     series, info = load_trainer_state(path)
     alerts: list[AlertEvent] = detect_series(series, run_info=info, run_id=Path(path).stem)
-    evals = {
-        m: list(zip(*series[m], strict=True))
-        for m in series
-        if role_of(m) in ("val_loss", "eval_metric", "val_score")
-    }
-    metric, direction = choose_metric(info, list(series), evals)
+    evals = {m: list(zip(*series[m], strict=True)) for m in series if role_of(m) in EVAL_ROLES}
     last_step = info.get("global_step") or max((max(s) for s, _ in series.values() if s), default=None)
-    checkpoints = hf_checkpoints_from_state(info, last_step)
     bad = [(a.first_step, a.last_step) for a in alerts if a.rule in ("nonfinite", "grad_spike")]
-    advice = recommend_checkpoint(checkpoints, evals.get(metric, []), bad, metric, direction)
-    own = checkpoint_step(info.get("best_model_checkpoint"))
+    advice = advice_for_run([], evals, bad, info, last_step)
     return {
         "file": Path(path).name,
         "alerts": [a.to_dict() for a in alerts],
         "advice": advice,
-        "run_best_checkpoint": own,
+        "run_best_checkpoint": checkpoint_step(info.get("best_model_checkpoint")),
     }
 
 

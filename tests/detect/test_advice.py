@@ -141,3 +141,56 @@ def test_inferred_checkpoints_are_never_offered_for_deletion():
 def test_seen_checkpoints_are_marked_not_inferred():
     out = recommend_checkpoint([ckpt(100), ckpt(200)], EVALS, [], "val/loss", "min")
     assert [c["inferred"] for c in out["checkpoints"]] == [False, False]
+
+
+# ----- the one entry point every caller uses -----
+
+
+def test_advice_for_run_chooses_the_metric_and_maps_evaluations():
+    from collector.advice import advice_for_run
+
+    evals = {"val/loss": EVALS, "val/accuracy": [(100, 0.1), (200, 0.4), (500, 0.9)]}
+    checkpoints = [ckpt(s) for s in (100, 200, 300, 400, 500)]
+    out = advice_for_run(checkpoints, evals, [], {}, 500)
+    assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/loss", "min", 300)
+    assert set(out) == {"recommended", "checkpoints", "deletable", "frees_bytes", "metric", "direction"}
+    # an explicit metric wins; its direction follows its name unless given
+    out = advice_for_run(checkpoints, evals, [], {}, 500, metric="val/accuracy")
+    assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/accuracy", "max", 500)
+    out = advice_for_run(checkpoints, evals, [], {}, 500, metric="val/accuracy", direction="min")
+    assert out["direction"] == "min" and out["recommended"]["step"] == 100
+    # a bad episode still rules a checkpoint out; the latest step is never deletable
+    out = advice_for_run(checkpoints, evals, [(290, 310)], {}, 400)
+    assert out["recommended"]["step"] == 400 and 400 not in out["deletable"] and 500 in out["deletable"]
+
+
+def test_advice_for_run_explicit_direction_with_the_chosen_metric_and_bad_direction():
+    from collector.advice import advice_for_run
+
+    out = advice_for_run([ckpt(100), ckpt(200)], {"val/loss": EVALS}, [], None, None, direction="max")
+    assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/loss", "max", 100)
+    with pytest.raises(ValueError, match="direction"):
+        advice_for_run([], {}, [], None, None, direction="down")
+
+
+def test_advice_for_run_follows_hf_best_metric_and_infers_a_lone_state_files_checkpoints(real_runs):
+    from collector.advice import advice_for_run
+    from collector.detect.roles import role_of
+    from collector.parsers import parser_for
+
+    parsed = parser_for("hf_trainer_state")(
+        (real_runs / "anthonyrathe__fixed-whisperv2-flemish__root.json").read_bytes()
+    )
+    evals: dict[str, list[tuple[int, float]]] = {}
+    for step, metric, value in zip(
+        parsed.points.step, parsed.points.metric, parsed.points.value, strict=True
+    ):
+        if role_of(metric) in ("val_loss", "eval_metric", "val_score"):
+            evals.setdefault(metric, []).append((step, value))
+    info = parsed.info
+    out = advice_for_run([], evals, [], info, info["global_step"])
+    assert (out["metric"], out["direction"]) == ("eval_wer", "min")
+    assert out["recommended"]["step"] == checkpoint_step(info["best_model_checkpoint"])
+    assert out["checkpoints"] and all(c["inferred"] for c in out["checkpoints"]) and out["deletable"] == []
+    # without a trainer_state's save facts nothing is inferred: no checkpoints, no recommendation
+    assert advice_for_run([], evals, [], {}, 100)["recommended"] is None

@@ -47,3 +47,14 @@ def test_report_json_and_a_bad_file(python, repo, real_runs, tmp_path):
     assert f"skipped {broken}: line 1: invalid JSON" in done.stderr
     (row,) = json.loads(done.stdout)
     assert {a["rule"] for a in row["alerts"]} == {"no_learning"}
+
+
+def test_report_reads_with_the_projects_parser_only():
+    from pathlib import Path
+
+    from collector.detect import report
+
+    source = Path(report.__file__).read_text()
+    # one trainer_state reader in the project: the parser; no second loader or json fallback in the report
+    assert 'parser_for("hf_trainer_state")' in source and "json.loads" not in source
+    assert "advice_for_run(" in source and "recommend_checkpoint(" not in source
