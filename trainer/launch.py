@@ -189,6 +189,8 @@ def worker_env(args: argparse.Namespace, preset_faults: list[dict], extra: dict)
     env.setdefault("WANDB_MODE", "offline")
     env["HYDRA_FULL_ERROR"] = "1"
     if PRESETS[args.preset].cpu:
+        # CPU presets train on the CPU even where GPUs exist: the plugin picks its platform from CUDA's absence.
+        env["CUDA_VISIBLE_DEVICES"] = ""
         # One thread per process: on a shared 2-core machine more threads only fight each other.
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
