@@ -3,7 +3,7 @@
 Stable interface:
 
 - `advice_for_run(checkpoints, evals_by_metric, bad_episodes, run_info, latest_step, metric=None,
-  direction=None) -> dict`: THE entry point (API, CLI, report): chooses the metric, maps each checkpoint to
+  direction=None, config=None) -> dict`: THE entry point (API, CLI, report): chooses the metric, maps each checkpoint to
   its nearest evaluation and recommends, in `recommend_checkpoint`'s shape. The pieces below are its parts.
 - `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
   latest_step=None) -> dict` with exactly the keys `recommended` ({step, path, reason} or None),
@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable
 
 from collector.detect.base import fmt
+from collector.detect.config import DetectConfig
 from collector.detect.roles import eval_metric_direction, role_of
 
 _CKPT_STEP = re.compile(r"checkpoint-(\d+)/?$")
@@ -40,12 +41,14 @@ def advice_for_run(
     latest_step: int | None,
     metric: str | None = None,
     direction: str | None = None,
+    config: DetectConfig | None = None,
 ) -> dict:
     """Checkpoint advice for one run, in `recommend_checkpoint`'s shape.
 
     `evals_by_metric` holds every evaluation-like metric of the run as (step, value) lists; `latest_step`
     is what a resume would load (HF: trainer_state `global_step`; verl: the checkpoint marker). The metric
-    is `metric` when given (its direction from `direction`, else from its name), else `choose_metric`'s
+    is `metric` when given (its direction from `direction`, else from its name), else the `[advice]` metric
+    of `config` (with its direction) when the run has evaluations of it, else `choose_metric`'s
     pick from the run info (HF `metric_for_best_model`, or the metric matching `best_metric`) with
     `direction` overriding when given. With no checkpoint seen and run info from a trainer_state.json
     (`global_step` and `save_steps` or `best_model_checkpoint`), the checkpoints are inferred from it
@@ -55,6 +58,13 @@ def advice_for_run(
     if direction is not None and direction not in ("min", "max"):
         raise ValueError(f"direction must be 'min' or 'max', got {direction!r}")
     info = run_info or {}
+    settings = config.advice if config is not None else None
+    unused = None  # a configured metric this run has no evaluation of
+    if not metric and settings is not None and settings.metric:
+        if evals_by_metric.get(settings.metric):
+            metric, direction = settings.metric, direction or settings.direction
+        else:
+            unused = settings.metric
     if metric:
         chosen = metric
         chosen_direction = direction or _stated_direction(info, metric) or eval_metric_direction(metric)
@@ -63,9 +73,14 @@ def advice_for_run(
         chosen_direction = direction or chosen_direction
     if not checkpoints and _is_trainer_state(info):
         checkpoints = hf_checkpoints_from_state(info, latest_step)
-    return recommend_checkpoint(
+    advice = recommend_checkpoint(
         checkpoints, evals_by_metric.get(chosen, []), bad_episodes, chosen, chosen_direction, latest_step
     )
+    if unused and advice["recommended"]:
+        advice["recommended"]["reason"] += (
+            f" ({unused} (configured) has no evaluation in this run, so {chosen} decided.)"
+        )
+    return advice
 
 
 def _stated_direction(info: dict, metric: str) -> str | None:

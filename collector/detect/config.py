@@ -3,7 +3,8 @@
 Stable interface:
 
 - `DetectConfig`: one dataclass per rule under `rules` (e.g. `config.rules.grad_spike.z`), plus `custom`
-  (user threshold rules).
+  (user threshold rules) and `advice` (the metric and direction that pick the checkpoint to keep; None:
+  the run's own choice, see `collector.advice.advice_for_run`).
 - `load_config(db_toml, run_toml) -> DetectConfig`: the defaults, then the database's `DB.runwatch.toml`, then
   the run's `RUN_DIR/runwatch.toml` (later files win key by key; custom rules add up). A missing file is
   fine (None or a path that does not exist); a malformed one raises `ConfigError` naming the file and what
@@ -17,6 +18,10 @@ File format (see `example-runwatch.toml` beside this module):
 
     [rules.loss_plateau]
     enabled = false
+
+    [advice]
+    metric = "exec_success_rate"  # the evaluation that picks the checkpoint to keep
+    direction = "max"             # "max" (higher is better) or "min"; default: from the metric's name
 
     [[custom]]
     id = "accuracy_zero"          # the alert's rule id becomes "custom:accuracy_zero"
@@ -203,9 +208,19 @@ class CustomRule:
 
 
 @dataclass(frozen=True)
+class AdviceSettings:
+    """Which evaluation picks the checkpoint to keep; None leaves the choice to the run (HF
+    `metric_for_best_model`, else the validation loss)."""
+
+    metric: str | None = None
+    direction: str | None = None  # "min" or "max"; None: from the metric's name
+
+
+@dataclass(frozen=True)
 class DetectConfig:
     rules: Rules = field(default_factory=Rules)
     custom: tuple[CustomRule, ...] = ()
+    advice: AdviceSettings = field(default_factory=AdviceSettings)
 
 
 def load_config(db_toml: Path | None = None, run_toml: Path | None = None) -> DetectConfig:
@@ -230,10 +245,10 @@ def load_config(db_toml: Path | None = None, run_toml: Path | None = None) -> De
 
 def apply_document(config: DetectConfig, doc: dict, source: str = "<config>") -> DetectConfig:
     """`config` with one parsed TOML document applied on top (see the module docstring for the format)."""
-    unknown = set(doc) - {"rules", "custom"}
+    unknown = set(doc) - {"rules", "custom", "advice"}
     if unknown:
         raise ConfigError(
-            f"{source}: unknown top-level key(s) {sorted(unknown)}; expected [rules.NAME] or [[custom]]"
+            f"{source}: unknown top-level key(s) {sorted(unknown)}; expected [rules.NAME], [advice] or [[custom]]"
         )
     rules = config.rules
     for rule_name, values in (doc.get("rules") or {}).items():
@@ -247,7 +262,28 @@ def apply_document(config: DetectConfig, doc: dict, source: str = "<config>") ->
     custom = list(config.custom)
     for index, item in enumerate(doc.get("custom") or [], start=1):
         custom.append(_custom_rule(item, f"{source}: [[custom]] #{index}"))
-    return DetectConfig(rules=rules, custom=tuple(custom))
+    advice = _advice(config.advice, doc.get("advice"), f"{source}: [advice]")
+    return DetectConfig(rules=rules, custom=tuple(custom), advice=advice)
+
+
+def _advice(current: AdviceSettings, values: object, where: str) -> AdviceSettings:
+    if values is None:
+        return current
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where} must be a table of key = value")
+    unknown = set(values) - {"metric", "direction"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: metric, direction")
+    metric = values.get("metric", current.metric)
+    if metric is not None and (not isinstance(metric, str) or not metric):
+        raise ConfigError(f"{where} metric: expected a metric name (a non-empty string), got {metric!r}")
+    direction = values.get("direction", current.direction)
+    if direction is not None and direction not in ("min", "max"):
+        raise ConfigError(f'{where} direction: expected "min" or "max", got {direction!r}')
+    if direction is not None and metric is None:
+        raise ConfigError(f"{where} direction needs a metric (metric = \"...\"): a direction alone would apply "
+                          f"to whatever metric the run chose")  # fmt: skip
+    return AdviceSettings(metric=metric, direction=direction)
 
 
 def _override(current: object, values: dict, where: str) -> object:

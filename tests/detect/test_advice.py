@@ -194,3 +194,23 @@ def test_advice_for_run_follows_hf_best_metric_and_infers_a_lone_state_files_che
     assert out["checkpoints"] and all(c["inferred"] for c in out["checkpoints"]) and out["deletable"] == []
     # without a trainer_state's save facts nothing is inferred: no checkpoints, no recommendation
     assert advice_for_run([], evals, [], {}, 100)["recommended"] is None
+
+
+def test_advice_for_run_takes_the_configured_metric_unless_one_is_passed():
+    from collector.advice import advice_for_run
+    from collector.detect.config import AdviceSettings, DetectConfig
+
+    evals = {"val/loss": EVALS, "exec_success_rate": [(100, 0.2), (200, 0.7), (300, 0.5)]}
+    checkpoints = [ckpt(s) for s in (100, 200, 300)]
+    config = DetectConfig(advice=AdviceSettings(metric="exec_success_rate", direction="max"))
+    out = advice_for_run(checkpoints, evals, [], {}, 300, config=config)
+    assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("exec_success_rate", "max", 200)
+    out = advice_for_run(checkpoints, evals, [], {}, 300, metric="val/loss", config=config)
+    assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/loss", "min", 300)
+    # a configured metric this run never logged: the run's own choice decides, and the reason says why
+    out = advice_for_run(checkpoints, {"val/loss": EVALS}, [], {}, 300, config=config)
+    assert out["metric"] == "val/loss" and out["direction"] == "min"
+    assert "exec_success_rate (configured) has no evaluation in this run" in out["recommended"]["reason"]
+    # the configured direction belongs to the configured metric: an explicit metric takes its own
+    out = advice_for_run(checkpoints, evals, [], {}, 300, metric="val/loss", config=config)
+    assert out["direction"] == "min"

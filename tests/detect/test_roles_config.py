@@ -161,3 +161,50 @@ def test_run_facts_skip_verl_placeholders_and_prefer_shallow_keys():
         {"max_steps": 669, "save_steps": 50, "eval_steps": 50, "logging_steps": 10, "global_step": 669}
     )
     assert (hf["total_steps"], hf["save_freq"], hf["test_freq"], hf["logging_steps"]) == (669, 50, 50, 10)
+
+
+def test_advice_section_sets_the_metric_and_direction(tmp_path):
+    db = tmp_path / "db.runwatch.toml"
+    db.write_text('[advice]\nmetric = "exec_success_rate"\ndirection = "max"\n')
+    run = tmp_path / "runwatch.toml"
+    run.write_text('[advice]\ndirection = "min"\n')
+    assert DetectConfig().advice.metric is None and DetectConfig().advice.direction is None
+    config = load_config(db, None)
+    assert (config.advice.metric, config.advice.direction) == ("exec_success_rate", "max")
+    both = load_config(db, run)  # key by key, like the rules
+    assert (both.advice.metric, both.advice.direction) == ("exec_success_rate", "min")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[advice]\ndirection = "up"\n', '[advice] direction: expected "min" or "max"'),
+        ("[advice]\nmetric = 3\n", "[advice] metric: expected a metric name"),
+        ('[advice]\nmetrics = "x"\n', "[advice]: unknown key 'metrics'"),
+        ('[advice]\ndirection = "max"\n', "[advice] direction needs a metric"),
+    ],
+)
+def test_bad_advice_section_names_the_file_and_the_problem(tmp_path, text, message):
+    path = tmp_path / "runwatch.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_example_file_documents_the_advice_section(tmp_path):
+    text = EXAMPLE.read_text()
+    assert "# [advice]" in text  # shipped commented out: a copied example must not change every run's advice
+    enabled = tmp_path / "runwatch.toml"
+    enabled.write_text(
+        "\n".join(
+            line.removeprefix("# ")
+            if line.startswith("# [advice]")
+            or line.startswith("# metric =")
+            or line.startswith("# direction =")
+            else line
+            for line in text.splitlines()
+        )  # fmt: skip
+    )
+    config = load_config(enabled, None)
+    assert (config.advice.metric, config.advice.direction) == ("exec_success_rate", "max")
