@@ -109,6 +109,26 @@ class Window:
         self._noise_at = -1
 
 
+class Streak:
+    """How many points in a row a condition has held, and the step where that run of points began."""
+
+    __slots__ = ("count", "since")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.since = 0
+
+    def hit(self, step: int) -> int:
+        """The condition holds at `step`: the length of the run so far."""
+        if self.count == 0:
+            self.since = step
+        self.count += 1
+        return self.count
+
+    def reset(self) -> None:
+        self.count = 0
+
+
 def robust_z(value: float, mid: float, mad: float, floor: float) -> float:
     """How many robust sigmas `value` is above `mid`; `floor` keeps a flat window from dividing by zero."""
     sigma = max(MAD_TO_SIGMA * mad, floor, 1e-12)

@@ -11,7 +11,7 @@ import math
 from collections import deque
 from statistics import median
 
-from collector.detect.base import HOLD, MAD_TO_SIGMA, Finding, fmt
+from collector.detect.base import HOLD, MAD_TO_SIGMA, Finding, Streak, fmt
 from collector.detect.config import (
     LossPlateauRule,
     NoLearningRule,
@@ -180,30 +180,28 @@ class NoLearningGrad:
     def __init__(self, metric: str, cfg: NoLearningRule) -> None:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
-        self.zeros = 0
-        self.first_zero = 0
+        self.zeros = Streak()
 
     def rewind(self, step: int) -> None:
-        self.zeros = 0
+        self.zeros.reset()
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         if abs(value) > self.cfg.zero_grad:
-            self.zeros = 0
+            self.zeros.reset()
             return None
-        if self.zeros == 0:
-            self.first_zero = step
-        self.zeros += 1
-        if self.zeros < self.cfg.for_points:
+        points = self.zeros.hit(step)
+        if points < self.cfg.for_points:
             return HOLD
+        since = self.zeros.since
         return Finding(
             "error",
             value,
-            f"{self.metric} = {fmt(value)} for {self.zeros} logged points in a row (since step {self.first_zero}): "
+            f"{self.metric} = {fmt(value)} for {points} logged points in a row (since step {since}): "
             f"nothing is being learned. Likely causes: no trainable parameters (LoRA adapters not attached, all "
             f"weights frozen), the loss detached from the graph, every label masked. Check the count of trainable "
             f"parameters and the labels of one batch.",
-            {"zero_threshold": self.cfg.zero_grad, "points": self.zeros, "since_step": self.first_zero},
-            first_step=self.first_zero,
+            {"zero_threshold": self.cfg.zero_grad, "points": points, "since_step": since},
+            first_step=since,
         )
 
 
@@ -343,28 +341,26 @@ class RewardStdCollapse:
     def __init__(self, metric: str, cfg: RewardCollapseRule) -> None:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
-        self.zeros = 0
-        self.first_zero = 0
+        self.zeros = Streak()
 
     def rewind(self, step: int) -> None:
-        self.zeros = 0
+        self.zeros.reset()
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         if value > self.cfg.std_zero:
-            self.zeros = 0
+            self.zeros.reset()
             return None
-        if self.zeros == 0:
-            self.first_zero = step
-        self.zeros += 1
-        if self.zeros < self.cfg.std_for:
+        points = self.zeros.hit(step)
+        if points < self.cfg.std_for:
             return HOLD
+        since = self.zeros.since
         return Finding(
             "warn",
             value,
-            f"{self.metric} = {fmt(value)} for {self.zeros} points (since step {self.first_zero}): every sampled "
+            f"{self.metric} = {fmt(value)} for {points} points (since step {since}): every sampled "
             f"response gets the same reward, so the advantages are zero and the policy stops learning. Likely "
             f"causes: the task is too easy or too hard for the model, a reward function returning a constant, "
             f"sampling temperature too low. Check the reward function on a few responses.",
-            {"threshold": self.cfg.std_zero, "points": self.zeros},
-            first_step=self.first_zero,
+            {"threshold": self.cfg.std_zero, "points": points},
+            first_step=since,
         )

@@ -428,3 +428,12 @@ def test_a_long_overfit_keeps_its_first_step_and_counts_every_evaluation():
         and alert.evidence["evaluations_above"] == 20
         and "for 20 evaluations" in alert.message
     )
+
+
+def test_streak_counts_points_in_a_row_and_remembers_where_they_began():
+    from collector.detect.base import Streak
+
+    streak = Streak()
+    assert [streak.hit(s) for s in (5, 6, 7)] == [1, 2, 3] and streak.since == 5
+    streak.reset()
+    assert streak.count == 0 and streak.hit(9) == 1 and streak.since == 9
