@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.preflight import RunPlan, check_run, count_steps, parquet_rows
+from trainer.preflight import RunPlan, check_run, count_steps, parquet_rows, steps_in_data
 from trainer.presets import PRESETS, merge_overrides, override_value
 from trainer.writers import write_json_atomic
 
@@ -260,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 2
 
-    total_steps = count_steps(sum(parquet_rows(p) for p in plan.train_files), plan)
+    train_rows = sum(parquet_rows(p) for p in plan.train_files)
+    total_steps = count_steps(train_rows, plan)
     if override_value(overrides, "trainer.total_training_steps") in (None, "null"):
         overrides = merge_overrides({}, [*overrides, f"trainer.total_training_steps={total_steps}"])
     out = plan.out
@@ -269,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     resume_from = latest_checkpoint(out)
     extra = {"nproc": args.nproc, "launcher_pid": os.getpid(), "vocab_size": _vocab_size(plan.model_path)}
+    extra["steps_per_epoch"] = steps_in_data(train_rows, plan) // max(1, plan.total_epochs)
     extra["warmup_steps"] = round(
         float(override_value(overrides, "optim.lr_warmup_steps_ratio", 0)) * total_steps
     )

@@ -61,6 +61,7 @@ def test_run_json_records_config_versions_and_schedule(run):
     assert doc["config"]["optim"]["lr_scheduler_type"] == "cosine"
     assert doc["lr_scheduler"] == "cosine" and doc["warmup_ratio"] == 0.05
     assert doc["total_steps"] == 6 and doc["vocab_size"] == 512
+    assert doc["steps_per_epoch"] == 490 and doc["nproc"] in (1, 2)
     assert doc["injected"] == []
     assert {"python", "torch", "verl", "transformers"} <= set(doc["versions"])
     assert doc["versions"]["verl"] == "0.9.1"
