@@ -268,7 +268,9 @@ def test_bulk_path_learns_new_metrics_and_reads_odd_records_like_the_parser(tmp_
     ing = Ingestor(store, [root], bulk_bytes=1 << 20)
     ing.ingest_all()
     got = stored(store, "r")
-    assert [got[("val/loss", s)] for s in range(5000, 30_001, 5000)] == [2.0 / s for s in range(5000, 30_001, 5000)]
+    assert [got[("val/loss", s)] for s in range(5000, 30_001, 5000)] == [
+        2.0 / s for s in range(5000, 30_001, 5000)
+    ]
     # the parser reads a null as NaN (orjson writes NaN as null): the chunk holding it went through Python
     assert got[("train/acc", 12_345)] == 0.5 and math.isnan(got[("train/grad_norm", 12_345)])
     assert len(got) == 2 * 30_000 + 6 + 2
