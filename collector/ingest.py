@@ -28,7 +28,8 @@ import orjson
 
 from collector import discover, parsers
 from collector.model import ParseResult, Points
-from collector.store import BulkMismatch, SourceState, Store
+from collector.store import SourceState, Store
+from collector.store_points import BulkMismatch
 
 log = logging.getLogger("collector.ingest")
 

@@ -8,7 +8,8 @@ import duckdb
 
 from collector import store_alerts, store_read
 from collector.model import BadLine, Points
-from collector.store import MIGRATIONS, SCHEMA_VERSION, Store, migrate, schema_version
+from collector.store import Store
+from collector.store_schema import MIGRATIONS, SCHEMA_VERSION, migrate, schema_version
 
 
 def _points(rows: list[tuple[int, str, float]]) -> Points:
