@@ -1,0 +1,209 @@
+"""The DuckDB fast path for big verl JSONL backlogs (a mixin of `Ingestor`).
+
+A file that is all complete lines is read by DuckDB in place, in one statement, while a thread counts its
+lines and values; otherwise its backlog is copied in bounded pieces to a temp file, 32 MiB at a time. Every
+bulk read is checked against what was counted in the bytes and falls back to the Python parser (which
+quarantines bad lines with their numbers) when anything does not add up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+
+import duckdb
+import orjson
+
+from collector.store import SourceState
+from collector.store_points import BulkMismatch
+
+BULK_BYTES = 32 << 20  # one DuckDB read of a verl backlog (copied in PIECE_BYTES pieces: Python holds one)
+PIECE_BYTES = 4 << 20
+SIG_BYTES = 32  # bytes before the offset remembered to notice a file rewritten in place
+
+
+class BulkReads:
+    """The bulk half of `collector.ingest.Ingestor` (uses its store, sources, offsets and callbacks)."""
+
+    def _bulk_chunk(self, s0: SourceState) -> bool:
+        """Ingest one chunk of a big verl JSONL backlog in its own transaction; True when more is waiting."""
+        s = dataclasses.replace(s0)
+        with self.store.transaction() as cur:
+            st = self._identity(cur, s)
+            if st is None or st.st_size == s.offset:
+                self.sources[s.path] = s
+                return False
+        if s.offset == 0 and _ends_with_newline(s.path, st.st_size):
+            # The whole file is complete lines: DuckDB reads it in place, in one statement (no copy, no
+            # chunks), while a thread counts its lines and values (DuckDB releases the GIL); the commit
+            # checks the counts and that the file did not change meanwhile, else the chunked path runs.
+            head = self._copy_complete_lines(s.path, 0, PIECE_BYTES)
+            whole = _Chunk(s.path, direct=True)
+            counter = threading.Thread(
+                target=self._copy_complete_lines, args=(s.path, 0, st.st_size, False, whole), daemon=True
+            )
+            counter.start()
+            try:
+                if head is not None and self._bulk_commit(s, st, whole, counter=counter, head=head):
+                    return False
+            finally:
+                counter.join()
+        copied = self._copy_complete_lines(s.path, s.offset, min(st.st_size - s.offset, self.bulk_bytes))
+        if copied is not None and self._bulk_commit(s, st, copied):
+            return s.offset < st.st_size
+        # Not plain verl records (or a bad line in there): the Python parser finds and quarantines them.
+        pending: set[str] = set()
+        self.sources[s.path] = s
+        self._read_many([s.path], pending)
+        return bool(pending)
+
+    def _copy_complete_lines(
+        self, path: str, start: int, size: int, copy: bool = True, chunk: _Chunk | None = None
+    ) -> _Chunk | None:
+        """Copy the complete lines of `path[start:start+size]` to the temp file in bounded pieces, counting
+        lines and `":` (each verl line has one for "step", one for "data", one per value). With
+        `copy=False` only count, into `chunk` (DuckDB then reads `path` itself)."""
+        tmp = os.path.join(self._tmpdir, "chunk.jsonl")
+        chunk = chunk or _Chunk(tmp if copy else path, direct=not copy)
+        with open(path, "rb") as src, open(tmp if copy else os.devnull, "wb") as out:
+            src.seek(start)
+            left = size
+            recent = b""  # the last bytes copied before this piece
+            while left > 0:
+                piece = src.read(min(PIECE_BYTES, left))
+                if not piece:
+                    break
+                left -= len(piece)
+                if not chunk.first_line:
+                    chunk.first_line = piece.split(b"\n", 1)[0] if b"\n" in piece else b""
+                if recent.endswith(b'"') and piece.startswith(b":"):
+                    chunk.partial_colons += 1  # a `":` split between two pieces
+                last_nl = piece.rfind(b"\n")
+                if last_nl >= 0:
+                    chunk.end = chunk.copied + last_nl + 1
+                    chunk.lines += piece.count(b"\n")
+                    chunk.colons += chunk.partial_colons + piece.count(b'":', 0, last_nl + 1)
+                    chunk.partial_colons = piece.count(b'":', last_nl + 1)
+                    chunk.tail = (recent + piece[: last_nl + 1])[-SIG_BYTES:]
+                else:
+                    chunk.partial_colons += piece.count(b'":')
+                if copy:
+                    out.write(piece)
+                chunk.copied += len(piece)
+                recent = (recent + piece[-SIG_BYTES:])[-SIG_BYTES:]
+            if copy:
+                out.truncate(chunk.end)
+        return chunk if chunk.end > 0 else None
+
+    def _bulk_commit(
+        self,
+        s: SourceState,
+        st: os.stat_result,
+        chunk: _Chunk,
+        counter: threading.Thread | None = None,
+        head: _Chunk | None = None,
+    ) -> bool:
+        """Insert the chunk with DuckDB's reader in one transaction with the new offset; False (nothing
+        changed) when the chunk is not plainly verl. `counter`, when given, is still counting `chunk`."""
+        after = self.max_step.get(s.run_id, -(2**62))
+        keys = self._keys.get(s.path) or _keys_of((head or chunk).first_line)
+        if keys is None:
+            return False
+        if head is not None:
+            # Metrics logged now and then (validation) are rarely on the first line: learn the keys of the
+            # file's first piece up front, since a miss here costs a whole-file read.
+            try:
+                keys = sorted(set(keys) | set(self.store.ndjson_keys(head.path)))
+            except duckdb.Error:
+                return False
+
+        def expected() -> int:
+            if counter is not None:
+                counter.join()
+                if chunk.end != st.st_size:
+                    raise BulkMismatch("the file does not end with a complete line")
+            return chunk.colons - 2 * chunk.lines
+
+        for attempt in range(1 if chunk.direct else 2):
+            new = dataclasses.replace(s)
+            try:
+                with self.store.transaction() as cur:
+                    count, high = self.store.bulk_ndjson(cur, new, chunk.path, after, keys, expected)
+                    if chunk.direct and _identity_of(s.path) != (st.st_ino, st.st_size, st.st_mtime_ns):
+                        raise BulkMismatch("the file changed while DuckDB read it")
+                    new.offset += chunk.end
+                    new.lines += chunk.lines
+                    new.tail_sig = chunk.tail
+                    new.size, new.mtime = st.st_size, st.st_mtime
+                    self.store.save_source(cur, new)
+                    if count:
+                        self.store.update_run_info(cur, s.run_id, last_step=high, last_point_at=time.time())
+                        self.store.mark_detection_behind(cur, s.run_id, after)
+                break
+            except BulkMismatch:
+                if attempt or chunk.direct:
+                    return False
+                try:  # a metric first seen in this chunk (the first validation): learn the keys, once
+                    keys = self.store.ndjson_keys(chunk.path)
+                except duckdb.Error:
+                    return False
+            except duckdb.Error:
+                return False
+        self._keys[s.path] = keys
+        s.offset, s.lines, s.tail_sig, s.size, s.mtime = (
+            new.offset,
+            new.lines,
+            new.tail_sig,
+            new.size,
+            new.mtime,
+        )
+        self.sources[s.path] = s
+        if count:
+            self.max_step[s.run_id] = max(after, high)
+            self._notify(self.on_backlog, s.run_id)
+        return True
+
+
+@dataclasses.dataclass(slots=True)
+class _Chunk:
+    """A run of complete lines copied to a temp file for DuckDB, with what was counted on the way."""
+
+    path: str
+    copied: int = 0
+    end: int = 0  # bytes of complete lines
+    lines: int = 0
+    colons: int = 0
+    partial_colons: int = 0
+    first_line: bytes = b""
+    tail: bytes = b""
+    direct: bool = False  # DuckDB reads the source file itself (the whole file is complete lines)
+
+
+def _ends_with_newline(path: str, size: int) -> bool:
+    return size > 0 and _read_range(path, size - 1, 1) == b"\n"
+
+
+def _identity_of(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _keys_of(line: bytes) -> list[str] | None:
+    """The metric names of one verl line, or None when it is not one."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    data = record.get("data") if isinstance(record, dict) else None
+    return sorted(data) if isinstance(data, dict) and data else None
+
+
+def _read_range(path: str, start: int, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(size)
