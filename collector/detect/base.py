@@ -9,10 +9,10 @@ and does no I/O. `rewind(step)` forgets what it saw at `step` and later (a rewri
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from statistics import median
 
 HOLD = object()  # "no verdict at this point": neither opens nor clears an episode
 
@@ -43,70 +43,130 @@ class Window:
 
     The median and MAD are recomputed every `size // 10` added points once the window is full (and at every
     point before): a baseline that is a few points stale judges a spike the same way, at a tenth of the cost.
+    The schedule is fixed by the calls to `median()` (one per judged point); what is expensive is deferred:
+    at a scheduled moment the window's values are copied, and the MAD (or the difference noise) is worked
+    out from that copy only when a rule asks for it, which it does only for a point that could be a spike.
+    With `keep_sorted` the values are also kept in order as they come and go (a sorted insert and delete per
+    point, in C), so the median is read directly and the deviations sort in linear time.
     """
 
-    __slots__ = ("points", "_stride", "_added", "_at", "_stats", "_noise_at", "_noise")
+    __slots__ = (
+        "steps", "vals", "_sorted", "_stride", "_added", "_at", "_mid", "_mad", "_frozen",
+        "_noise_at", "_noise", "_noise_frozen",
+    )  # fmt: skip
 
-    def __init__(self, size: int) -> None:
-        self.points: deque[tuple[int, float]] = deque(maxlen=max(1, size))
+    def __init__(self, size: int, keep_sorted: bool = True) -> None:
+        self.steps: deque[int] = deque(maxlen=max(1, size))
+        self.vals: deque[float] = deque(maxlen=max(1, size))
+        self._sorted: list[float] | None = [] if keep_sorted else None
         self._stride = max(1, size // 10)
         self._added = 0
         self._at = -1
-        self._stats = (0.0, 0.0)
+        self._mid = 0.0
+        self._mad: float | None = 0.0
+        self._frozen: list[float] = []  # sorted values at the last scheduled recomputation
         self._noise_at = -1
-        self._noise = 0.0
+        self._noise: float | None = 0.0
+        self._noise_frozen: list[float] = []
 
     def __len__(self) -> int:
-        return len(self.points)
+        return len(self.vals)
 
     def add(self, step: int, value: float) -> None:
-        self.points.append((step, value))
+        vals, ordered = self.vals, self._sorted
+        if ordered is not None:
+            if len(vals) == vals.maxlen:
+                del ordered[bisect_left(ordered, vals[0])]
+            insort(ordered, value)
+        vals.append(value)
+        self.steps.append(step)
         self._added += 1
 
     def replace(self, points: Iterable[tuple[int, float]]) -> None:
         """Start over from these (step, value) points."""
-        self.points.clear()
+        self.steps.clear()
+        self.vals.clear()
+        if self._sorted is not None:
+            self._sorted.clear()
         for step, value in points:
             self.add(step, value)
         self._at = self._noise_at = -1
 
     def values(self) -> list[float]:
-        return [v for _, v in self.points]
+        return list(self.vals)
+
+    def median(self) -> float:
+        """The window's median as of its last scheduled recomputation (0 when empty); call once per judged
+        point: the calls set the schedule."""
+        vals = self.vals
+        if len(vals) == vals.maxlen and self._at >= 0 and self._added - self._at < self._stride:
+            return self._mid
+        ordered = self._sorted if self._sorted is not None else sorted(vals)
+        if not ordered:
+            self._mid, self._mad, self._frozen = 0.0, 0.0, []
+        else:
+            self._mid, self._mad, self._frozen = median_of_sorted(ordered), None, list(ordered)
+        self._at = self._added
+        return self._mid
+
+    def mad(self) -> float:
+        """Median absolute deviation around `median()`, over the same values (call `median()` first)."""
+        if self._mad is None:
+            self._mad = median_of_sorted(deviations_sorted(self._frozen, self._mid))
+        return self._mad
 
     def median_mad(self) -> tuple[float, float]:
         """Median and median absolute deviation of the window (0, 0 when empty)."""
-        full = len(self.points) == self.points.maxlen
-        if full and self._at >= 0 and self._added - self._at < self._stride:
-            return self._stats
-        values = sorted(v for _, v in self.points)
-        if not values:
-            return 0.0, 0.0
-        n = len(values)
-        mid = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-        self._stats = (mid, median([abs(v - mid) for v in values]))
-        self._at = self._added
-        return self._stats
+        mid = self.median()
+        return mid, self.mad()
 
     def diff_noise(self) -> float:
         """Noise sigma of the window from point-to-point differences (MAD of the differences / sqrt 2): a
-        steady trend does not inflate it. Recomputed on the same stride as `median_mad`."""
-        full = len(self.points) == self.points.maxlen
-        if full and self._noise_at >= 0 and self._added - self._noise_at < self._stride:
-            return self._noise
-        values = [v for _, v in self.points]
-        diffs = [b - a for a, b in zip(values, values[1:], strict=False)]
-        if diffs:
-            mid = median(diffs)
-            self._noise = MAD_TO_SIGMA * median([abs(d - mid) for d in diffs]) / math.sqrt(2)
-        self._noise_at = self._added
+        steady trend does not inflate it. Scheduled like `median()`: call `noise_due()` once per judged
+        point, and this only when the point needs it."""
+        if self._noise is None:
+            values = self._noise_frozen
+            diffs = sorted([b - a for a, b in zip(values, values[1:], strict=False)])
+            mid = median_of_sorted(diffs)
+            self._noise = MAD_TO_SIGMA * median_of_sorted(deviations_sorted(diffs, mid)) / math.sqrt(2)
         return self._noise
+
+    def noise_due(self) -> None:
+        """Advance `diff_noise`'s schedule by one judged point (copies the values when a recomputation is
+        due; the noise itself is worked out on demand)."""
+        vals = self.vals
+        if len(vals) == vals.maxlen and self._noise_at >= 0 and self._added - self._noise_at < self._stride:
+            return
+        if len(vals) > 1:
+            self._noise_frozen, self._noise = list(vals), None
+        self._noise_at = self._added
 
     def rewind(self, step: int) -> None:
         """Forget points at `step` and after."""
-        while self.points and self.points[-1][0] >= step:
-            self.points.pop()
+        steps, vals, ordered = self.steps, self.vals, self._sorted
+        while steps and steps[-1] >= step:
+            steps.pop()
+            value = vals.pop()
+            if ordered is not None:
+                del ordered[bisect_left(ordered, value)]
         self._at = -1
         self._noise_at = -1
+
+
+def median_of_sorted(values: list[float]) -> float:
+    """The median of an already sorted, non-empty list (what `statistics.median` gives, without its sort)."""
+    n = len(values)
+    half = n // 2
+    return values[half] if n % 2 else (values[half - 1] + values[half]) / 2
+
+
+def deviations_sorted(values: list[float], mid: float) -> list[float]:
+    """|v - mid| for every v of a sorted list, in order: the points below `mid` give a falling run and those
+    above a rising one, so this is two runs merged (linear time), not a full sort."""
+    cut = bisect_left(values, mid)
+    below = [mid - v for v in values[:cut]]  # mid - v == abs(v - mid) exactly for v < mid
+    below.reverse()
+    return sorted(below + [v - mid for v in values[cut:]])
 
 
 class Streak:

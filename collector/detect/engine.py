@@ -24,8 +24,8 @@ Stable interface (the collector calls this; see docs/architecture.md):
 
 from __future__ import annotations
 
-import math
 from collections import deque
+from math import isfinite
 from statistics import median
 
 from collector.detect.base import HOLD
@@ -56,10 +56,13 @@ REPLAY_WARMUP = 50  # points per metric that only fill windows when replaying st
 class _Metric:
     """Per-metric bookkeeping: the rules that read it and the recent steps (to recognise re-reads)."""
 
-    __slots__ = ("rules", "role", "scale", "last_step", "recent", "fed")
+    __slots__ = ("rules", "judged", "nonfinite_key", "role", "scale", "last_step", "recent", "fed")
 
-    def __init__(self, rules: list, role: str | None, scale: float) -> None:
+    def __init__(self, metric: str, rules: list, role: str | None, scale: float) -> None:
         self.rules = rules
+        # (rule, its episode key, clear_after) built once: a backfill judges millions of points
+        self.judged = [(rule, (rule.rule_id, metric), rule.clear_after) for rule in rules]
+        self.nonfinite_key = ("nonfinite", metric)
         self.role = role
         self.scale = scale
         self.last_step: int | None = None
@@ -155,14 +158,15 @@ class RunDetector:
         self._replay = replay
         if not self.is_rl:
             self.is_rl = any(role_of(m) in _RL_ROLES for m in set(points.metric))
-        walls = points.wall_time
         fed = False
-        for i in range(len(points.step)):
-            step, metric, value = points.step[i], points.metric[i], points.value[i]
-            state = self._metrics.get(metric)
+        metrics = self._metrics
+        for step, metric, value, wall in zip(
+            points.step, points.metric, points.value, points.wall_time, strict=True
+        ):
+            state = metrics.get(metric)
             if state is None:
-                state = self._metrics[metric] = _Metric(
-                    self._rules_for(metric), role_of(metric), value_scale(metric)
+                state = metrics[metric] = _Metric(
+                    metric, self._rules_for(metric), role_of(metric), value_scale(metric)
                 )
             if state.last_step is not None and step <= state.last_step:
                 seen = state.recent.get(step)
@@ -175,7 +179,8 @@ class RunDetector:
             state.recent[step] = value
             if len(state.recent) > 2 * _RECENT:  # pruned in bulk: cheaper than one deletion per point
                 state.recent = dict(list(state.recent.items())[-_RECENT:])
-            self._note_step(step, walls[i])
+            if self.last_step is None or step > self.last_step:
+                self._note_step(step, wall)
             self._judge(metric, state, step, value)
             fed = True
         if fed:
@@ -209,14 +214,14 @@ class RunDetector:
         return None
 
     def _note_step(self, step: int, wall: float | None) -> None:
-        if self.last_step is None or step > self.last_step:
-            if wall is not None and self._last_wall is not None and wall > self._last_wall:
-                self._intervals.append(wall - self._last_wall)
-            if wall is not None:
-                self._last_wall = wall
-            if self.last_step is not None:
-                self._step_gaps.append(step - self.last_step)
-            self.last_step = step
+        """A new latest step (called only when `step` is past `last_step`)."""
+        if wall is not None and self._last_wall is not None and wall > self._last_wall:
+            self._intervals.append(wall - self._last_wall)
+        if wall is not None:
+            self._last_wall = wall
+        if self.last_step is not None:
+            self._step_gaps.append(step - self.last_step)
+        self.last_step = step
 
     def _rules_for(self, metric: str) -> list:
         rules = self.config.rules
@@ -243,11 +248,14 @@ class RunDetector:
         return found
 
     def _judge(self, metric: str, state: _Metric, step: int, value: float) -> None:
-        if value != value or value in (math.inf, -math.inf):
+        episodes = self.episodes
+        is_open = episodes.open_by_key  # misses only matter to open episodes: skip the call otherwise
+        if not isfinite(value):
             if self.config.rules.nonfinite.enabled:
-                self.episodes.hit(("nonfinite", metric), nonfinite_finding(metric, step, value), step)
+                episodes.hit(state.nonfinite_key, nonfinite_finding(metric, step, value), step)
             return
-        self.episodes.miss(("nonfinite", metric), self.config.rules.nonfinite.clear_after)
+        if state.nonfinite_key in is_open:
+            episodes.miss(state.nonfinite_key, self.config.rules.nonfinite.clear_after)
         value *= state.scale
         role = state.role
         if role == "loss":
@@ -262,18 +270,16 @@ class RunDetector:
                 self._val_best = (step, value)
         state.fed += 1
         warming = self._replay and state.fed <= REPLAY_WARMUP
-        for rule in state.rules:
+        for rule, key, clear_after in state.judged:
             verdict = rule.feed(step, value, self)
-            if warming:
-                continue
-            key = (rule.rule_id, metric)
-            if verdict is HOLD:
+            if warming or verdict is HOLD:
                 continue
             if verdict is None:
-                self.episodes.miss(key, rule.clear_after)
+                if key in is_open:
+                    episodes.miss(key, clear_after)
                 continue
-            self.episodes.hit(key, verdict, step)
-            if rule.rule_id == "loss_spike":
+            episodes.hit(key, verdict, step)
+            if key[0] == "loss_spike":
                 horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
                 self.episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
 

@@ -76,22 +76,23 @@ class Episodes:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self._open: dict[tuple[str, str], _Episode] = {}
+        # open episodes by (rule, metric); read-only outside this class (the engine checks membership)
+        self.open_by_key: dict[tuple[str, str], _Episode] = {}
         self._closed_grad: dict[str, AlertEvent] = {}  # grad metric -> its last closed grad_spike episode
         self._dirty: dict[tuple[str, str, int], AlertEvent] = {}
 
     def is_open(self, key: tuple[str, str]) -> bool:
-        return key in self._open
+        return key in self.open_by_key
 
     def hit(self, key: tuple[str, str], finding: Finding, step: int) -> None:
         """The condition holds at `step`: open the episode, or update it (severity only ever rises)."""
         at = finding.at_step if finding.at_step is not None else step
-        episode = self._open.get(key)
+        episode = self.open_by_key.get(key)
         if episode is None:
             first = finding.first_step if finding.first_step is not None else at
             event = AlertEvent(key[0], finding.severity, key[1], first, at, finding.value, finding.message,
                                True, dict(finding.evidence), self.run_id)  # fmt: skip
-            episode = self._open[key] = _Episode(
+            episode = self.open_by_key[key] = _Episode(
                 event, error_after=finding.error_after_points, warn_after=finding.warn_after_points
             )
             if finding.peak:
@@ -133,7 +134,7 @@ class Episodes:
 
     def miss(self, key: tuple[str, str], clear_after: int) -> None:
         """The condition does not hold at this point: an open episode closes after `clear_after` of these."""
-        episode = self._open.get(key)
+        episode = self.open_by_key.get(key)
         if episode is not None:
             episode.quiet += 1
             if episode.quiet >= clear_after:
@@ -141,7 +142,7 @@ class Episodes:
 
     def close(self, key: tuple[str, str]) -> None:
         """End an open episode (its last event has active=False); a no-op when none is open."""
-        episode = self._open.pop(key, None)
+        episode = self.open_by_key.pop(key, None)
         if episode is None:
             return
         episode.event.active = False
@@ -152,7 +153,7 @@ class Episodes:
     def escalate_grad_spikes(self, step: int, loss_metric: str, horizon: int) -> None:
         """A gradient spike followed (within `horizon` steps) by a loss jump is an error: the update damaged
         the weights."""
-        for (rule, _), episode in self._open.items():
+        for (rule, _), episode in self.open_by_key.items():
             if rule == "grad_spike":
                 self._mark_error(episode.event, loss_metric, step, episode)
         for event in self._closed_grad.values():
@@ -164,21 +165,21 @@ class Episodes:
         message, evidence) so that findings continue them instead of opening second ones."""
         for alert in alerts:
             key = (str(alert["rule"]), str(alert.get("metric") or ""))
-            if key in self._open:
+            if key in self.open_by_key:
                 continue
             evidence = alert.get("evidence") if isinstance(alert.get("evidence"), dict) else {}
             event = AlertEvent(key[0], str(alert.get("severity", "warn")), key[1], int(alert["first_step"]),
                                int(alert.get("last_step") or alert["first_step"]), alert.get("value"),
                                str(alert.get("message", "")), True, dict(evidence), self.run_id)  # fmt: skip
             peak = evidence.get("peak")
-            self._open[key] = _Episode(
+            self.open_by_key[key] = _Episode(
                 event,
                 hits=int(evidence.get("points", 1) or 1),
                 peak=float(peak) if isinstance(peak, int | float) and not isinstance(peak, bool) else None,
             )
 
     def open_events(self) -> list[AlertEvent]:
-        return [_snapshot(ep.event) for ep in self._open.values()]
+        return [_snapshot(ep.event) for ep in self.open_by_key.values()]
 
     def flush(self) -> list[AlertEvent]:
         """Snapshots of the episodes changed since the last flush, one per episode."""

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from statistics import median
 
-from collector.detect.base import HOLD, Finding, Window, fmt, robust_z
+from collector.detect.base import HOLD, Finding, Window, fmt, median_of_sorted, robust_z
 from collector.detect.config import GradSpikeRule, KlSpikeRule, LossSpikeRule, StepTimeSpikeRule
 
 
@@ -37,8 +36,8 @@ class GradSpike:
         cfg = self.cfg
         self.above_abs = self.above_abs + 1 if value > cfg.abs_max else 0
         enough = len(self.window) >= cfg.min_history
-        mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
-        verdict = self._verdict(step, value, enough, mid, mad)
+        mid = self.window.median() if enough else 0.0
+        verdict = self._verdict(step, value, enough, mid)
         spike = isinstance(verdict, Finding) and verdict.evidence.get("kind") != "vanishing"
         if not isinstance(verdict, Finding):
             self.window.add(step, value)  # flagged points stay out of the baseline they are judged against
@@ -54,9 +53,7 @@ class GradSpike:
                 self.spikes -= self.recent[0][2]
         return verdict
 
-    def _verdict(
-        self, step: int, value: float, enough: bool, mid: float, mad: float
-    ) -> Finding | None | object:
+    def _verdict(self, step: int, value: float, enough: bool, mid: float) -> Finding | None | object:
         cfg = self.cfg
         if self.above_abs >= cfg.abs_for:
             return Finding(
@@ -71,8 +68,11 @@ class GradSpike:
             )
         if not enough:
             return HOLD
-        z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
-        if value > cfg.ratio * mid and z >= cfg.z:
+        # the MAD is worked out only for a point far enough above the median to be a spike
+        high = value > cfg.ratio * mid
+        mad = self.window.mad() if high else 0.0
+        z = robust_z(value, mid, mad, floor=0.05 * abs(mid)) if high else 0.0
+        if high and z >= cfg.z:
             self.vanishing = 0
             return Finding(
                 "warn",
@@ -117,7 +117,7 @@ class LossSpike:
     def __init__(self, metric: str, cfg: LossSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
-        self.window = Window(cfg.window)
+        self.window = Window(cfg.window, keep_sorted=False)  # only its point-to-point noise is read
         self.block = max(2, cfg.diverge_window)
         # three blocks of raw values: a rising trend is three block medians in increasing order, which a
         # single spike passing through a rolling window cannot fake
@@ -132,7 +132,7 @@ class LossSpike:
         self.window.rewind(step)
         self.recent.clear()
         self.level.clear()
-        self.level.extend(v for _, v in list(self.window.points)[-self.level.maxlen :])
+        self.level.extend(self.window.values()[-self.level.maxlen :])
         self.rising = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
@@ -142,24 +142,28 @@ class LossSpike:
         enough = len(self.window) >= cfg.min_history
         # the loss trends (fast, early on): its baseline is the median of the last few points, and its noise
         # comes from point-to-point differences, which a trend does not inflate
-        mid = median(self.level) if enough else 0.0
-        sigma = self.window.diff_noise() if enough else 0.0
+        mid = median_of_sorted(sorted(self.level)) if enough else 0.0
+        if enough:
+            self.window.noise_due()
         self.window.add(step, value)
         self.level.append(value)
         self.recent.append(value)
-        blocks = None
         self.seen += 1
         stride = max(1, self.block // 2)  # the trend is judged every half block: it moves slowly
+        latest = None  # the median of the newest block, at a trend check
         if len(self.recent) == self.recent.maxlen and self.seen % stride == 0:
-            values, k = list(self.recent), self.block
-            blocks = (median(values[:k]), median(values[k : 2 * k]), median(values[2 * k :]))
-            if self.best_rolling is None or blocks[2] < self.best_rolling:
-                self.best_rolling, self.best_step = blocks[2], step
+            values = list(self.recent)
+            latest = median_of_sorted(sorted(values[2 * self.block :]))
+            if self.best_rolling is None or latest < self.best_rolling:
+                self.best_rolling, self.best_step = latest, step
         if not enough:
             return HOLD
-        z = (value - mid) / max(sigma, 0.01 * abs(mid), 1e-12)
         jump = value - mid
-        if z >= cfg.z and jump >= max(cfg.rel_jump * abs(mid), cfg.abs_jump):
+        # the noise is worked out only for a jump big enough to matter
+        big = jump >= max(cfg.rel_jump * abs(mid), cfg.abs_jump)
+        sigma = self.window.diff_noise() if big else 0.0
+        z = (value - mid) / max(sigma, 0.01 * abs(mid), 1e-12) if big else 0.0
+        if big and z >= cfg.z:
             return Finding(
                 "warn",
                 value,
@@ -172,10 +176,16 @@ class LossSpike:
             )
         best = self.best_rolling
         if (
-            blocks is not None
+            latest is not None
             and best is not None
-            and blocks[2] > best + max(cfg.diverge_rel * abs(best), cfg.abs_jump)
+            and latest > best + max(cfg.diverge_rel * abs(best), cfg.abs_jump)
         ):
+            k = self.block
+            blocks = (
+                median_of_sorted(sorted(values[:k])),
+                median_of_sorted(sorted(values[k : 2 * k])),
+                latest,
+            )
             if not blocks[0] < blocks[1] < blocks[2]:
                 self.rising = 0
                 return HOLD  # far above its best but not climbing: recovering from a spike, not diverging
@@ -196,7 +206,7 @@ class LossSpike:
                     },
                 )
             return HOLD
-        if blocks is None and self.rising:
+        if latest is None and self.rising:
             return HOLD  # between trend checks: keep the verdict of the last one
         self.rising = 0
         return None
@@ -218,7 +228,7 @@ class KlSpike:
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         cfg = self.cfg
         enough = len(self.window) >= cfg.min_history
-        mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
+        mid = self.window.median() if enough else 0.0
         self.window.add(step, value)
         advice = (
             "Likely causes: lr too high, too many PPO epochs per batch, KL coefficient too small, reward hacking. "
@@ -234,10 +244,11 @@ class KlSpike:
                 error_after_points=5,
                 peak=True,
             )
-        if not enough:
-            return HOLD
+        if not enough or not (mid > 0 and value > cfg.ratio * mid):
+            return None if enough else HOLD
+        mad = self.window.mad()
         z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
-        if mid > 0 and value > cfg.ratio * mid and z >= cfg.z:
+        if z >= cfg.z:
             return Finding(
                 "warn",
                 value,
@@ -279,13 +290,16 @@ class StepTimeSpike:
         if excused:
             return HOLD  # saving a checkpoint or validating makes this step slow by design
         enough = len(self.window) >= cfg.min_history
-        mid, mad = self.window.median_mad() if enough else (0.0, 0.0)
+        mid = self.window.median() if enough else 0.0
         self.window.add(step, value)
         if not enough:
             return HOLD
-        z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
-        relative = mid > 0 and value > cfg.ratio * mid and z >= cfg.z
         absolute = value > cfg.abs_max_seconds and value > cfg.abs_ratio * mid
+        high = mid > 0 and value > cfg.ratio * mid
+        if not (high or absolute):
+            return None  # the MAD matters only for a slow step
+        z = robust_z(value, mid, self.window.mad(), floor=0.05 * abs(mid))
+        relative = high and z >= cfg.z
         if relative or absolute:
             periodic = self._periodic(step)
             self.spike_steps.append(step)

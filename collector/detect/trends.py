@@ -11,7 +11,15 @@ import math
 from collections import deque
 from statistics import median
 
-from collector.detect.base import HOLD, MAD_TO_SIGMA, Finding, Streak, fmt
+from collector.detect.base import (
+    HOLD,
+    MAD_TO_SIGMA,
+    Finding,
+    Streak,
+    deviations_sorted,
+    fmt,
+    median_of_sorted,
+)
 from collector.detect.config import (
     LossPlateauRule,
     NoLearningRule,
@@ -99,31 +107,45 @@ class LossPlateau:
     def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
-        self.recent: deque[tuple[int, float]] = deque(maxlen=2 * max(2, cfg.patience_points, cfg.max_window))
+        size = 2 * max(2, cfg.patience_points, cfg.max_window)
+        self.steps: deque[int] = deque(maxlen=size)
+        self.values: deque[float] = deque(maxlen=size)
         self.seen = 0
         self.flat = 0
         self.checks: deque[tuple[int, int, float]] = deque()  # (seen, step, window median) not yet "earlier"
         self.best: tuple[int, float] | None = None  # (step, median) of the best earlier window
+        # window medians by (seen at its end, its length): a check's earlier half was a check's later half
+        self.medians: dict[tuple[int, int], float] = {}
 
     def rewind(self, step: int) -> None:
-        while self.recent and self.recent[-1][0] >= step:
-            self.recent.pop()
+        while self.steps and self.steps[-1] >= step:
+            self.steps.pop()
+            self.values.pop()
             self.seen -= 1
         self.checks.clear()
+        self.medians.clear()
         self.flat = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         if getattr(run, "is_rl", False):
             return HOLD
         cfg = self.cfg
-        self.recent.append((step, value))
+        self.steps.append(step)
+        self.values.append(value)
         self.seen += 1
         half = max(2, cfg.patience_points, min(cfg.max_window, self.seen // 10))
-        if len(self.recent) < 2 * half or self.seen % max(1, half // 10):
+        if len(self.values) < 2 * half or self.seen % max(1, half // 10):
             return HOLD
-        window = list(self.recent)[-2 * half :]
-        values = [v for _, v in window]
-        before, now = median(values[:half]), median(values[half:])
+        values = list(self.values)[-2 * half :]
+        latest = sorted(values[half:])
+        now = median_of_sorted(latest)
+        before = self.medians.get((self.seen - half, half))
+        if before is None:
+            before = median_of_sorted(sorted(values[:half]))
+        self.medians[(self.seen, half)] = now
+        if len(self.medians) > 64:  # only the last dozen checks can be a later check's earlier half
+            for key in list(self.medians)[:32]:
+                del self.medians[key]
         while self.checks and self.checks[0][0] <= self.seen - half:  # no longer overlaps the current window
             _, at, old = self.checks.popleft()
             if self.best is None or old < self.best[1]:
@@ -135,7 +157,7 @@ class LossPlateau:
             return None
         # a median of n points wobbles by about 1.25 sigma / sqrt(n): worse than the window before by more
         # than that noise is a rise, which is loss_spike's to judge, not a plateau
-        sigma = MAD_TO_SIGMA * median(abs(v - now) for v in values[half:])
+        sigma = MAD_TO_SIGMA * median_of_sorted(deviations_sorted(latest, now))
         noise = 1.25 * sigma * math.sqrt(2 / half)
         if now - before > cfg.noise_sigmas * noise:
             self.flat = 0
@@ -150,9 +172,10 @@ class LossPlateau:
         lr_fraction = run.lr_fraction() if hasattr(run, "lr_fraction") else None
         if lr_fraction is not None and lr_fraction < cfg.end_lr_fraction:
             return HOLD  # flat at the end of a decayed schedule is convergence, not a plateau
-        since = window[half][0]
+        steps = self.steps
+        since = steps[len(steps) - half]
         val_best = run.val_best_step() if hasattr(run, "val_best_step") else None
-        if val_best is not None and val_best >= window[0][0]:
+        if val_best is not None and val_best >= steps[len(steps) - 2 * half]:
             return HOLD  # the validation loss still improves: the model still learns what matters
         return Finding(
             "info",
@@ -213,7 +236,8 @@ class NoLearningLoss:
     def __init__(self, metric: str, cfg: NoLearningRule) -> None:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
-        self.recent: deque[tuple[int, float]] = deque(maxlen=max(2, cfg.for_points))
+        self.recent: deque[float] = deque(maxlen=max(2, cfg.for_points))
+        self.recent_steps: deque[int] = deque(maxlen=max(2, cfg.for_points))
         self.at_uniform = 0
         self.uniform_since = 0
         self.flat_points = 0  # points in a row the loss has not moved
@@ -221,13 +245,15 @@ class NoLearningLoss:
 
     def rewind(self, step: int) -> None:
         self.recent.clear()
+        self.recent_steps.clear()
         self.at_uniform = self.flat_points = 0
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         if getattr(run, "is_rl", False):
             return HOLD
         cfg = self.cfg
-        self.recent.append((step, value))
+        self.recent.append(value)
+        self.recent_steps.append(step)
         vocab = run.facts.get("vocab_size") if hasattr(run, "facts") else None
         if vocab and vocab > 1:
             uniform = math.log(vocab)
@@ -247,15 +273,15 @@ class NoLearningLoss:
                     {"ln_vocab": uniform, "vocab_size": vocab, "points": self.at_uniform},
                     first_step=self.uniform_since,
                 )
-        if len(self.recent) < self.recent.maxlen:
+        values = self.recent
+        if len(values) < values.maxlen:
             return HOLD
-        values = [v for _, v in self.recent]
         spread = max(values) - min(values)
         if spread > cfg.flat_rel * max(abs(sum(values) / len(values)), 1e-12):
             self.flat_points = 0
             return None
         if self.flat_points == 0:
-            self.flat_since, self.flat_points = self.recent[0][0], len(values)
+            self.flat_since, self.flat_points = self.recent_steps[0], len(values)
         else:
             self.flat_points += 1
         zero = (
