@@ -103,17 +103,13 @@ OVERFIT = _cpu(
     trainer__total_epochs=60,
     trainer__test_freq=10,
     trainer__save_freq=10,
-    trainer__max_ckpt_to_keep=5,
+    # Every checkpoint is kept: with rotation, the best one (before the turn) would be gone by the end.
+    trainer__max_ckpt_to_keep="null",
     optim__lr=1e-2,
 )
-# The demo: the same overfitting over 200 steps (validation and checkpoint every 10, all kept, so the best one,
-# before the turn, is still there to recommend at the end), and a gradient spike once the turn shows (later,
-# the model has memorised its 16 rows and a learning-rate boost no longer moves it).
-DEMO = {
-    **OVERFIT,
-    "trainer.total_epochs": 100,
-    "trainer.max_ckpt_to_keep": "null",
-}
+# The demo: the same overfitting over 200 steps, and a gradient spike once the turn shows (later, the model has
+# memorised its 16 rows and a learning-rate boost no longer moves it).
+DEMO = {**OVERFIT, "trainer.total_epochs": 100}
 
 PRESETS: dict[str, Preset] = {
     preset.name: preset
