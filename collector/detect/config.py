@@ -58,6 +58,10 @@ class GradSpikeRule:
     enabled: bool = True
     window: int = 50  # points in the robust baseline (median/MAD)
     min_history: int = 2  # points needed before judging: early spikes matter most
+    # ...except for a model trained from a fresh initialisation (its first loss at ln(vocab size)), whose
+    # first gradient norms are large and jumpy by nature: it is judged after its warmup steps when the run
+    # says how many, else after this many points (an explosion above `abs_max` is never held back)
+    fresh_min_points: int = 20
     z: float = 8.0  # robust z-score (MAD scaled to sigma) above the median
     ratio: float = 3.5  # and at least this many times the median
     abs_max: float = 100.0  # above this for `abs_for` points is a spike whatever the baseline

@@ -25,7 +25,7 @@ Stable interface (the collector calls this; see docs/architecture.md):
 from __future__ import annotations
 
 from collections import deque
-from math import isfinite
+from math import isfinite, log
 from statistics import median
 
 from collector.detect.base import HOLD
@@ -87,6 +87,9 @@ class RunDetector:
         self._lr_peak = 0.0
         self._val_best: tuple[int, float] | None = None
         self._replay = False
+        # True when the first training loss sits at ln(vocab size): a model trained from a fresh
+        # initialisation (None: not known)
+        self.fresh_init: bool | None = None
         self.last_step: int | None = None
         self._last_wall: float | None = None
         self._intervals: deque[float] = deque(maxlen=50)
@@ -260,6 +263,9 @@ class RunDetector:
         role = state.role
         if role == "loss":
             self._train_loss.append(value)
+            if self.fresh_init is None and self.facts.get("vocab_size", 0) > 1:
+                uniform = log(self.facts["vocab_size"])
+                self.fresh_init = abs(value - uniform) <= self.config.rules.no_learning.ln_vocab_rel * uniform
         elif role == "lr":
             self._lr_now, self._lr_peak = value, max(self._lr_peak, value)
         elif role == "step_time":

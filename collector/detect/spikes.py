@@ -37,7 +37,7 @@ class GradSpike:
         self.above_abs = self.above_abs + 1 if value > cfg.abs_max else 0
         enough = len(self.window) >= cfg.min_history
         mid = self.window.median() if enough else 0.0
-        verdict = self._verdict(step, value, enough, mid)
+        verdict = self._verdict(step, value, enough, mid, run)
         spike = isinstance(verdict, Finding) and verdict.evidence.get("kind") != "vanishing"
         if not isinstance(verdict, Finding):
             self.window.add(step, value)  # flagged points stay out of the baseline they are judged against
@@ -53,7 +53,18 @@ class GradSpike:
                 self.spikes -= self.recent[0][2]
         return verdict
 
-    def _verdict(self, step: int, value: float, enough: bool, mid: float) -> Finding | None | object:
+    def _finding_its_feet(self, step: int, run: object) -> bool:
+        """Whether a freshly initialised model is still in its first, naturally jumpy steps."""
+        if not getattr(run, "fresh_init", False):
+            return False
+        warmup = run.facts.get("warmup_steps") if hasattr(run, "facts") else None
+        if warmup:
+            return step <= warmup
+        return len(self.window) < self.cfg.fresh_min_points
+
+    def _verdict(
+        self, step: int, value: float, enough: bool, mid: float, run: object
+    ) -> Finding | None | object:
         cfg = self.cfg
         if self.above_abs >= cfg.abs_for:
             return Finding(
@@ -66,7 +77,7 @@ class GradSpike:
                 {"ceiling": cfg.abs_max, "points_above": self.above_abs},
                 peak=True,
             )
-        if not enough:
+        if not enough or self._finding_its_feet(step, run):
             return HOLD
         # the MAD is worked out only for a point far enough above the median to be a spike
         high = value > cfg.ratio * mid
