@@ -76,4 +76,5 @@ def test_preset_raises_its_alert_through_the_daemon(tmp_path, preset, rule, metr
         valued = [c for c in advice["checkpoints"] if c["complete"] and c["value"] is not None]
         best = min(valued, key=lambda c: c["value"])
         assert advice["recommended"]["step"] == best["step"], advice
-        assert best["step"] < hits[0]["first_step"]
+        # The last val_loss_rise episode (an earlier one may have cleared on a new best) began after it.
+        assert best["step"] < max(h["first_step"] for h in hits), (best, hits)
