@@ -50,13 +50,14 @@ __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
 _RL_ROLES = {"reward", "kl", "reward_std"}
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
+_RECENT_LIMIT = 2 * _RECENT
 REPLAY_WARMUP = 50  # points per metric that only fill windows when replaying stored points
 
 
 class _Metric:
     """Per-metric bookkeeping: the rules that read it and the recent steps (to recognise re-reads)."""
 
-    __slots__ = ("rules", "judged", "nonfinite_key", "role", "scale", "last_step", "recent", "fed")
+    __slots__ = ("rules", "judged", "nonfinite_key", "role", "scale", "last_step", "recent", "fed", "noted")
 
     def __init__(self, metric: str, rules: list, role: str | None, scale: float) -> None:
         self.rules = rules
@@ -65,6 +66,8 @@ class _Metric:
         self.nonfinite_key = ("nonfinite", metric)
         self.role = role
         self.scale = scale
+        # whether the run-level facts read this metric's values (loss level, lr, step times, eval steps)
+        self.noted = role in ("loss", "lr", "step_time", "val_loss", "val_score", "eval_metric")
         self.last_step: int | None = None
         self.recent: dict[int, float] = {}
         self.fed = 0
@@ -80,6 +83,7 @@ class RunDetector:
         self.is_rl = False
         self.checkpoint_steps: set[int] = set()
         self.eval_steps: deque[int] = deque(maxlen=256)
+        self._eval_counts: dict[int, int] = {}
         self._metrics: dict[str, _Metric] = {}
         self.episodes = Episodes(run_id)
         self._train_loss: deque[float] = deque(maxlen=self.config.rules.val_loss_rise.train_window)
@@ -113,12 +117,24 @@ class RunDetector:
     def is_save_or_eval_step(self, step: int) -> bool:
         """Whether `step` (or the step before it) saved a checkpoint or ran validation."""
         for s in (step, step - 1):
-            if s in self.checkpoint_steps or s in self.eval_steps:
+            if s in self.checkpoint_steps or s in self._eval_counts:
                 return True
             for freq in (self.facts.get("save_freq"), self.facts.get("test_freq")):
                 if freq and s > 0 and s % freq == 0:
                     return True
         return False
+
+    def _note_eval_step(self, step: int) -> None:
+        # the last 256 evaluation points, with a count per step so that membership is a dict lookup
+        evals, counts = self.eval_steps, self._eval_counts
+        if len(evals) == evals.maxlen:
+            old = evals[0]
+            if counts[old] == 1:
+                del counts[old]
+            else:
+                counts[old] -= 1
+        evals.append(step)
+        counts[step] = counts.get(step, 0) + 1
 
     def train_loss_level(self) -> float | None:
         """Median of the last few training-loss points (None before any)."""
@@ -180,7 +196,7 @@ class RunDetector:
                 state.recent = {s: v for s, v in state.recent.items() if s < step}
             state.last_step = step
             state.recent[step] = value
-            if len(state.recent) > 2 * _RECENT:  # pruned in bulk: cheaper than one deletion per point
+            if len(state.recent) > _RECENT_LIMIT:  # pruned in bulk: cheaper than one deletion per point
                 state.recent = dict(list(state.recent.items())[-_RECENT:])
             if self.last_step is None or step > self.last_step:
                 self._note_step(step, wall)
@@ -259,21 +275,27 @@ class RunDetector:
             return
         if state.nonfinite_key in is_open:
             episodes.miss(state.nonfinite_key, self.config.rules.nonfinite.clear_after)
-        value *= state.scale
-        role = state.role
-        if role == "loss":
-            self._train_loss.append(value)
-            if self.fresh_init is None and self.facts.get("vocab_size", 0) > 1:
-                uniform = log(self.facts["vocab_size"])
-                self.fresh_init = abs(value - uniform) <= self.config.rules.no_learning.ln_vocab_rel * uniform
-        elif role == "lr":
-            self._lr_now, self._lr_peak = value, max(self._lr_peak, value)
-        elif role == "step_time":
-            self._step_times.append(value)
-        elif role in ("val_loss", "val_score", "eval_metric"):
-            self.eval_steps.append(step)
-            if role == "val_loss" and (self._val_best is None or value < self._val_best[1]):
-                self._val_best = (step, value)
+        if state.scale != 1.0:
+            value *= state.scale
+        if state.noted:  # the run-level facts other rules read: loss level, lr, step times, evaluations
+            role = state.role
+            if role == "loss":
+                self._train_loss.append(value)
+                if self.fresh_init is None and self.facts.get("vocab_size", 0) > 1:
+                    uniform = log(self.facts["vocab_size"])
+                    self.fresh_init = (
+                        abs(value - uniform) <= self.config.rules.no_learning.ln_vocab_rel * uniform
+                    )
+            elif role == "lr":
+                self._lr_now = value
+                if value > self._lr_peak:
+                    self._lr_peak = value
+            elif role == "step_time":
+                self._step_times.append(value)
+            elif role in ("val_loss", "val_score", "eval_metric"):
+                self._note_eval_step(step)
+                if role == "val_loss" and (self._val_best is None or value < self._val_best[1]):
+                    self._val_best = (step, value)
         state.fed += 1
         warming = self._replay and state.fed <= REPLAY_WARMUP
         for rule, key, clear_after in state.judged:

@@ -35,7 +35,7 @@ class GradSpike:
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         cfg = self.cfg
         self.above_abs = self.above_abs + 1 if value > cfg.abs_max else 0
-        enough = len(self.window) >= cfg.min_history
+        enough = len(self.window.vals) >= cfg.min_history
         mid = self.window.median() if enough else 0.0
         verdict = self._verdict(step, value, enough, mid, run)
         spike = isinstance(verdict, Finding) and verdict.evidence.get("kind") != "vanishing"
@@ -55,8 +55,6 @@ class GradSpike:
 
     def _finding_its_feet(self, step: int, run: object) -> bool:
         """Whether a freshly initialised model is still in its first, naturally jumpy steps."""
-        if not getattr(run, "fresh_init", False):
-            return False
         warmup = run.facts.get("warmup_steps") if hasattr(run, "facts") else None
         if warmup:
             return step <= warmup
@@ -77,7 +75,7 @@ class GradSpike:
                 {"ceiling": cfg.abs_max, "points_above": self.above_abs},
                 peak=True,
             )
-        if not enough or self._finding_its_feet(step, run):
+        if not enough or (getattr(run, "fresh_init", False) and self._finding_its_feet(step, run)):
             return HOLD
         # the MAD is worked out only for a point far enough above the median to be a spike
         high = value > cfg.ratio * mid
@@ -130,6 +128,7 @@ class LossSpike:
         self.clear_after = cfg.clear_after
         self.window = Window(cfg.window, keep_sorted=False)  # only its point-to-point noise is read
         self.block = max(2, cfg.diverge_window)
+        self.stride = max(1, self.block // 2)  # the trend is judged every half block: it moves slowly
         # three blocks of raw values: a rising trend is three block medians in increasing order, which a
         # single spike passing through a rolling window cannot fake
         self.recent: deque[float] = deque(maxlen=3 * self.block)
@@ -150,7 +149,7 @@ class LossSpike:
         if getattr(run, "is_rl", False):
             return HOLD  # in RL runs "loss" is a policy loss: neither spikes nor trends mean much
         cfg = self.cfg
-        enough = len(self.window) >= cfg.min_history
+        enough = len(self.window.vals) >= cfg.min_history
         # the loss trends (fast, early on): its baseline is the median of the last few points, and its noise
         # comes from point-to-point differences, which a trend does not inflate
         mid = median_of_sorted(sorted(self.level)) if enough else 0.0
@@ -160,7 +159,7 @@ class LossSpike:
         self.level.append(value)
         self.recent.append(value)
         self.seen += 1
-        stride = max(1, self.block // 2)  # the trend is judged every half block: it moves slowly
+        stride = self.stride
         latest = None  # the median of the newest block, at a trend check
         if len(self.recent) == self.recent.maxlen and self.seen % stride == 0:
             values = list(self.recent)
@@ -171,7 +170,7 @@ class LossSpike:
             return HOLD
         jump = value - mid
         # the noise is worked out only for a jump big enough to matter
-        big = jump >= max(cfg.rel_jump * abs(mid), cfg.abs_jump)
+        big = jump >= cfg.rel_jump * abs(mid) and jump >= cfg.abs_jump
         sigma = self.window.diff_noise() if big else 0.0
         z = (value - mid) / max(sigma, 0.01 * abs(mid), 1e-12) if big else 0.0
         if big and z >= cfg.z:
@@ -238,7 +237,7 @@ class KlSpike:
 
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
         cfg = self.cfg
-        enough = len(self.window) >= cfg.min_history
+        enough = len(self.window.vals) >= cfg.min_history
         mid = self.window.median() if enough else 0.0
         self.window.add(step, value)
         advice = (
@@ -300,7 +299,7 @@ class StepTimeSpike:
         excused = run.is_save_or_eval_step(step) if hasattr(run, "is_save_or_eval_step") else False
         if excused:
             return HOLD  # saving a checkpoint or validating makes this step slow by design
-        enough = len(self.window) >= cfg.min_history
+        enough = len(self.window.vals) >= cfg.min_history
         mid = self.window.median() if enough else 0.0
         self.window.add(step, value)
         if not enough:

@@ -107,6 +107,7 @@ class LossPlateau:
     def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
+        self.min_half = max(2, cfg.patience_points)
         size = 2 * max(2, cfg.patience_points, cfg.max_window)
         self.steps: deque[int] = deque(maxlen=size)
         self.values: deque[float] = deque(maxlen=size)
@@ -133,7 +134,11 @@ class LossPlateau:
         self.steps.append(step)
         self.values.append(value)
         self.seen += 1
-        half = max(2, cfg.patience_points, min(cfg.max_window, self.seen // 10))
+        half = self.seen // 10  # max(2, patience_points, min(max_window, seen // 10)), without the calls
+        if half > cfg.max_window:
+            half = cfg.max_window
+        if half < self.min_half:
+            half = self.min_half
         if len(self.values) < 2 * half or self.seen % max(1, half // 10):
             return HOLD
         values = list(self.values)[-2 * half :]
@@ -276,6 +281,12 @@ class NoLearningLoss:
         values = self.recent
         if len(values) < values.maxlen:
             return HOLD
+        # a step bigger than this already makes the window's spread exceed what "flat" allows (flat_rel at
+        # most 0.25): no need to scan the window
+        rel = cfg.flat_rel
+        if rel <= 0.25 and abs(value - values[-2]) > 2 * rel * (abs(value) + 1e-12):
+            self.flat_points = 0
+            return None
         spread = max(values) - min(values)
         if spread > cfg.flat_rel * max(abs(sum(values) / len(values)), 1e-12):
             self.flat_points = 0
