@@ -80,6 +80,7 @@ class RunDetector:
         self.run_id = run_id
         self.config = config or DetectConfig()
         self.facts: dict = {}
+        self._rhythm: tuple[int, ...] = ()  # save and eval frequencies in steps (from the run info)
         self.is_rl = False
         self.checkpoint_steps: set[int] = set()
         self.eval_steps: deque[int] = deque(maxlen=256)
@@ -107,6 +108,7 @@ class RunDetector:
     def set_run_info(self, run_info: dict) -> None:
         """Take run settings (scheduler, warmup, total steps, vocab size, save/eval frequency) from run info."""
         self.facts = run_facts(run_info)
+        self._rhythm = tuple(f for f in (self.facts.get("save_freq"), self.facts.get("test_freq")) if f)
         if any(k in str(run_info.get("algorithm", "")).lower() for k in ("ppo", "grpo", "adv_estimator")):
             self.is_rl = True
 
@@ -119,8 +121,8 @@ class RunDetector:
         for s in (step, step - 1):
             if s in self.checkpoint_steps or s in self._eval_counts:
                 return True
-            for freq in (self.facts.get("save_freq"), self.facts.get("test_freq")):
-                if freq and s > 0 and s % freq == 0:
+            for freq in self._rhythm:
+                if s > 0 and s % freq == 0:
                     return True
         return False
 
@@ -179,6 +181,9 @@ class RunDetector:
             self.is_rl = any(role_of(m) in _RL_ROLES for m in set(points.metric))
         fed = False
         metrics = self._metrics
+        is_open = self.episodes.open_by_key  # misses only matter to open episodes: skip the call otherwise
+        nonfinite_on = self.config.rules.nonfinite.enabled
+        nonfinite_clear = self.config.rules.nonfinite.clear_after
         for step, metric, value, wall in zip(
             points.step, points.metric, points.value, points.wall_time, strict=True
         ):
@@ -200,8 +205,15 @@ class RunDetector:
                 state.recent = dict(list(state.recent.items())[-_RECENT:])
             if self.last_step is None or step > self.last_step:
                 self._note_step(step, wall)
-            self._judge(metric, state, step, value)
             fed = True
+            if not isfinite(value):
+                if nonfinite_on:
+                    self.episodes.hit(state.nonfinite_key, nonfinite_finding(metric, step, value), step)
+                continue
+            if state.nonfinite_key in is_open:
+                self.episodes.miss(state.nonfinite_key, nonfinite_clear)
+            if state.judged or state.noted:  # most logged metrics (mfu, tokens, memory) have no rule
+                self._judge(metric, state, step, value)
         if fed:
             self.episodes.close(("stalled", ""))  # points arrived: the run is moving again
         return self.episodes.flush()
@@ -267,14 +279,9 @@ class RunDetector:
         return found
 
     def _judge(self, metric: str, state: _Metric, step: int, value: float) -> None:
+        """Feed one finite point to the metric's rules and turn their verdicts into episodes."""
         episodes = self.episodes
-        is_open = episodes.open_by_key  # misses only matter to open episodes: skip the call otherwise
-        if not isfinite(value):
-            if self.config.rules.nonfinite.enabled:
-                episodes.hit(state.nonfinite_key, nonfinite_finding(metric, step, value), step)
-            return
-        if state.nonfinite_key in is_open:
-            episodes.miss(state.nonfinite_key, self.config.rules.nonfinite.clear_after)
+        is_open = episodes.open_by_key
         if state.scale != 1.0:
             value *= state.scale
         if state.noted:  # the run-level facts other rules read: loss level, lr, step times, evaluations

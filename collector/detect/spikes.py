@@ -152,9 +152,11 @@ class LossSpike:
         enough = len(self.window.vals) >= cfg.min_history
         # the loss trends (fast, early on): its baseline is the median of the last few points, and its noise
         # comes from point-to-point differences, which a trend does not inflate
-        mid = median_of_sorted(sorted(self.level)) if enough else 0.0
         if enough:
+            mid = median_of_sorted(sorted(self.level))
             self.window.noise_due()
+        else:
+            mid = 0.0
         self.window.add(step, value)
         self.level.append(value)
         self.recent.append(value)
