@@ -3,14 +3,15 @@
 Stable interface:
 
 - `advice_for_run(checkpoints, evals_by_metric, bad_episodes, run_info, latest_step, metric=None,
-  direction=None, config=None) -> dict`: THE entry point (API, CLI, report): chooses the metric, maps each checkpoint to
-  its nearest evaluation and recommends, in `recommend_checkpoint`'s shape. The pieces below are its parts.
+  direction=None, config=None) -> dict`: THE entry point (API, CLI, report): chooses the metric, maps
+  each checkpoint to its nearest evaluation and recommends, in `recommend_checkpoint`'s shape. The
+  functions below are its parts.
 - `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
   latest_step=None) -> dict` with exactly the keys `recommended` ({step, path, reason} or None),
-  `checkpoints` ([{step, path, complete, bytes, value}]), `deletable` ([steps]), `frees_bytes`, `metric`,
-  `direction`. `checkpoints` items carry step, path, complete, bytes (and optionally `inferred`; the
-  output items always say `inferred`, true or false); `evals` are (step, value) of the chosen metric; `bad_episodes` are (first_step, last_step) of `nonfinite` and
-  `grad_spike` episodes: a checkpoint saved inside one is never recommended.
+  `checkpoints` ([{step, path, complete, bytes, value, inferred}]), `deletable` ([steps]), `frees_bytes`,
+  `metric`, `direction`. Input `checkpoints` items carry step, path, complete, bytes (and optionally
+  `inferred`); `evals` are (step, value) of the chosen metric; `bad_episodes` are (first_step, last_step)
+  of `nonfinite` and `grad_spike` episodes: a checkpoint saved inside one is never recommended.
 - `choose_metric(run_info, available_metrics, evals_by_metric=None) -> (metric, direction)`: which
   evaluation metric decides (validation loss, min, by default; the HF run's own best metric when known).
 - `hf_checkpoints_from_state(info, last_step) -> list[dict]`: the checkpoints a Hugging Face run most
