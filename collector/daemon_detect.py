@@ -79,6 +79,11 @@ class Detection:
         the catch-up reads them from the store in step order)."""
         if run in self.behind:
             return
+        if points.wall_time and points.wall_time[0] is None and points.wall_time[-1] is None:
+            # The file gives no time (verl's JSONL): the moment the collector saw the points stands in, so
+            # the detector learns the usual pace and `stalled` can tell a hung run from a slow one.
+            now = time.time()
+            points = Points(points.step, points.metric, points.value, [now] * len(points.step))
         self._handle(run, self.detector(run).update(points))
         self.fed_to[run] = max(self.fed_to.get(run, points.step[0]), max(points.step))
 
