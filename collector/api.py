@@ -112,8 +112,12 @@ def create_app(
         return call(api_views.epochs, run, metric)
 
     @app.get("/api/runs/{run:path}/checkpoints", dependencies=guard)
-    def checkpoints(run: str) -> JSONWithNaN:
-        return call(api_views.checkpoints, run)
+    def checkpoints(
+        run: str,
+        metric: Annotated[str | None, Query(description="the evaluation metric that decides")] = None,
+        direction: Annotated[str | None, Query(description="min or max: which way is better")] = None,
+    ) -> JSONWithNaN:
+        return call(api_views.checkpoints, run, metric or None, direction or None)
 
     @app.get("/api/runs/{run:path}/health", dependencies=guard)
     def run_health(run: str) -> JSONWithNaN:

@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 
 from collector import store_alerts, store_read
+from collector.config import thresholds_path
+from collector.detect.config import ConfigError, DetectConfig, load_config
 from collector.detect.roles import role_of
 from collector.store import Store
 
@@ -147,43 +149,55 @@ def set_alert_state(store: Store, alert_id: int, state: str, note: str | None) -
         raise NotFound(str(e)) from None
 
 
-def _evals_and_metric(
-    store: Store, run_id: str, config: dict | None
-) -> tuple[str, str, list[tuple[int, float]]]:
-    from collector import advice
-
-    names = [s["metric"] for s in store_read.metric_stats(store, run_id)]
-    metric, direction = advice.choose_metric(config or {}, names)
-    evals: list[tuple[int, float]] = []
-    if metric in names:
-        s = store_read.series(store, run_id, metric, points=10**9)
-        evals = list(zip(s["steps"], s["values"], strict=True))
-    return metric, direction, evals
+def _detect_config(store: Store, run_path: str | None) -> DetectConfig:
+    """The thresholds the daemon uses for this run (database file, then the run folder's file)."""
+    run_dir = Path(run_path) if run_path else None
+    run_toml = run_dir / "runwatch.toml" if run_dir is not None and run_dir.is_dir() else None
+    try:
+        return load_config(thresholds_path(store.path), run_toml)
+    except ConfigError:
+        return DetectConfig()  # the daemon logs the bad file; advice falls back to the defaults like it
 
 
-def checkpoints(store: Store, run_id: str) -> dict:
-    """The checkpoint index with the recommendation, deletable steps and bytes freed (advice's shape)."""
+def checkpoints(store: Store, run_id: str, metric: str | None = None, direction: str | None = None) -> dict:
+    """The checkpoint index with the recommendation, deletable steps and bytes freed (advice's shape).
+
+    `metric`/`direction` choose the deciding evaluation (else the run's `[advice]` config, else the run's
+    own best metric or validation loss); raises ValueError for a direction other than min or max.
+    """
     from collector import advice
 
     found = store_read.runs(store, run_id)
     if not found:
         raise NotFound(f"no run {run_id!r}")
-    config = store_read.parse_json(found[0]["config"])
+    r = found[0]
+    config = store_read.parse_json(r["config"])
     index = store_alerts.checkpoints(store, run_id)
-    if not index and config and found[0]["format"] == "hf_trainer_state":
-        # A lone trainer_state.json copy: the checkpoints the run most likely saved (marked inferred).
-        index = advice.hf_checkpoints_from_state(config, found[0]["last_step"])
-    metric, direction, evals = _evals_and_metric(store, run_id, config)
+    evals_by_metric: dict[str, list[tuple[int, float]]] = {}
+    for s in store_read.metric_stats(store, run_id):
+        if role_of(s["metric"]) in ("val_loss", "val_score", "eval_metric") or s["metric"] == metric:
+            series = store_read.series(store, run_id, s["metric"], points=10**9)
+            evals_by_metric[s["metric"]] = list(zip(series["steps"], series["values"], strict=True))
     bad = [
         (a["first_step"], a["last_step"])
         for a in store_alerts.list_alerts(store, run=run_id)
         if a["rule"] in ("nonfinite", "grad_spike")
     ]
-    latest = found[0]["latest_marker"]  # what a resume would load: never offered for deletion
-    status = store_read.parse_json(found[0]["status_info"])
-    return advice.recommend_checkpoint(index, evals, bad, metric, direction, latest_step=latest) | (
-        {"status": status.get("status")} if status else {}
+    latest = r["latest_marker"]  # verl: what a resume would load, never offered for deletion
+    if latest is None and r["format"] == "hf_trainer_state":
+        latest = (config or {}).get("global_step")
+    result = advice.advice_for_run(
+        index,
+        evals_by_metric,
+        bad,
+        config,
+        latest,
+        metric=metric,
+        direction=direction,
+        config=_detect_config(store, r["path"]),
     )
+    status = store_read.parse_json(r["status_info"])
+    return result | ({"status": status.get("state", status.get("status"))} if status else {})
 
 
 def health(store: Store, run_id: str) -> list[dict]:

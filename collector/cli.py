@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
         "checkpoints", parents=[common], help="checkpoints of a run and which to keep"
     )
     checkpoints.add_argument("--run", required=True)
+    checkpoints.add_argument("--metric", help="the evaluation metric that decides (default: the run's own)")
+    checkpoints.add_argument("--direction", help="min or max: which way the metric is better")
     return ap
 
 
@@ -228,8 +230,8 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
     if c == "checkpoints":
         return (
             f"/api/runs/{quote(args.run, safe='/')}/checkpoints",
-            None,
-            lambda s: api_views.checkpoints(s, args.run),
+            {k: v for k, v in (("metric", args.metric), ("direction", args.direction)) if v},
+            lambda s: api_views.checkpoints(s, args.run, args.metric, args.direction),
         )
     raise CliError(f"unknown command {c}")
 

@@ -200,6 +200,11 @@ def test_checkpoint_index_advice_and_marker_of_a_verl_run(served):
     assert advice["recommended"]["step"] == 20 and advice["metric"] == "val/loss"
     assert advice["deletable"] == [10]  # not the best, not the marker's 30, not the newest incomplete 40
     assert all(c["bytes"] > 0 for c in advice["checkpoints"])
+    by_max = client.get("/api/runs/ck/checkpoints", params={"metric": "val/loss", "direction": "max"})
+    assert by_max["direction"] == "max" and by_max["recommended"]["step"] != 20
+    with pytest.raises(ApiError) as e:
+        client.get("/api/runs/ck/checkpoints", params={"direction": "sideways"})
+    assert e.value.status == 400 and "direction must be" in str(e.value)
     assert next(r for r in client.get("/api/runs") if r["id"] == "ck")["recommended_step"] == 20
     epochs = client.get(
         "/api/runs/yongshuaiy__LLMs-final__output-checkpoint-669/epochs", params={"metric": "loss"}
