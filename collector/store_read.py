@@ -54,8 +54,9 @@ def series(
     """One metric of one run: raw when it has at most `points` points (or with `after`), else bucketed.
 
     Bucketed by step range into at most `points` buckets; each bucket keeps its first, last, min and max
-    and its last step; a bucket holding a NaN reports NaN as its value and max (its min stays the lowest
-    number), so a NaN is never averaged or sampled away. `values` is the bucket's last value.
+    (over its finite values; NaN only when it has none), its last step, and `nonfinite`, how many NaN or
+    infinite points it holds. `values` is the bucket's last value, except that a bucket holding a NaN
+    reports NaN (else an infinity it holds), so neither a NaN nor a spike beside it is ever sampled away.
     """
     whole = start is None and end is None and after is None
     low = -(2**62) if start is None else start
@@ -88,25 +89,43 @@ def series(
         out.update(steps=table["step"].tolist(), values=table["value"].tolist(), downsampled=False)
         return out
     rows = store.rows(
-        # DuckDB sorts NaN above every number: min() skips a NaN unless the bucket is all NaN, and max()
-        # is NaN exactly when the bucket holds one, which is what the answer must show.
-        """SELECT max(step), arg_min(value, step), arg_max(value, step), min(value), max(value)
+        # min/max over the finite values only, so a NaN never hides a spike in its bucket; min(value) and
+        # max(value) over all points are -inf / NaN or +inf exactly when the bucket holds such a point.
+        """SELECT max(step), arg_min(value, step), arg_max(value, step),
+                  min(value) FILTER (WHERE isfinite(value)), max(value) FILTER (WHERE isfinite(value)),
+                  count(*) FILTER (WHERE NOT isfinite(value)), min(value), max(value)
            FROM (SELECT step, value, least(((step - ?) * ?) // ?, ? - 1) AS bucket FROM points
                  WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?)
            GROUP BY bucket ORDER BY bucket""",
         [first, points, last - first + 1, points, run, metric, first, last],
     )
     nan = math.nan
-    steps, values, mins, maxs, firsts, lasts = [], [], [], [], [], []
-    for step, first, last, mn, mx in rows:
-        has_nan = mx != mx
+    steps, values, mins, maxs, firsts, lasts, nonfinite = [], [], [], [], [], [], []
+    for step, first, last, mn, mx, bad, low_all, high_all in rows:
         steps.append(step)
         firsts.append(first)
         lasts.append(last)
-        values.append(nan if has_nan else last)
+        # The value shows the bucket's worst point when it has a non-finite one (NaN first), so a NaN or
+        # an infinity anywhere stays on the line; min/max still carry the finite range (the spikes).
+        if bad and high_all != high_all:
+            values.append(nan)
+        elif bad:
+            values.append(high_all if math.isinf(high_all) else low_all)
+        else:
+            values.append(last)
         mins.append(nan if mn is None else mn)
-        maxs.append(nan if has_nan or mx is None else mx)
-    out.update(steps=steps, values=values, min=mins, max=maxs, first=firsts, last=lasts, downsampled=True)
+        maxs.append(nan if mx is None else mx)
+        nonfinite.append(bad)
+    out.update(
+        steps=steps,
+        values=values,
+        min=mins,
+        max=maxs,
+        first=firsts,
+        last=lasts,
+        nonfinite=nonfinite,
+        downsampled=True,
+    )
     return out
 
 

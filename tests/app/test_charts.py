@@ -166,3 +166,23 @@ def test_epoch_figure_draws_mean_with_spread():
     mean = next(t for t in fig["data"] if t["name"] == "mean")
     assert mean["x"] == [0, 1] and mean["y"] == [3.0, 2.0]
     assert mean["error_y"]["array"] == [0.2, 0.5]
+
+
+def test_a_bucket_with_a_nan_and_a_spike_draws_both():
+    # The API's shape for such a bucket: value NaN, max the spike (finite values only), nonfinite counted.
+    series = from_api(
+        {
+            "metric": "grad_norm",
+            "steps": [40, 80, 120],
+            "values": [float("nan"), 1.67, 0.84],
+            "min": [0.49, 0.52, 0.6],
+            "max": [19.28, 1.92, 1.74],
+            "nonfinite": [3, 0, 0],
+            "downsampled": True,
+            "total_points": 120,
+        }
+    )
+    fig = figure_json(metric_figure([series], title="grad_norm"))
+    by_name = {t["name"]: t for t in fig["data"]}
+    assert by_name["grad_norm max"]["y"][0] == 19.28  # the spike's band
+    assert by_name[NONFINITE_TRACE]["x"] == [40]  # and the NaN's marker, in the same bucket

@@ -106,17 +106,37 @@ def test_downsampling_keeps_every_spike_and_nan(tmp_path):
     got = store_read.series(store, "r", "loss", points=1000)
     assert got["downsampled"] and got["total_points"] == 100_000
     assert len(got["steps"]) == 1000
-    assert max(v for v in got["max"] if not math.isnan(v)) == math.inf
-    assert 500.0 in got["max"]
+    assert 500.0 in got["max"] and all(math.isfinite(v) for v in got["max"])
+    assert sum(got["nonfinite"]) == 2
     nan_buckets = [i for i, v in enumerate(got["values"]) if isinstance(v, float) and math.isnan(v)]
     assert len(nan_buckets) == 1
     i = nan_buckets[0]
-    assert (
-        got["steps"][i - 1] < 77_001 <= got["steps"][i] and math.isnan(got["max"][i]) and got["min"][i] == 1.0
-    )
+    assert got["steps"][i - 1] < 77_001 <= got["steps"][i] and got["nonfinite"][i] == 1
+    assert got["max"][i] == got["min"][i] == 1.0
+    inf_bucket = got["values"].index(math.inf)
+    assert got["steps"][inf_bucket - 1] < 90_001 <= got["steps"][inf_bucket]
+    assert got["nonfinite"][inf_bucket] == 1 and got["max"][inf_bucket] == 1.0
     # enough points asked for: every point, raw
     raw = store_read.series(store, "r", "loss", points=100_000)
     assert not raw["downsampled"] and len(raw["steps"]) == 100_000 and raw["values"][12_345] == 500.0
+    store.close()
+
+
+def test_a_nan_does_not_hide_a_spike_in_its_bucket(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    s = _source(store)
+    rows = [(st, "grad_norm", 1.0) for st in range(1, 31)]
+    rows[2] = (3, "grad_norm", float("nan"))
+    rows[9] = (10, "grad_norm", 19.28)  # the same bucket of ten steps as the NaN
+    rows[20:] = [(st, "grad_norm", float("nan")) for st in range(21, 31)]  # a bucket of NaN only
+    with store.transaction() as cur:
+        store.add_points(cur, s, _points(rows), may_overlap=False)
+    got = store_read.series(store, "r", "grad_norm", points=3)
+    assert got["steps"] == [10, 20, 30] and got["nonfinite"] == [1, 0, 10]
+    assert got["max"][:2] == [19.28, 1.0] and got["min"][:2] == [1.0, 1.0]
+    assert math.isnan(got["max"][2]) and math.isnan(got["min"][2])  # no finite value at all
+    assert math.isnan(got["values"][0]) and got["values"][1] == 1.0 and math.isnan(got["values"][2])
+    assert got["first"][0] == 1.0 and got["last"][0] == 19.28
     store.close()
 
 
