@@ -39,14 +39,33 @@ def runs(store: Store) -> list[dict]:
     for s in store_read.metric_stats(store):
         stats_by_run.setdefault(s["run"], []).append(s)
     with_checkpoints = store_alerts.runs_with_checkpoints(store)
+    stalled = store_read.runs_with_open_alert(store, "stalled")
     out = []
     for r in store_read.runs(store):
         stats = stats_by_run.get(r["id"], [])
-        out.append(_run_summary(store, r, stats, counts, r["id"] in with_checkpoints))
+        out.append(_run_summary(store, r, stats, counts, r["id"] in with_checkpoints, r["id"] in stalled))
     return out
 
 
-def _run_summary(store: Store, r: dict, stats: list[dict], counts: dict, has_checkpoints: bool) -> dict:
+def run_status(r: dict, stalled: bool) -> str:
+    """What the run is doing, in the overview's words: `stalled` while a stalled alert is not resolved;
+    else status.json's state (`running`, `completed`, `failed`); an HF trainer_state run is `completed` once
+    `global_step` reaches `max_steps`; else `unknown`. A dead trainer pid is left to the stalled rule."""
+    if stalled:
+        return "stalled"
+    if r["status"] and r["status"] != "unknown":
+        return r["status"]
+    if r["format"] == "hf_trainer_state":
+        state = store_read.parse_json(r["config"]) or {}
+        done, total = state.get("global_step"), state.get("max_steps")
+        if isinstance(done, int) and isinstance(total, int) and total > 0 and done >= total:
+            return "completed"
+    return "unknown"
+
+
+def _run_summary(
+    store: Store, r: dict, stats: list[dict], counts: dict, has_checkpoints: bool, stalled: bool
+) -> dict:
     recommended = None
     if has_checkpoints:
         rec = checkpoints(store, r["id"]).get("recommended")
@@ -55,7 +74,7 @@ def _run_summary(store: Store, r: dict, stats: list[dict], counts: dict, has_che
         "id": r["id"],
         "path": r["path"],
         "format": r["format"],
-        "status": r["status"],
+        "status": run_status(r, stalled),
         "last_step": r["last_step"],
         "total_steps": r["total_steps"],
         "updated_at": r["updated_at"],
@@ -75,7 +94,8 @@ def run(store: Store, run_id: str) -> dict:
     r = found[0]
     stats = store_read.metric_stats(store, run_id)
     has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
-    out = _run_summary(store, r, stats, store_read.open_alert_counts(store), has_checkpoints)
+    stalled = run_id in store_read.runs_with_open_alert(store, "stalled")
+    out = _run_summary(store, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled)
     out["config"] = store_read.parse_json(r["config"])
     out["status_info"] = store_read.parse_json(r["status_info"])
     out["metrics"] = [

@@ -42,6 +42,21 @@ def open_alert_counts(store: Store) -> dict[str, dict[str, int]]:
     return counts
 
 
+def runs_with_open_alert(store: Store, rule: str) -> set[str]:
+    """The runs with a not yet resolved (open or acknowledged) alert of `rule`."""
+    return {
+        run
+        for (run,) in store.rows(
+            "SELECT DISTINCT run_id FROM alerts WHERE rule = ? AND state != 'resolved'", [rule]
+        )
+    }
+
+
+def point_count(store: Store) -> int:
+    """How many points the store holds, over every run."""
+    return store.rows("SELECT count(*) FROM points")[0][0]
+
+
 def series(
     store: Store,
     run: str,

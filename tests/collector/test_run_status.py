@@ -1,0 +1,57 @@
+"""A run's status in the runs list: stalled while a stalled alert stands, completed for a finished HF run,
+what status.json says otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from collector import api_views, store_alerts
+from collector.config import Settings
+from collector.daemon import Collector
+from tests.collector.test_daemon_support import cli_json
+
+
+def _status_of(runs: list[dict], run_id: str) -> str:
+    return next(r["status"] for r in runs if r["id"] == run_id)
+
+
+def test_a_running_run_with_a_stalled_alert_is_stalled(tmp_path):
+    root = tmp_path / "runs"
+    run = root / "slow"
+    run.mkdir(parents=True)
+    with (run / "metrics.jsonl").open("w") as f:
+        for step in range(1, 41):
+            f.write(json.dumps({"step": step, "data": {"train/loss": 3.0 - step * 0.01}}) + "\n")
+    status = {"state": "running", "step": 40, "total_steps": 100, "pid": os.getpid()}
+    (run / "status.json").write_text(
+        json.dumps(status | {"host": socket.gethostname(), "updated_at": time.time()})
+    )
+    db = tmp_path / "rw.duckdb"
+    collector = Collector(Settings(db=db, roots=[root]), sinks=[])
+    try:
+        collector.ingest_once()
+        assert _status_of(api_views.runs(collector.store), "slow") == "running"
+        # An hour with no new point: the stalled rule's own clock, given, not waited for.
+        collector.detection.tick(now=time.time() + 3600)
+        stalled = store_alerts.list_alerts(collector.store, run="slow", rule="stalled", state="open")
+        assert stalled, "the stalled rule did not fire"
+        assert _status_of(api_views.runs(collector.store), "slow") == "stalled"
+        assert api_views.run(collector.store, "slow")["status"] == "stalled"
+        store_alerts.set_state(collector.store, stalled[0]["id"], "resolved", "restarted the job")
+        assert _status_of(api_views.runs(collector.store), "slow") == "running"
+    finally:
+        collector.close()
+
+
+def test_an_hf_run_is_completed_when_global_step_reaches_max_steps(tmp_path, real_runs):
+    db = tmp_path / "rw.duckdb"
+    from tests.collector.test_daemon_support import cli
+
+    cli(db, "ingest", str(real_runs / "yongshuaiy__LLMs-final__output-checkpoint-669.json"))
+    cli(db, "ingest", str(real_runs / "Dheena731__tinyLlama-finetune__root.json"))
+    runs = cli_json(db, "runs")
+    assert _status_of(runs, "yongshuaiy__LLMs-final__output-checkpoint-669") == "completed"  # 669 of 669
+    assert _status_of(runs, "Dheena731__tinyLlama-finetune__root") == "unknown"  # 2800 of 2808
