@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from collector import api_views
+from collector import api_views, store_read
 from collector.client import ApiError, Client
 from collector.config import Settings, read_marker
 from collector.store import Store, StoreError
@@ -153,11 +153,11 @@ def _ingest(args: argparse.Namespace) -> int:
     collector = Collector(
         Settings(db=args.db, roots=paths), sinks=[sinks.JsonlSink(alerts_log_path(args.db))]
     )
-    before = _count_points(collector.store)
+    before = store_read.point_count(collector.store)
     started = time.perf_counter()
     try:
         collector.ingest_once()
-        after = _count_points(collector.store)
+        after = store_read.point_count(collector.store)
         runs = sorted(collector.ingestor.run_dirs)
     finally:
         collector.close()
@@ -168,10 +168,6 @@ def _ingest(args: argparse.Namespace) -> int:
     else:
         print(f"ingested {len(runs)} run(s): {after - before} new points ({after} stored) in {seconds:.2f} s")
     return 0
-
-
-def _count_points(store: Store) -> int:
-    return store.rows("SELECT count(*) FROM points")[0][0]
 
 
 def _query(args: argparse.Namespace) -> Any:
