@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )
+    # httpx logs every request at INFO: noise on stderr for each CLI call, not news for the user.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     args.db = args.db.expanduser().resolve()
     try:
         if args.command == "serve":

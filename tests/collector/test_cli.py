@@ -37,6 +37,8 @@ def test_cli_through_the_daemon_and_directly_agree(tmp_path, real_runs):
             "every run and the NaN alert",
         )
         via_api = _all(db)
+        quiet = cli(db, "runs")
+        assert quiet.returncode == 0 and "HTTP Request" not in quiet.stderr and "INFO" not in quiet.stderr
         nan_alert = cli_json(db, "alerts", "--run", "a", "--rule", "nonfinite")[0]
         acked = cli_json(db, "ack", str(nan_alert["id"]), "--note", "seen it")
         assert (acked["state"], acked["note"]) == ("acked", "seen it")
