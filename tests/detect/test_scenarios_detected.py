@@ -62,9 +62,21 @@ def test_spike_scenario_raises_grad_spike_where_the_lr_was_boosted(tmp_path):
     assert spikes[0].metric == "train/grad_norm" and spikes[0].severity in ("warn", "error")
 
 
-def test_stall_scenario_raises_a_step_time_warning_at_step_10(tmp_path):
+def test_stall_scenario_raises_a_step_time_warning_at_the_stalled_step(tmp_path):
+    from trainer.presets import PRESETS
+
+    # the preset says where it sleeps (the trainer's choice): train one step past it, saving only at the end
+    stall = next(f for f in PRESETS["stall"].faults if f["kind"] == "stall")
+    steps = str(stall["step"] + 1)
     events = detect(
-        train(tmp_path / "stall", "stall", "--steps", "11", "trainer.test_freq=11", "trainer.save_freq=11")
+        train(
+            tmp_path / "stall",
+            "stall",
+            "--steps",
+            steps,
+            f"trainer.test_freq={steps}",
+            f"trainer.save_freq={steps}",
+        )
     )
     slow = [e for e in events if e.rule == "step_time_spike"]
-    assert [(e.first_step, e.severity) for e in slow if e.severity != "info"] == [(10, "warn")]
+    assert [(e.first_step, e.severity) for e in slow if e.severity != "info"] == [(stall["step"], "warn")]
