@@ -170,6 +170,9 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
 
 def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     """The runs one folder defines: one run for the folder, plus one per file that is a run by itself."""
+    real_root = _real(root)
+    if not _stays_inside(folder, real_root):
+        return []  # reached through a folder link out of the root (a changed file's event path)
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
@@ -180,6 +183,8 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
         try:
             is_file = entry.is_file()
             is_dir = not is_file and entry.is_dir(follow_symlinks=False)
+            if is_file and entry.is_symlink() and not _stays_inside(Path(entry.path), real_root):
+                continue  # a link out of the watched root: runwatch reads only what it was given
         except OSError:
             continue
         if is_file:
@@ -188,7 +193,7 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
                 files.append((Path(entry.path), fmt))
         elif is_dir and (match := _HF_CHECKPOINT_DIR.match(entry.name)):
             state = Path(entry.path) / HF_STATE_NAME
-            if state.is_file():
+            if state.is_file() and _stays_inside(state, real_root):
                 hf_checkpoints.append((int(match.group(1)), state))
 
     runs: list[Run] = []
@@ -212,9 +217,23 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     if any(fmt != "checkpoint_marker" for _, fmt in folder_files):
         run = _folder_run(folder, root, folder_files)
         if _is_hf_output(run):
-            run.sources.extend(Source(path, "tensorboard", "ignored") for path in _hf_logging_files(folder))
+            run.sources.extend(
+                Source(path, "tensorboard", "ignored") for path in _hf_logging_files(folder, real_root)
+            )
         runs.insert(0, run)
     return runs
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path
+
+
+def _stays_inside(path: Path, real_root: Path) -> bool:
+    """Whether `path`, its symlinks followed, is still under the (resolved) root."""
+    return _real(path).is_relative_to(real_root)
 
 
 def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]]) -> Run:
@@ -252,11 +271,15 @@ def _under_hf_logging(folder: Path, root: Path) -> bool:
     return False
 
 
-def _hf_logging_files(output_dir: Path) -> list[Path]:
+def _hf_logging_files(output_dir: Path, real_root: Path) -> list[Path]:
     """TensorBoard files the HF Trainer writes under `<output_dir>/runs/<time_host>/`: the same metrics as
     its trainer_state.json (which also names the best checkpoint), so they are a duplicate view of the run
     rather than a run of their own."""
-    return sorted(p for p in output_dir.glob(f"{HF_LOGGING_DIR}/*/events.out.tfevents.*") if p.is_file())
+    return sorted(
+        p
+        for p in output_dir.glob(f"{HF_LOGGING_DIR}/*/events.out.tfevents.*")
+        if p.is_file() and _stays_inside(p, real_root)
+    )
 
 
 def _file_root_runs(path: Path) -> list[Run]:

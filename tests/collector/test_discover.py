@@ -241,3 +241,25 @@ def test_run_for_path_agrees_with_find_runs_on_generated_trees(tmp_path, seed):
         found = run_for_path(path, roots)
         in_checkpoint = any(part.startswith("checkpoint-") for part in path.relative_to(tmp_path).parts)
         assert found is None or in_checkpoint, (path, found and found.id)
+
+
+def test_symlinks_that_leave_the_root_are_not_followed(tmp_path):
+    outside = tmp_path / "outside"
+    secret = write(outside / "secret.jsonl", '{"step":1,"data":{"loss":1}}\n')
+    write(outside / "folder" / "metrics.jsonl", '{"step":1,"data":{"loss":1}}\n')
+    root = tmp_path / "root"
+    real = write(root / "a" / "metrics.jsonl", '{"step":1,"data":{"loss":1}}\n')
+    (root / "a" / "status.json").symlink_to(outside / "secret.jsonl")
+    (root / "b").mkdir()
+    (root / "b" / "leak.jsonl").symlink_to(secret)  # a file link out of the root
+    (root / "c").symlink_to(outside / "folder", target_is_directory=True)  # a folder link out
+    (root / "d").mkdir()
+    (root / "d" / "same.jsonl").symlink_to(real)  # a link that stays inside is fine
+
+    runs = {run.id: run for run in find_runs([root])}
+    assert set(runs) == {"a", "d/same"}
+    sources = [s.path for run in runs.values() for s in run.sources]
+    assert all(p.resolve().is_relative_to(root.resolve()) for p in sources)
+    assert root / "a" / "status.json" not in sources
+    assert run_for_path(root / "b" / "leak.jsonl", [root]) is None
+    assert run_for_path(root / "c" / "metrics.jsonl", [root]) is None
