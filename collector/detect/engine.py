@@ -5,6 +5,8 @@ Stable interface (the collector calls this; see docs/architecture.md):
 - `AlertEvent`: one event for one episode (rule, severity, metric, first_step, last_step, value, message,
   active, evidence). Episode identity is (run, rule, metric, first_step): every event of one episode carries
   the same first_step, so the store upserts. `active=False` means the condition cleared (auto-resolve).
+  Spike rules (`grad_spike`, `loss_spike`, `kl_spike`, `step_time_spike`) report the episode's peak:
+  `value` and the message are the highest point's, with `evidence.peak` and `evidence.peak_step`.
 - `RunDetector(run_id, config=None, run_info=None)`:
   - `update(points) -> list[AlertEvent]`: incremental; points arrive in file order in batches; state per
     metric is bounded (windows of a few dozen points). A point for a step already seen replaces it: the
