@@ -60,6 +60,12 @@ class Run:
     dir: Path
     format: str
     sources: list[Source] = field(default_factory=list)
+    file: Path | None = None  # set when the run is one file by itself (its `dir` is that file's folder)
+
+    @property
+    def path(self) -> Path:
+        """What a person opens to see the run: its file when it is one file, else its folder."""
+        return self.file or self.dir
 
     def metrics_sources(self) -> list[Source]:
         return [s for s in self.sources if s.role == "metrics"]
@@ -207,7 +213,7 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     for path, fmt in files:
         if path in hf_file_runs or (fmt == "jsonl" and jsonl_are_runs):
             run_id = _rel_id(path.with_suffix(""), root)
-            runs.append(Run(run_id, root, folder, fmt, [Source(path, fmt, "metrics")]))
+            runs.append(Run(run_id, root, folder, fmt, [Source(path, fmt, "metrics")], file=path))
         else:
             folder_files.append((path, fmt))
     if hf_checkpoints and not any(fmt == "hf_trainer_state" for _, fmt in folder_files):
@@ -286,7 +292,7 @@ def _file_root_runs(path: Path) -> list[Run]:
     fmt = classify(path)
     if fmt is None or fmt in META_FORMATS:
         return []
-    return [Run(path.stem, path, path.parent, fmt, [Source(path, fmt, "metrics")])]
+    return [Run(path.stem, path, path.parent, fmt, [Source(path, fmt, "metrics")], file=path)]
 
 
 def _rel_id(path: Path, root: Path) -> str:

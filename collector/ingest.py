@@ -118,7 +118,7 @@ class Ingestor(BulkReads):
     def _register(self, run: discover.Run) -> None:
         known = (
             str(run.root),
-            str(run.dir),
+            str(run.path),
             run.format,
             tuple((str(x.path), x.format, x.role) for x in run.sources),
         )
@@ -126,7 +126,7 @@ class Ingestor(BulkReads):
             return  # the periodic rescan sees the same run: nothing to write
         self._registered[run.id] = known
         self.run_dirs[run.id] = run.dir
-        self.store.upsert_run(run.id, str(run.root), str(run.dir), run.format)
+        self.store.upsert_run(run.id, str(run.root), str(run.path), run.format)
         for source in run.sources:
             key = str(source.path)
             self.roles[key] = source.role

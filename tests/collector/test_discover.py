@@ -109,9 +109,11 @@ def test_files_that_are_runs_by_themselves(tmp_path):
     assert sorted(runs) == ["a__root", "proj/exp1", "proj/exp2", "sub/b__ckpt"]
     assert runs["proj/exp1"].sources[0].path == tmp_path / "proj" / "exp1.jsonl"
     assert runs["a__root"].format == "hf_trainer_state"
+    assert runs["a__root"].path == tmp_path / "a__root.json"  # a run that is one file: that file
+    assert runs["proj/exp1"].path == tmp_path / "proj" / "exp1.jsonl"
     # Given the file itself as the root, the id is its stem.
     [alone] = find_runs([tmp_path / "sub" / "b__ckpt.json"])
-    assert alone.id == "b__ckpt"
+    assert alone.id == "b__ckpt" and alone.path == tmp_path / "sub" / "b__ckpt.json"
     assert (
         run_for_path(tmp_path / "sub" / "b__ckpt.json", [tmp_path / "sub" / "b__ckpt.json"]).id == "b__ckpt"
     )

@@ -55,3 +55,8 @@ def test_an_hf_run_is_completed_when_global_step_reaches_max_steps(tmp_path, rea
     runs = cli_json(db, "runs")
     assert _status_of(runs, "yongshuaiy__LLMs-final__output-checkpoint-669") == "completed"  # 669 of 669
     assert _status_of(runs, "Dheena731__tinyLlama-finetune__root") == "unknown"  # 2800 of 2808
+    # A run that is one file by itself: its path is that file, not the folder holding it.
+    paths = {r["id"]: r["path"] for r in runs}
+    assert paths["Dheena731__tinyLlama-finetune__root"] == str(
+        real_runs / "Dheena731__tinyLlama-finetune__root.json"
+    )
