@@ -103,31 +103,49 @@ def series(
         )
         out.update(steps=table["step"].tolist(), values=table["value"].tolist(), downsampled=False)
         return out
+    span = last - first + 1
+    bucket_of = "((step - ?) * ?) // ?"  # bucket b holds the steps first + [b*span/points, (b+1)*span/points)
     rows = store.rows(
-        # min/max over the finite values only, so a NaN never hides a spike in its bucket; min(value) and
-        # max(value) over all points are -inf / NaN or +inf exactly when the bucket holds such a point.
-        """SELECT max(step), arg_min(value, step), arg_max(value, step),
-                  min(value) FILTER (WHERE isfinite(value)), max(value) FILTER (WHERE isfinite(value)),
-                  count(*) FILTER (WHERE NOT isfinite(value)), min(value), max(value)
-           FROM (SELECT step, value, least(((step - ?) * ?) // ?, ? - 1) AS bucket FROM points
-                 WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?)
+        # DuckDB sorts NaN above every number: max() is NaN (or +inf) and min() -inf exactly when the bucket
+        # holds such a point; only those buckets need the slower finite-only pass below.
+        f"""SELECT {bucket_of} AS bucket, max(step), arg_min(value, step), arg_max(value, step),
+                  min(value), max(value)
+           FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?
            GROUP BY bucket ORDER BY bucket""",
-        [first, points, last - first + 1, points, run, metric, first, last],
+        [first, points, span, run, metric, first, last],
     )
+    bad_buckets = [r[0] for r in rows if not (math.isfinite(r[4]) and math.isfinite(r[5]))]
+    finite_range: dict[int, tuple] = {}
+    if bad_buckets:
+        # Only the steps of the first to the last bucket holding a NaN/inf are read again.
+        low_step = first + -(-bad_buckets[0] * span // points)
+        high_step = first + -(-(bad_buckets[-1] + 1) * span // points) - 1
+        finite_range = {
+            b: (mn, mx, n)
+            for b, mn, mx, n in store.rows(
+                f"""SELECT {bucket_of} AS bucket, min(value) FILTER (WHERE isfinite(value)),
+                          max(value) FILTER (WHERE isfinite(value)), count(*) FILTER (WHERE NOT isfinite(value))
+                   FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?
+                   GROUP BY bucket""",
+                [first, points, span, run, metric, low_step, high_step],
+            )
+        }
     nan = math.nan
     steps, values, mins, maxs, firsts, lasts, nonfinite = [], [], [], [], [], [], []
-    for step, first, last, mn, mx, bad, low_all, high_all in rows:
+    for bucket, step, first_value, last_value, low_all, high_all in rows:
         steps.append(step)
-        firsts.append(first)
-        lasts.append(last)
-        # The value shows the bucket's worst point when it has a non-finite one (NaN first), so a NaN or
-        # an infinity anywhere stays on the line; min/max still carry the finite range (the spikes).
-        if bad and high_all != high_all:
-            values.append(nan)
-        elif bad:
-            values.append(high_all if math.isinf(high_all) else low_all)
-        else:
-            values.append(last)
+        firsts.append(first_value)
+        lasts.append(last_value)
+        if bucket not in finite_range:
+            values.append(last_value)
+            mins.append(low_all)
+            maxs.append(high_all)
+            nonfinite.append(0)
+            continue
+        mn, mx, bad = finite_range[bucket]
+        # The value shows the bucket's worst point (NaN first, else an infinity), so a NaN or an infinity
+        # anywhere stays on the line; min/max carry the finite range, so a spike beside it stays too.
+        values.append(nan if high_all != high_all else high_all if math.isinf(high_all) else low_all)
         mins.append(nan if mn is None else mn)
         maxs.append(nan if mx is None else mx)
         nonfinite.append(bad)
