@@ -26,9 +26,7 @@ def test_nan_preset_writes_a_nan_loss_at_its_step(built_data, tmp_path):
 
 
 def test_spike_preset_makes_grad_norm_and_loss_jump(built_data, tmp_path):
-    result = launch(
-        tmp_path / "run", "spike", "--steps", "26", "trainer.test_freq=13", "trainer.save_freq=13"
-    )
+    result = launch(tmp_path / "run", "spike", "trainer.test_freq=30", "trainer.save_freq=30")
     assert result.rc == 0, result.output[-4000:]
     steps = train_records(result.out)
     calm_norm = statistics.median(steps[s]["train/grad_norm"] for s in range(10, 20))
@@ -36,11 +34,11 @@ def test_spike_preset_makes_grad_norm_and_loss_jump(built_data, tmp_path):
     assert max(steps[s]["train/grad_norm"] for s in range(21, 26)) > 5 * calm_norm
     assert max(steps[s]["train/loss"] for s in range(21, 26)) > 1.5 * calm_loss
     injected = json.loads((result.out / "run.json").read_text())["injected"]
-    assert injected == [{"kind": "lr_spike", "step": 20, "steps": 3, "factor": 100.0}]
+    assert injected == [{"kind": "lr_spike", "step": 20, "steps": 2, "factor": 150.0}]
 
 
 def test_stall_sleeps_mid_run(built_data, tmp_path):
-    # The mechanism, for real but short (the stall preset itself sleeps 90 s before step 10).
+    # The mechanism, for real but short (the stall preset itself sleeps 90 s before step 15).
     stall = {"kind": "stall", "step": 4, "seconds": 8}
     result = launch(tmp_path / "run", "smoke", "--inject", json.dumps(stall))
     assert result.rc == 0, result.output[-4000:]
@@ -50,7 +48,7 @@ def test_stall_sleeps_mid_run(built_data, tmp_path):
     assert all(steps[s]["train/time(s)"] < 8 for s in steps if s != 4)
     assert "injected stall: sleeping 8 s before step 4" in result.output
     assert json.loads((result.out / "run.json").read_text())["injected"] == [stall]
-    assert PRESETS["stall"].faults == [{"kind": "stall", "step": 10, "seconds": 90}]
+    assert PRESETS["stall"].faults == [{"kind": "stall", "step": 15, "seconds": 90}]
 
 
 def test_overfit_preset_val_loss_turns_up_while_train_loss_falls(built_data, tmp_path):
