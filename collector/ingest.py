@@ -310,7 +310,14 @@ class Ingestor(BulkReads):
         if result is None:
             return False
         run = s.run_id
-        overlap = whole or not result.points or min(result.points.step) <= self.max_step.get(run, -(2**62))
+        points = result.points
+        overlap = (
+            whole
+            or not points
+            or min(points.step) <= self.max_step.get(run, -(2**62))
+            # A resumed run that appended to its file repeats steps within one read: merge them too.
+            or len(set(zip(points.metric, points.step, strict=True))) != len(points)
+        )
         if overlap:
             self.store.add_points(cur, s, result.points, may_overlap=True)
         else:

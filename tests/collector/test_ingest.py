@@ -278,3 +278,33 @@ def test_bulk_path_learns_new_metrics_and_reads_odd_records_like_the_parser(tmp_
     assert store_read.sources(store, "r")[0]["lines"] == 30_000 + 6 + 1
     ing.close()
     store.close()
+
+
+# 3,000 steps go through the Python parser, 30,000 (over 1 MiB) through DuckDB's bulk read; dense steps are
+# checked for repeats with bits, sparse ones by hashing.
+@pytest.mark.parametrize("steps", [3000, 30_000])
+@pytest.mark.parametrize("spacing", [1, 10**9])
+def test_a_resumed_file_keeps_the_last_write_of_a_repeated_step(tmp_path, spacing, steps):
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "metrics.jsonl"
+    # Crashed at the last step, resumed a third earlier and appended to the same file: the last third of
+    # the steps twice, with the second life's values.
+    resumed = steps * 2 // 3
+    lives = [(i, 1.0 / i) for i in range(1, steps + 1)] + [
+        (i, 2.0 / i) for i in range(resumed + 1, steps + 1)
+    ]
+    with f.open("w") as out:
+        for i, loss in lives:
+            out.write(json.dumps({"step": i * spacing, "data": {"train/loss": loss, "n": i}}) + "\n")
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root])
+    ing.ingest_all()
+    got = stored(store, "r")
+    assert same(got, expected_from_jsonl(f)) and got[("train/loss", steps * spacing)] == 2.0 / steps
+    assert store.rows("SELECT count(*) FROM points WHERE run_id = 'r'")[0][0] == 2 * steps  # no step twice
+    points = {s["metric"]: s["points"] for s in store_read.metric_stats(store, "r")}
+    assert points == {"train/loss": steps, "n": steps}
+    assert len(store_read.replaced_points(store, "r", "train/loss")) == steps - resumed
+    ing.close()
+    store.close()
