@@ -16,6 +16,9 @@ import pyarrow as pa
 
 from collector.model import Points
 
+# Bits a bulk read may spend on counting repeated steps exactly (steps in its range x metrics): 32 MiB.
+BULK_BITMAP_BITS = 1 << 28
+
 
 class BulkMismatch(ValueError):
     """DuckDB's bulk read did not account for every value in the bytes; the chunk needs another reading."""
@@ -172,13 +175,20 @@ class PointWrites:
             [s.run_id, s.id, s.segment, batch, path, columns],
         )
         # One pass over just the added rows (zone maps on `batch` skip the rest) gives the checks and the
-        # per-metric summaries together.
+        # per-metric summaries together. Repeated steps are counted exactly with one bit per step of the
+        # batch's range (about 10x cheaper than count(DISTINCT), which hashes every point); a range too
+        # sparse for bits (huge step numbers) takes the hashing count.
+        low, high = cur.execute(
+            "SELECT min(step), max(step) FROM points WHERE batch = ?", [batch]
+        ).fetchall()[0]
+        bitmap = low is not None and (high - low + 1) * max(len(keys), 1) <= BULK_BITMAP_BITS
         cur.execute(
-            """CREATE OR REPLACE TEMP TABLE rw_bulk_stats AS
-               SELECT metric, count(*) AS n, count(DISTINCT step) AS distinct_steps, min(step) AS lo,
-                      max(step) AS hi, arg_max(value, step) AS last_value
+            f"""CREATE OR REPLACE TEMP TABLE rw_bulk_stats AS
+               SELECT metric, count(*) AS n,
+                      {"bit_count(bitstring_agg(step, ?, ?))" if bitmap else "count(DISTINCT step)"} AS distinct_steps,
+                      min(step) AS lo, max(step) AS hi, arg_max(value, step) AS last_value
                FROM points WHERE batch = ? GROUP BY metric""",
-            [batch],
+            [low, high, batch] if bitmap else [batch],
         )
         count, low, high, repeats = cur.execute(
             "SELECT coalesce(sum(n), 0), min(lo), max(hi), coalesce(sum(n - distinct_steps), 0) FROM rw_bulk_stats"
