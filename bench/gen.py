@@ -20,8 +20,10 @@ import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-OUT = BENCH / "out"
-DATA = OUT / "data"
+# Figures, databases and work folders; RUNWATCH_BENCH_OUT moves them (two people benchmarking in one
+# checkout would overwrite each other's JSON). Generated inputs stay in one shared cache either way.
+OUT = Path(os.environ.get("RUNWATCH_BENCH_OUT") or BENCH / "out")
+DATA = BENCH / "out" / "data"
 
 TRAIN_METRICS = ("train/loss", "train/grad_norm", "train/lr", "train/time(s)")
 VAL_METRIC = "val/loss"
