@@ -34,6 +34,7 @@ def test_a_running_run_with_a_stalled_alert_is_stalled(tmp_path):
     try:
         collector.ingest_once()
         assert _status_of(api_views.runs(collector.store), "slow") == "running"
+        assert api_views.checkpoints(collector.store, "slow")["status"] == "running"  # status.json's state
         # An hour with no new point: the stalled rule's own clock, given, not waited for.
         collector.detection.tick(now=time.time() + 3600)
         stalled = store_alerts.list_alerts(collector.store, run="slow", rule="stalled", state="open")
