@@ -56,12 +56,22 @@ class Detection:
         backlogs = self.store.detection_backlogs()
         for r in store_read.runs(self.store):
             run = r["id"]
+            # The run's config and status as last stored: their files are not read again until they change.
+            info, status = store_read.parse_json(r["config"]), store_read.parse_json(r["status_info"])
+            if info:
+                self.run_info[run] = info
+            if status:
+                self.status[run] = status
             det = self.detector(run)
+            # Episodes still open in the store continue (same alert, same peak) instead of opening twice.
+            det.resume_episodes(
+                [a for a in store_alerts.list_alerts(self.store, run=run) if a["state"] != "resolved"]
+            )
             up_to = backlogs.get(run)
             recent = store_read.recent_points(self.store, run, REBUILD_POINTS_PER_METRIC, up_to)
-            # Replayed episodes upsert onto the alerts already stored (same first step), so nothing is told
-            # twice; an episode the store never saw (it was found while the collector was down) is new.
-            self._handle(run, det.update(recent))
+            # Replay only refills the windows (a cut-short baseline would call normal points spikes); an
+            # episode the store never saw (found while the collector was down) is still new.
+            self._handle(run, det.update(recent, replay=True))
             if recent:
                 self.fed_to[run] = max(recent.step)
             if up_to is not None:
