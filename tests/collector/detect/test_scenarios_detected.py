@@ -18,7 +18,7 @@ from collector.model import Points
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def train(out: Path, preset: str, *args: str) -> Path:

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from collector.detect.engine import detect_series
-from tests.detect.synth import healthy_sft, replace_values, rules_of
+from tests.collector.detect.synth import healthy_sft, replace_values, rules_of
 
 VERL_INFO = {
     "trainer": {"total_training_steps": 2000, "save_freq": 200, "test_freq": 100},
@@ -312,7 +312,7 @@ def test_scaled_lr_key_is_read_times_1e_minus_3():
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_healthy_ppo_run_raises_nothing(seed):
-    from tests.detect.synth import healthy_ppo
+    from tests.collector.detect.synth import healthy_ppo
 
     assert (
         detect_series(
@@ -380,7 +380,7 @@ def test_no_warmup_when_the_config_asks_for_one_warns():
 
 
 def test_linear_and_constant_schedules_are_followed_too():
-    from tests.detect.synth import cosine_lr
+    from tests.collector.detect.synth import cosine_lr
 
     series = healthy_sft(seed=28)
     steps, _ = series["train/lr"]

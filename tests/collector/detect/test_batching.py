@@ -11,7 +11,7 @@ import pytest
 
 from collector.detect.engine import RunDetector
 from collector.model import Points
-from tests.detect.synth import healthy_ppo, healthy_sft, replace_values
+from tests.collector.detect.synth import healthy_ppo, healthy_sft, replace_values
 
 VERL_INFO = {
     "trainer": {"total_training_steps": 3000, "save_freq": 200, "test_freq": 100},

@@ -7,7 +7,7 @@ import pytest
 from collector.detect.engine import RunDetector, detect_series
 from collector.detect.report import analyse
 from collector.model import Points
-from tests.detect.synth import healthy_sft, replace_values
+from tests.collector.detect.synth import healthy_sft, replace_values
 
 
 def only(events, rule):

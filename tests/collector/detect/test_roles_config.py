@@ -9,7 +9,7 @@ import pytest
 from collector.detect.config import ConfigError, DetectConfig, load_config
 from collector.detect.roles import role_of, value_scale
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "collector" / "detect" / "example-runwatch.toml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "collector" / "detect" / "example-runwatch.toml"
 
 
 @pytest.mark.parametrize(

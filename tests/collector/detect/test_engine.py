@@ -11,7 +11,7 @@ import pytest
 from collector.detect.config import CustomRule, DetectConfig, load_config
 from collector.detect.engine import AlertEvent, RunDetector, detect_series
 from collector.model import Points
-from tests.detect.synth import healthy_sft, replace_values
+from tests.collector.detect.synth import healthy_sft, replace_values
 
 
 def rows_of(series):
