@@ -67,7 +67,8 @@ def _run_summary(
     store: Store, r: dict, stats: list[dict], counts: dict, has_checkpoints: bool, stalled: bool
 ) -> dict:
     recommended = None
-    if has_checkpoints:
+    # A lone trainer_state.json has no checkpoint folders to index; its advice infers them from save_steps.
+    if has_checkpoints or r["format"] == "hf_trainer_state":
         rec = checkpoints(store, r["id"]).get("recommended")
         recommended = rec["step"] if rec else None
     return {
