@@ -98,4 +98,33 @@ def migrate(con: duckdb.DuckDBPyConnection, target: int = SCHEMA_VERSION) -> int
             con.execute("ROLLBACK")
             raise
         version += 1
+    _check_columns(con, version)
     return version
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
+    rows = con.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'"
+    ).fetchall()
+    return {(t, c) for t, c in rows}
+
+
+def _check_columns(con: duckdb.DuckDBPyConnection, version: int) -> None:
+    """Refuse a file whose tables do not match its stated version (written by a development build), with a
+    clear message instead of a query failing later in the daemon."""
+    reference = duckdb.connect(":memory:")
+    try:
+        migrate_to = MIGRATIONS[:version]
+        for statements in migrate_to:
+            for statement in statements:
+                reference.execute(statement)
+        missing = sorted(_columns(reference) - _columns(con))
+    finally:
+        reference.close()
+    if missing:
+        names = ", ".join(f"{t}.{c}" for t, c in missing[:6])
+        raise StoreError(
+            f"the database says schema version {version} but lacks {names}: it was written by a development "
+            f"build of runwatch. Nothing was changed; move the file aside and let the collector build a new one "
+            f"(the trainers' files are the source of truth, so a new database holds the same points)."
+        )

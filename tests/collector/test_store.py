@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import duckdb
+import pytest
 
 from collector import store_alerts, store_read
 from collector.model import BadLine, Points
 from collector.store import Store
-from collector.store_schema import MIGRATIONS, SCHEMA_VERSION, migrate, schema_version
+from collector.store_schema import MIGRATIONS, SCHEMA_VERSION, StoreError, migrate, schema_version
 
 
 def _points(rows: list[tuple[int, str, float]]) -> Points:
@@ -170,3 +171,13 @@ def test_alert_episode_upserts_and_keeps_history(tmp_path):
     assert [h["event"] for h in alert["history"]] == ["opened", "escalated", "acked", "auto_resolved"]
     assert len(store_alerts.list_alerts(store, state="open")) == 0
     store.close()
+
+
+def test_a_database_that_does_not_match_its_version_is_refused_clearly(tmp_path):
+    path = tmp_path / "dev.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE runs DROP COLUMN detected_to")  # what a development build's v2 lacked
+    con.close()
+    with pytest.raises(StoreError, match=r"lacks runs\.detected_to.*Nothing was changed"):
+        Store(path)
