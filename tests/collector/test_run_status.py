@@ -59,5 +59,5 @@ def test_an_hf_run_is_completed_when_global_step_reaches_max_steps(tmp_path, rea
     # A run that is one file by itself: its path is that file, not the folder holding it.
     paths = {r["id"]: r["path"] for r in runs}
     assert paths["Dheena731__tinyLlama-finetune__root"] == str(
-        real_runs / "Dheena731__tinyLlama-finetune__root.json"
+        (real_runs / "Dheena731__tinyLlama-finetune__root.json").resolve()
     )

@@ -65,7 +65,8 @@ def test_kill_minus_9_then_resume_appends(built_data, tmp_path):
         first.wait()
     before = (out / "metrics.jsonl").read_text()
     killed_status = json.loads((out / "status.json").read_text())
-    assert killed_status["state"] == "running" and killed_status["step"] == 7  # nobody could say otherwise
+    # Nobody could say otherwise; the step count is written at most once a second, so it may lag a step.
+    assert killed_status["state"] == "running" and killed_status["step"] in (6, 7), killed_status
 
     second = launch(out, "smoke", *ARGS)
     assert second.rc == 0, second.output[-4000:]
