@@ -200,12 +200,10 @@ class LossPlateau:
         )
 
 
-class NoLearningGrad:
-    """grad_norm at (or within a hair of) zero for `for_points` points in a row."""
+class _ZeroStreak:
+    """A rule that fires once a value has sat at (about) zero for enough points in a row."""
 
-    rule_id = "no_learning"
-
-    def __init__(self, metric: str, cfg: NoLearningRule) -> None:
+    def __init__(self, metric: str, cfg) -> None:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
         self.zeros = Streak()
@@ -213,14 +211,37 @@ class NoLearningGrad:
     def rewind(self, step: int) -> None:
         self.zeros.reset()
 
+    def is_zero(self, value: float) -> bool:
+        raise NotImplementedError
+
+    def points_needed(self) -> int:
+        raise NotImplementedError
+
+    def finding(self, value: float, points: int, since: int) -> Finding:
+        raise NotImplementedError
+
     def feed(self, step: int, value: float, run: object) -> Finding | None | object:
-        if abs(value) > self.cfg.zero_grad:
+        if not self.is_zero(value):
             self.zeros.reset()
             return None
         points = self.zeros.hit(step)
-        if points < self.cfg.for_points:
+        if points < self.points_needed():
             return HOLD
-        since = self.zeros.since
+        return self.finding(value, points, self.zeros.since)
+
+
+class NoLearningGrad(_ZeroStreak):
+    """grad_norm at (or within a hair of) zero for `for_points` points in a row."""
+
+    rule_id = "no_learning"
+
+    def is_zero(self, value: float) -> bool:
+        return not abs(value) > self.cfg.zero_grad  # written so, a NaN counts as before
+
+    def points_needed(self) -> int:
+        return self.cfg.for_points
+
+    def finding(self, value: float, points: int, since: int) -> Finding:
         return Finding(
             "error",
             value,
@@ -370,27 +391,18 @@ class RewardCollapse:
         )
 
 
-class RewardStdCollapse:
+class RewardStdCollapse(_ZeroStreak):
     """Reward spread at zero: every sample in a group got the same reward, so there is no learning signal."""
 
     rule_id = "reward_collapse"
 
-    def __init__(self, metric: str, cfg: RewardCollapseRule) -> None:
-        self.metric, self.cfg = metric, cfg
-        self.clear_after = cfg.clear_after
-        self.zeros = Streak()
+    def is_zero(self, value: float) -> bool:
+        return not value > self.cfg.std_zero
 
-    def rewind(self, step: int) -> None:
-        self.zeros.reset()
+    def points_needed(self) -> int:
+        return self.cfg.std_for
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
-        if value > self.cfg.std_zero:
-            self.zeros.reset()
-            return None
-        points = self.zeros.hit(step)
-        if points < self.cfg.std_for:
-            return HOLD
-        since = self.zeros.since
+    def finding(self, value: float, points: int, since: int) -> Finding:
         return Finding(
             "warn",
             value,
