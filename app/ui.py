@@ -84,6 +84,15 @@ def selected_run() -> str | None:
     return st.session_state.get(RUN_KEY)
 
 
+def require_run() -> str:
+    """The chosen run; without one (no runs yet), say so and stop the page here."""
+    run = selected_run()
+    if run is None:
+        st.info("No runs yet: nothing to show.")
+        st.stop()
+    return run
+
+
 def open_run(run: str, page: str = "pages/run_charts.py") -> None:
     """Show `run` on `page` (switching pages reruns the app; the sidebar picks the run up first)."""
     st.session_state[PENDING_RUN_KEY] = run

@@ -8,10 +8,7 @@ import streamlit as st
 from app import ui
 
 api = ui.api()
-run = ui.selected_run()
-if run is None:
-    st.info("No runs yet: nothing to show.")
-    st.stop()
+run = ui.require_run()
 
 st.title(f"Checkpoints of {run}")
 advice = api.checkpoints(run)

@@ -15,10 +15,7 @@ from app.series import group_metrics, real_units_name, scaled, unit_scale
 from collector.detect.roles import role_of
 
 api = ui.api()
-run = ui.selected_run()
-if run is None:
-    st.info("No runs yet: nothing to show.")
-    st.stop()
+run = ui.require_run()
 
 detail = api.run(run)
 st.title(run)

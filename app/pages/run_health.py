@@ -14,10 +14,7 @@ STATE_ICONS = {
 PHASES = (("start", "At the start"), ("checkpoint", "At checkpoints"), ("end", "At the end"))
 
 api = ui.api()
-run = ui.selected_run()
-if run is None:
-    st.info("No runs yet: nothing to show.")
-    st.stop()
+run = ui.require_run()
 
 st.title(f"Health of {run}")
 items = api.health_checklist(run)
