@@ -4,7 +4,9 @@ In one run, on the same generated file (4 metrics per step plus val/loss every 1
 grad-norm spikes, one NaN loss):
   ours      `python -m collector ingest --db DB ROOT`, a subprocess: wall time, peak RSS, and the stored
             point count read back through `python -m collector ... --json`;
-  duckdb    DuckDB's own read_ndjson + UNPIVOT into a table of the same shape (the yardstick), a subprocess;
+  duckdb    DuckDB's own read_ndjson + UNPIVOT into the collector's own tables (the yardstick), in a small
+            interpreter of its own; and into one long table naming run and metric as strings (the
+            collector's table before schema v5). Ours and these take turns (--rounds, default 5): medians;
   tensorboard  EventAccumulator loads of the same history as an event file: keep-all and its default
             size guidance (10,000 per tag), each a subprocess, and the TensorBoard server's default view
             (1,000 per tag: its reservoir replayed over the keep-all load, or its own ingester with
@@ -18,6 +20,7 @@ The database our ingest built is kept in bench/out/db/ for bench/query.py.
 from __future__ import annotations
 
 import argparse
+import compileall
 import hashlib
 import json
 import math
@@ -91,6 +94,15 @@ def ingest_ours(h: gen.History, db: Path, verify: bool = True) -> dict:
     return res
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run of median wall time (the last one's verified counts kept), or the first error."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    ordered = sorted(runs, key=lambda r: r["wall_s"])
+    return runs[-1] | ordered[len(ordered) // 2]
+
+
 def stored_points(db: Path) -> dict:
     """What the CLI (the API's JSON) reports for the benchmark run: last step and points per metric."""
     runs = harness.collector_json("runs", "--db", str(db))
@@ -106,23 +118,58 @@ def stored_points(db: Path) -> dict:
     return {"last_step": run["last_step"], "per_metric": per_metric, "total": sum(per_metric.values())}
 
 
-def yardstick(path: Path, db: Path) -> dict:
-    """DuckDB alone: the verl JSONL into a long (run, metric, step, value) table on disk, in this process."""
-    import duckdb
+# DuckDB alone, in an interpreter that imports nothing else: the verl JSONL read by read_ndjson (schema
+# detected by DuckDB), unpivoted to one row per value, and loaded into the collector's own tables (the
+# schema its migrations build: a series id per (run, metric) in `series`, the rows in `point_rows`).
+# argv: the JSONL, the database, the repository (for the schema). Prints its JSON.
+_YARDSTICK = """
+import json, sys, time
+t0 = time.perf_counter()
+import duckdb
+sys.path.insert(0, sys.argv[3])
+from collector.store_schema import migrate
+con = duckdb.connect(sys.argv[2])
+migrate(con)
+con.execute("BEGIN")
+con.execute(\"\"\"CREATE TEMP TABLE long AS UNPIVOT (SELECT step, data.* FROM read_ndjson(?))
+               ON COLUMNS(* EXCLUDE step) INTO NAME metric VALUE value\"\"\", [sys.argv[1]])
+con.execute(\"\"\"INSERT INTO series (run_id, metric)
+               SELECT 'bench-run', metric FROM (SELECT DISTINCT metric FROM long) ORDER BY metric\"\"\")
+con.execute(\"\"\"INSERT INTO point_rows (series, step, value, wall_time, source_id, segment)
+               SELECT s.id, l.step, l.value, NULL, 1, 0 FROM long l JOIN series s ON s.metric = l.metric\"\"\")
+con.execute("COMMIT")
+n, nans = con.execute("SELECT count(*), count(*) FILTER (WHERE isnan(value)) FROM point_rows").fetchall()[0]
+con.close()
+print(json.dumps({"load_s": time.perf_counter() - t0, "points": n, "nan_points": nans}))
+"""
 
-    t0 = time.perf_counter()
-    con = duckdb.connect(str(db))
-    con.execute(
-        """CREATE TABLE points AS
-           SELECT 'bench-run' AS run_id, metric, step, value, NULL::DOUBLE AS wall_time,
-                  1 AS source_id, 0 AS segment
-           FROM (UNPIVOT (SELECT step, data.* FROM read_ndjson(?)) ON COLUMNS(* EXCLUDE step)
-                 INTO NAME metric VALUE value)""",
-        [str(path)],
-    )
-    n, nans = con.execute("SELECT count(*), count(*) FILTER (WHERE isnan(value)) FROM points").fetchall()[0]
-    con.close()
-    return {"load_s": time.perf_counter() - t0, "points": n, "nan_points": nans}
+# The same, into one long table naming run and metric as strings in every row (the collector's table
+# before schema v5): what the integer series ids save.
+_YARDSTICK_STRINGS = """
+import json, sys, time
+t0 = time.perf_counter()
+import duckdb
+con = duckdb.connect(sys.argv[2])
+con.execute(\"\"\"CREATE TABLE points AS
+               SELECT 'bench-run' AS run_id, metric, step, value, NULL::DOUBLE AS wall_time,
+                      1 AS source_id, 0 AS segment
+               FROM (UNPIVOT (SELECT step, data.* FROM read_ndjson(?)) ON COLUMNS(* EXCLUDE step)
+                     INTO NAME metric VALUE value)\"\"\", [sys.argv[1]])
+n, nans = con.execute("SELECT count(*), count(*) FILTER (WHERE isnan(value)) FROM points").fetchall()[0]
+con.close()
+print(json.dumps({"load_s": time.perf_counter() - t0, "points": n, "nan_points": nans}))
+"""
+
+
+def yardstick(script: str, path: Path, db: Path) -> dict:
+    """Run one of the DuckDB-alone loads in its own small interpreter: its JSON, wall time and peak RSS."""
+    remove_db(db)
+    m = harness.measured_run([sys.executable, "-c", script, str(path), str(db), str(gen.REPO)])
+    remove_db(db)
+    last = m.output.strip().splitlines()[-1] if m.output.strip() else ""
+    if m.rc != 0 or not last.startswith("{"):
+        return {"error": f"exited {m.rc}: {m.output[-1500:]}", "wall_s": m.wall_s}
+    return json.loads(last) | {"wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb}
 
 
 def store_only(root: Path, db: Path) -> dict:
@@ -238,14 +285,13 @@ def main() -> None:
         help="TensorBoard loads to time (server_default, the server's own ingester, takes ~3x keep_all; "
         "without it the server's sampling is replayed with its own reservoir over the keep-all load)",
     )
+    ap.add_argument("--rounds", type=int, default=5, help="turns of ours and DuckDB's load (default 5)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     h = gen.history(args.steps)
     if args.child:
         kind, *rest = args.child
-        if kind == "yardstick":
-            out = yardstick(Path(rest[0]), Path(rest[1]))
-        elif kind == "store_only":
+        if kind == "store_only":
             out = store_only(Path(rest[0]), Path(rest[1]))
         else:
             out = tb_load(Path(rest[0]), rest[1], h)
@@ -259,17 +305,27 @@ def main() -> None:
     )
     result: dict = {"steps": h.steps, "points": h.points, "bytes": path.stat().st_size, "history": h.key}
 
+    # Python's bytecode cache, as any second run has it (this machine sets PYTHONDONTWRITEBYTECODE, which
+    # would make every measured process compile the collector again).
+    compileall.compile_dir(gen.REPO / "collector", quiet=1)
     db = db_path(h)
-    result["ours"] = ingest_ours(h, db)
-    print(f"ours: {result['ours']}", flush=True)
-
     ydb = gen.OUT / "db" / f"{h.key}-yardstick.duckdb"
-    remove_db(ydb)
-    result["duckdb"] = _child(["--steps", str(h.steps), "--child", "yardstick", str(path), str(ydb)])
-    remove_db(ydb)
-    if "load_s" in result["duckdb"]:
-        result["duckdb"]["points_per_s"] = h.points / result["duckdb"]["wall_s"]
-    print(f"duckdb: {result['duckdb']}", flush=True)
+    # Ours and the DuckDB loads take turns, `--rounds` times: the medians are compared (one run of each
+    # on a shared machine can differ by 20% from the next).
+    rounds: dict[str, list[dict]] = {"ours": [], "duckdb": [], "duckdb_strings": []}
+    for i in range(args.rounds):
+        rounds["ours"].append(ingest_ours(h, db, verify=i == args.rounds - 1))
+        for key, script in (("duckdb", _YARDSTICK), ("duckdb_strings", _YARDSTICK_STRINGS)):
+            rounds[key].append(yardstick(script, path, ydb))
+        print(
+            f"round {i + 1}: "
+            + ", ".join(f"{k} {v[-1].get('wall_s', math.nan):.2f} s" for k, v in rounds.items())
+        )
+    for key, runs in rounds.items():
+        result[key] = median_run(runs) | {"rounds_wall_s": [r.get("wall_s") for r in runs]}
+        if "error" not in result[key]:
+            result[key]["points_per_s"] = h.points / result[key]["wall_s"]
+        print(f"{key} (median of {args.rounds}): {result[key]}", flush=True)
 
     sdb = gen.OUT / "db" / f"{h.key}-store-only.duckdb"
     remove_db(sdb)
@@ -304,6 +360,9 @@ def main() -> None:
             result["ratio_vs_duckdb"] >= TARGET_RATIO and ours["points_per_s"] >= TARGET_POINTS_PER_S
         )
         result["count_ok"] = ours.get("points_stored") == h.points
+        strings = result["duckdb_strings"]
+        if "points_per_s" in strings:
+            result["ratio_vs_duckdb_strings"] = ours["points_per_s"] / strings["points_per_s"]
     report(result)
     print(f"wrote {gen.write_json(NAME, result)}")
 
@@ -338,7 +397,8 @@ def report(r: dict) -> None:
     rows = [
         row("ours: python -m collector ingest", r["ours"], "ingest_s"),
         row("ours, store path only (no detectors)", r.get("ours_store_only", {})),
-        row("DuckDB read_ndjson+UNPIVOT", r["duckdb"]),
+        row("DuckDB read_ndjson+UNPIVOT, our tables", r["duckdb"]),
+        row("DuckDB read_ndjson+UNPIVOT, string table", r.get("duckdb_strings", {})),
     ]
     rows += [
         row(f"TensorBoard EventAccumulator {m}", t)
@@ -346,7 +406,8 @@ def report(r: dict) -> None:
         if "wall_s" in t
     ]
     gen.print_table(
-        f"Backfill of {r['steps']:,} steps ({r['points']:,} points, {r['bytes'] / 1e6:.0f} MB), one subprocess each",
+        f"Backfill of {r['steps']:,} steps ({r['points']:,} points, {r['bytes'] / 1e6:.0f} MB), one subprocess "
+        f"each; ours and DuckDB: the median of {len(r['ours'].get('rounds_wall_s', [1]))} turns",
         ["loader", "wall s", "inside s", "points/s (wall)", "peak RSS MB", "points kept"],
         rows,
     )
@@ -356,6 +417,8 @@ def report(r: dict) -> None:
             f">= {TARGET_POINTS_PER_S / 1e6:.0f}M points/s: {'met' if r['met'] else 'NOT met'}); "
             f"stored count {'matches' if r['count_ok'] else 'DIFFERS'}"
         )
+    if "ratio_vs_duckdb_strings" in r:
+        print(f"ours/duckdb into a string table: {r['ratio_vs_duckdb_strings']:.2f}x")
     tb = r.get("tensorboard", {})
     if tb:
         gen.print_table(

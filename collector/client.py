@@ -9,11 +9,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import httpx
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from collector.config import read_marker, read_token, token_path
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def _httpx() -> ModuleType:
+    """httpx, imported on first use: it is a tenth of a second of every command's start, and a command
+    talks HTTP only when a collector is running."""
+    import httpx
+
+    return httpx
 
 
 class ApiError(RuntimeError):
@@ -29,7 +39,7 @@ class Client:
 
     def __init__(self, base_url: str, token: str, timeout: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(
+        self._http: httpx.Client = _httpx().Client(
             base_url=self.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
         )
 
@@ -61,7 +71,7 @@ class Client:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as e:
+        except _httpx().HTTPError as e:
             raise ApiError(
                 0, f"the collector at {self.base_url} did not answer {method} {path}: {e}"
             ) from None

@@ -15,13 +15,16 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collector import discover
 from collector.config import Settings, ensure_token, read_marker, remove_marker, write_marker
 from collector.daemon_detect import Detection, default_sinks
 from collector.ingest import Ingestor
 from collector.store import Store
-from collector.tail import Tailer
+
+if TYPE_CHECKING:
+    from collector.tail import Tailer
 
 log = logging.getLogger("collector")
 
@@ -82,10 +85,12 @@ class Collector:
 
     def serve(self) -> None:
         """Run until SIGTERM/SIGINT (or `stop()`). Raises AlreadyRunning when another collector holds the DB."""
-        # Imported here: one-shot commands (ingest, --once) need neither the web stack nor its memory.
+        # Imported here: one-shot commands (ingest, --once) need neither the web stack, the file watcher
+        # nor their memory.
         import uvicorn
 
         from collector.api import create_app
+        from collector.tail import Tailer
 
         token = ensure_token(self.db)
         app = create_app(self.store, self.db, self.roots, token, request_ingest=self.request_ingest)

@@ -23,8 +23,6 @@ import queue
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -144,6 +142,9 @@ class WebhookSink:
             self._deliver(alert)
 
     def _deliver(self, alert: dict) -> None:
+        import urllib.error  # here: only a webhook needs the HTTP client (a fiftieth of a second to load)
+        import urllib.request
+
         body = json.dumps(_json_safe(slack_body(alert)), allow_nan=False).encode()
         error = ""
         for attempt in range(self.retries + 1):

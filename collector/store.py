@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from collector.model import BadLine
-from collector.store_points import PointWrites, SourceState
+from collector.store_points import PointWrites, SourceState, arrow
 from collector.store_schema import StoreError, migrate
 
 # DuckDB's buffer pool would take 80% of RAM; the collector stays small (it spills to disk past this).
@@ -202,6 +201,7 @@ class Store(PointWrites):
             "state",
             "parser_state",
         )
+        pa = arrow()
         columns = {f: [getattr(x, f) for x in states] for f in fields}
         columns["tail_sig"] = pa.array([x.tail_sig for x in states], pa.binary())
         cur.register("rw_sources", pa.table(columns))
@@ -221,7 +221,9 @@ class Store(PointWrites):
         if not last_steps:
             return
         now = time.time()
-        cur.register("rw_runs", pa.table({"id": list(last_steps), "last_step": list(last_steps.values())}))
+        cur.register(
+            "rw_runs", arrow().table({"id": list(last_steps), "last_step": list(last_steps.values())})
+        )
         try:
             cur.execute(
                 """UPDATE runs SET last_step = t.last_step, last_point_at = ?, updated_at = ?

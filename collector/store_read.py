@@ -54,7 +54,7 @@ def runs_with_open_alert(store: Store, rule: str) -> set[str]:
 
 def point_count(store: Store) -> int:
     """How many points the store holds, over every run."""
-    return store.rows("SELECT count(*) FROM points")[0][0]
+    return store.rows("SELECT count(*) FROM point_rows")[0][0]
 
 
 def series(

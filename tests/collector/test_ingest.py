@@ -280,6 +280,36 @@ def test_bulk_path_learns_new_metrics_and_reads_odd_records_like_the_parser(tmp_
     store.close()
 
 
+def test_a_whole_file_read_in_place_learns_a_metric_first_logged_past_its_head(tmp_path):
+    """DuckDB reads a complete file in place, typed by the metric names of its first 4 MiB; a metric first
+    logged later makes the count check fail, and the read is done again with every name learned."""
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "metrics.jsonl"
+    steps = 60_000  # ~6 MiB
+    with f.open("w") as out:
+        for step in range(1, steps + 1):
+            data = {"train/loss": 1.0 / step, "train/lr": 1e-4, "train/grad_norm": 0.5}
+            if step > 50_000:
+                data["actor/entropy"] = 2.0 / step  # first seen ~5 MiB in
+            out.write(json.dumps({"step": step, "data": data}) + "\n")
+    assert f.stat().st_size > 5 << 20
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root])
+    ing.ingest_all()
+    assert same(stored(store, "r"), expected_from_jsonl(f))
+    stats = {s["metric"]: s["points"] for s in store_read.metric_stats(store, "r")}
+    assert stats == {
+        "train/loss": steps,
+        "train/lr": steps,
+        "train/grad_norm": steps,
+        "actor/entropy": 10_000,
+    }
+    assert store_read.sources(store, "r")[0]["lines"] == steps
+    ing.close()
+    store.close()
+
+
 # 3,000 steps go through the Python parser, 30,000 (over 1 MiB) through DuckDB's bulk read; dense steps are
 # checked for repeats with bits, sparse ones by hashing.
 @pytest.mark.parametrize("steps", [3000, 30_000])

@@ -47,6 +47,34 @@ def test_migrate_v1_database_then_again(tmp_path):
     store.close()
 
 
+def test_migrating_to_integer_series_keeps_every_point_and_the_runs_go_on(tmp_path):
+    db = tmp_path / "v4.duckdb"
+    con = duckdb.connect(str(db))
+    assert migrate(con, target=4) == 4
+    rows = [(run, metric, step, float(step) * (1 + i), None, 1, 0) for i, (run, metric) in
+            enumerate([("a", "train/loss"), ("a", "val/loss"), ("b", "train/loss")]) for step in range(1, 6)]  # fmt: skip
+    con.executemany("INSERT INTO points (run_id, metric, step, value, wall_time, source_id, segment) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)  # fmt: skip
+    before = con.execute("SELECT run_id, metric, step, value FROM points ORDER BY ALL").fetchall()
+    con.close()
+
+    store = Store(db)
+    assert store.rows("SELECT run_id, metric, step, value FROM points ORDER BY ALL") == before
+    assert store.rows("SELECT count(*) FROM series")[0][0] == 3
+    # the migrated rows lie in series order, each series' steps together
+    assert store.rows("SELECT series, step FROM point_rows") == sorted(
+        store.rows("SELECT series, step FROM point_rows")
+    )
+    # a run goes on after the migration: its series is found again, a new metric gets a new one
+    s = store.add_source("a", "/root/a/metrics.jsonl", "jsonl")
+    with store.transaction() as cur:
+        store.add_points(cur, s, _points([(6, "train/loss", 0.5), (6, "grad_norm", 1.0)]), may_overlap=False)
+        store.add_points(cur, s, _points([(5, "train/loss", 9.0)]), may_overlap=True)
+    assert store.rows("SELECT count(*) FROM series")[0][0] == 4
+    assert store.rows("SELECT step, value FROM points WHERE run_id = 'a' AND metric = 'train/loss' AND step >= 5 ORDER BY step") == [(5, 9.0), (6, 0.5)]  # fmt: skip
+    assert store.rows("SELECT step, value FROM points_replaced") == [(5, 5.0)]
+    store.close()
+
+
 def test_rewritten_steps_replace_in_queries_and_keep_the_old_life(tmp_path):
     store = Store(tmp_path / "s.duckdb")
     s = _source(store)
