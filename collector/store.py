@@ -244,7 +244,8 @@ class Store(PointWrites):
         )
 
     def max_steps(self) -> dict[str, int]:
-        """The highest stored step of every run (what a new batch must exceed to be a plain append)."""
-        return {r[0]: r[1] for r in self.rows("SELECT run_id, max(step) FROM points GROUP BY run_id")}
+        """The highest stored step of every run (what a new batch must exceed to be a plain append), from
+        the per-metric summaries kept in the same transactions as the points (no pass over the points)."""
+        return dict(self.rows("SELECT run_id, max(last_step) FROM metric_stats GROUP BY run_id"))
 
     # ---- points ---------------------------------------------------------------------------------
