@@ -72,37 +72,44 @@ class BulkReads:
 
         tmp = os.path.join(self._tmpdir, "chunk.jsonl")
         chunk = chunk or _Chunk(tmp if copy else path, direct=not copy)
+        buf = bytearray(PIECE_BYTES)  # one buffer read into again and again: no 4 MiB allocation a piece
         with open(path, "rb") as src, open(tmp if copy else os.devnull, "wb") as out:
             src.seek(start)
             left = size
             recent = b""  # the last bytes copied before this piece
+            in_first_line = True
             while left > 0:
-                piece = src.read(min(PIECE_BYTES, left))
-                if not piece:
+                n = src.readinto(memoryview(buf)[: min(PIECE_BYTES, left)])
+                if not n:
                     break
-                left -= len(piece)
-                if not chunk.first_line:
-                    chunk.first_line = piece.split(b"\n", 1)[0] if b"\n" in piece else b""
-                if recent.endswith(b'"') and piece.startswith(b":"):
+                left -= n
+                if in_first_line:  # (a first line over 1 MiB is no verl record: kept cut short)
+                    first_nl = buf.find(b"\n", 0, n)
+                    in_first_line = first_nl < 0 and len(chunk.first_line) < 1 << 20
+                    chunk.first_line += bytes(buf[: first_nl if first_nl >= 0 else n])
+                if recent.endswith(b'"') and buf[0] == _COLON:
                     chunk.partial_colons += 1  # a `":` split between two pieces
                 # numpy counts ~3x faster than bytes.count, and this runs beside DuckDB's two threads.
-                raw = np.frombuffer(piece, np.uint8)
+                raw = np.frombuffer(buf, np.uint8, count=n)
                 colons = np.flatnonzero(raw[1:] == _COLON)  # a ':' at byte i + 1
                 pairs = colons[raw[colons] == _QUOTE]  # a `":` at byte i (ascending)
-                last_nl = piece.rfind(b"\n")
+                last_nl = buf.rfind(b"\n", 0, n)
                 if last_nl >= 0:
                     before = int(np.searchsorted(pairs, last_nl))
                     chunk.end = chunk.copied + last_nl + 1
                     chunk.lines += int(np.count_nonzero(raw == _NEWLINE))
                     chunk.colons += chunk.partial_colons + before
                     chunk.partial_colons = len(pairs) - before
-                    chunk.tail = (recent + piece[: last_nl + 1])[-SIG_BYTES:]
+                    chunk.tail = (recent + bytes(buf[max(0, last_nl + 1 - SIG_BYTES) : last_nl + 1]))[
+                        -SIG_BYTES:
+                    ]
                 else:
                     chunk.partial_colons += len(pairs)
                 if copy:
-                    out.write(piece)
-                chunk.copied += len(piece)
-                recent = (recent + piece[-SIG_BYTES:])[-SIG_BYTES:]
+                    out.write(memoryview(buf)[:n])
+                chunk.copied += n
+                recent = (recent + bytes(buf[max(0, n - SIG_BYTES) : n]))[-SIG_BYTES:]
+                del raw  # the buffer is read into again
             if copy:
                 out.truncate(chunk.end)
         return chunk if chunk.end > 0 else None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collector import store_read
+from collector import ingest_bulk, store_read
 from collector.ingest import Ingestor
 from collector.store import Store
 
@@ -338,3 +338,24 @@ def test_a_resumed_file_keeps_the_last_write_of_a_repeated_step(tmp_path, spacin
     assert len(store_read.replaced_points(store, "r", "train/loss")) == steps - resumed
     ing.close()
     store.close()
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 64, 4096])
+def test_the_byte_count_of_a_backlog_does_not_depend_on_where_its_pieces_end(tmp_path, monkeypatch, piece):
+    """Lines and `":` are counted piece by piece (numpy on a reused buffer); a `":` or a line cut in two by
+    a piece boundary counts once, and bytes after the last newline are left out."""
+    monkeypatch.setattr(ingest_bulk, "PIECE_BYTES", piece)
+    f = tmp_path / "m.jsonl"
+    body = b"".join(
+        json.dumps({"step": i, "data": {"a": i / 3, "b:c": 1.0, 'q"': 2}}).encode() + b"\n" for i in range(40)
+    )
+    f.write_bytes(body + b'{"step": 40, "data": {"a":')  # a partial last line
+    ing = ingest_bulk.BulkReads()
+    ing._tmpdir = str(tmp_path)
+    for copy in (False, True):
+        chunk = ing._copy_complete_lines(str(f), 0, f.stat().st_size, copy)
+        assert (chunk.lines, chunk.colons, chunk.end) == (40, body.count(b'":'), len(body))
+        assert chunk.tail == body[-ingest_bulk.SIG_BYTES :]
+        assert chunk.first_line == body.split(b"\n", 1)[0]
+        if copy:
+            assert Path(chunk.path).read_bytes() == body
