@@ -24,6 +24,7 @@ import compileall
 import hashlib
 import json
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -47,7 +48,10 @@ def db_path(h: gen.History) -> Path:
 def remove_db(db: Path) -> None:
     """Delete a benchmark database and every file the collector keeps beside it."""
     for p in db.parent.glob(db.name + "*"):
-        p.unlink()
+        if p.is_dir():
+            shutil.rmtree(p)  # a scratch folder left by a collector that did not finish
+        else:
+            p.unlink()
 
 
 def collector_version() -> str:

@@ -45,6 +45,11 @@ def thresholds_path(db: Path) -> Path:
     return Path(f"{db}.runwatch.toml")
 
 
+def scratch_path(db: Path) -> Path:
+    """`DB.ingest/`: each collector process's scratch folder (pieces of a backlog copied for DuckDB)."""
+    return Path(f"{db}.ingest")
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -12,6 +12,7 @@ with their line numbers.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -24,7 +25,8 @@ from pathlib import Path
 import duckdb
 
 from collector import discover, parsers
-from collector.ingest_bulk import BULK_BYTES, SIG_BYTES, BulkReads, _read_range
+from collector.config import pid_alive, scratch_path
+from collector.ingest_bulk import BULK_BYTES, BULK_MIN_BYTES, SIG_BYTES, Ahead, BulkReads, _read_range
 from collector.model import ParseResult, Points
 from collector.store import SourceState, Store
 
@@ -32,7 +34,6 @@ log = logging.getLogger("collector.ingest")
 
 CHUNK_BYTES = 8 << 20  # one Python read of a file; bounds memory while a backlog is parsed in Python
 TXN_BYTES = 16 << 20  # bytes one shared transaction takes in before it commits
-BULK_MIN_BYTES = 1 << 20  # below this, DuckDB's reader costs more than it saves
 MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is quarantined instead of buffered forever
 # Formats whose parser reads the whole document each time it changes.
 WHOLE_FILE_FORMATS = {"hf_trainer_state", "status", "run_config", "checkpoint_marker"}
@@ -73,10 +74,9 @@ class Ingestor(BulkReads):
         self.on_backlog = on_backlog
         self.chunk_bytes = chunk_bytes
         self.bulk_bytes = bulk_bytes
-        self._keys: dict[str, list[str]] = {}
-        self._registered: dict[
-            str, tuple
-        ] = {}  # run id -> what was last registered for it  # verl JSONL path -> metric names seen under "data"
+        self._keys: dict[str, list[str]] = {}  # verl JSONL path -> metric names seen under "data"
+        self._registered: dict[str, tuple] = {}  # run id -> what was last registered for it
+        self._ahead: dict[str, Ahead] = {}  # verl JSONL path -> its next bulk piece, being copied
         self.txn_bytes = txn_bytes
         self.bulk = bulk
         self.sources: dict[str, SourceState] = store.sources()
@@ -84,11 +84,15 @@ class Ingestor(BulkReads):
         self.run_dirs: dict[str, Path] = {}
         self.max_step: dict[str, int] = store.max_steps()
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
-        self._tmpdir = tempfile.mkdtemp(prefix="runwatch-ingest-")
+        self._tmpdir = _scratch_dir(store.path)
         self._parsers: dict[str, Callable[..., ParseResult] | None] = {}
 
     def close(self) -> None:
+        for path in list(self._ahead):
+            self._drop_ahead(path)
         shutil.rmtree(self._tmpdir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(self._tmpdir))  # when no other process's folder is left there
 
     # ---- discovery --------------------------------------------------------------------------------
 
@@ -158,6 +162,7 @@ class Ingestor(BulkReads):
                 if self._guarded(lambda s=s: self._bulk_chunk(s), [path]):
                     pending.add(path)
             else:
+                self._drop_ahead(path)  # (a piece copied ahead that the parser reads instead)
                 shared.append(path)
         budget_paths: list[str] = []
         used = 0
@@ -459,3 +464,15 @@ def _position(s: SourceState) -> dict:
         k: getattr(s, k)
         for k in ("inode", "device", "size", "mtime", "offset", "lines", "segment", "state", "tail_sig")
     }
+
+
+def _scratch_dir(db: Path) -> str:
+    """A scratch folder of this process beside the database (`DB.ingest/pid-N-*`). Folders of processes
+    no longer alive (a collector killed mid-backfill leaves up to two pieces there) are removed first."""
+    parent = scratch_path(db)
+    parent.mkdir(exist_ok=True)
+    for old in parent.glob("pid-*"):
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"pid-{os.getpid()}-", dir=parent)

@@ -1,13 +1,14 @@
 """The DuckDB fast path for big verl JSONL backlogs (a mixin of `Ingestor`).
 
 A file that is all complete lines is read by DuckDB in place, in one statement, while a thread counts its
-lines and values; otherwise its backlog is copied in bounded pieces to a temp file, 32 MiB at a time. Every
+lines and values; otherwise its backlog is copied in bounded pieces to a temp file, 64 MiB at a time. Every
 bulk read is checked against what was counted in the bytes and falls back to the Python parser (which
 quarantines bad lines with their numbers) when anything does not add up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -21,7 +22,12 @@ import orjson
 from collector.store import SourceState
 from collector.store_points import BulkMismatch
 
-BULK_BYTES = 32 << 20  # one DuckDB read of a verl backlog (copied in PIECE_BYTES pieces: Python holds one)
+# A complete file up to DIRECT_BYTES is read by DuckDB in place; a bigger one (or the rest of a file read
+# before) in BULK_BYTES pieces copied to a temp file. DuckDB stages what it reads as a wide table in memory
+# (~50 MB a million lines), so these two bound the collector's peak memory whatever the file's size.
+DIRECT_BYTES = 192 << 20
+BULK_MIN_BYTES = 1 << 20  # a backlog below this goes to the parser: DuckDB's reader costs more than it saves
+BULK_BYTES = 64 << 20
 PIECE_BYTES = 4 << 20
 SIG_BYTES = 32  # bytes before the offset remembered to notice a file rewritten in place
 _QUOTE, _COLON, _NEWLINE = ord('"'), ord(":"), ord("\n")
@@ -38,7 +44,7 @@ class BulkReads:
             if st is None or st.st_size == s.offset:
                 self.sources[s.path] = s
                 return False
-        if s.offset == 0 and _ends_with_newline(s.path, st.st_size):
+        if s.offset == 0 and st.st_size <= DIRECT_BYTES and _ends_with_newline(s.path, st.st_size):
             # The whole file is complete lines: DuckDB reads it in place, in one statement (no copy, no
             # chunks), while a thread counts its lines and values (DuckDB releases the GIL); the commit
             # checks the counts and that the file did not change meanwhile, else the chunked path runs.
@@ -54,39 +60,83 @@ class BulkReads:
                     return False
             finally:
                 counter.join()
-        copied = self._copy_complete_lines(s.path, s.offset, min(st.st_size - s.offset, self.bulk_bytes))
-        if copied is not None and self._bulk_commit(s, st, copied):
-            return s.offset < st.st_size
+        copied = self._next_piece(s, st)
+        if copied is not None:
+            self._copy_ahead(s, st, copied)  # the piece after this one, copied while DuckDB reads this one
+            try:
+                if self._bulk_commit(s, st, copied):
+                    return s.offset < st.st_size
+            finally:
+                _unlink(copied)
+            self._drop_ahead(s.path)
         # Not plain verl records (or a bad line in there): the Python parser finds and quarantines them.
         pending: set[str] = set()
         self.sources[s.path] = s
         self._read_many([s.path], pending)
         return bool(pending)
 
+    def _next_piece(self, s: SourceState, st: os.stat_result) -> _Chunk | None:
+        """The complete lines from the source's offset (up to `bulk_bytes`) in a temp file: the copy made
+        ahead when it starts there in the same file, else one made now."""
+        ahead = self._ahead.pop(s.path, None)
+        if ahead is not None:
+            ahead.thread.join()
+            if ahead.start == s.offset and ahead.inode == st.st_ino and ahead.chunk is not None:
+                return ahead.chunk
+            _unlink(ahead.chunk)
+        name = f"{s.id}-{s.offset}.jsonl"
+        return self._copy_complete_lines(
+            s.path, s.offset, min(st.st_size - s.offset, self.bulk_bytes), name=name
+        )
+
+    def _copy_ahead(self, s: SourceState, st: os.stat_result, chunk: _Chunk) -> None:
+        """Start copying the piece after `chunk` (the file as `st` saw it) in a thread: DuckDB releases the
+        GIL while it reads `chunk`, and numpy's counting and the file copy do too."""
+        start = s.offset + chunk.end
+        if st.st_size - start < BULK_MIN_BYTES:
+            return
+        ahead = Ahead(start, st.st_ino)
+
+        def copy() -> None:
+            size = min(st.st_size - start, self.bulk_bytes)
+            with contextlib.suppress(OSError):  # (gone meanwhile: the next read finds out and says so)
+                ahead.chunk = self._copy_complete_lines(s.path, start, size, name=f"{s.id}-{start}.jsonl")
+
+        ahead.thread = threading.Thread(target=copy, name="bulk-copy", daemon=True)
+        ahead.thread.start()
+        self._ahead[s.path] = ahead
+
+    def _drop_ahead(self, path: str) -> None:
+        ahead = self._ahead.pop(path, None)
+        if ahead is not None and ahead.thread is not None:
+            ahead.thread.join()
+            _unlink(ahead.chunk)
+
     def _copy_complete_lines(
-        self, path: str, start: int, size: int, copy: bool = True, chunk: _Chunk | None = None
+        self,
+        path: str,
+        start: int,
+        size: int,
+        copy: bool = True,
+        chunk: _Chunk | None = None,
+        name: str = "chunk.jsonl",
     ) -> _Chunk | None:
-        """Copy the complete lines of `path[start:start+size]` to the temp file in bounded pieces, counting
-        lines and `":` (each verl line has one for "step", one for "data", one per value). With
+        """Copy the complete lines of `path[start:start+size]` to the temp file `name` in bounded pieces,
+        counting lines and `":` (each verl line has one for "step", one for "data", one per value). With
         `copy=False` only count, into `chunk` (DuckDB then reads `path` itself)."""
 
-        tmp = os.path.join(self._tmpdir, "chunk.jsonl")
+        tmp = os.path.join(self._tmpdir, name)
         chunk = chunk or _Chunk(tmp if copy else path, direct=not copy)
         buf = bytearray(PIECE_BYTES)  # one buffer read into again and again: no 4 MiB allocation a piece
         with open(path, "rb") as src, open(tmp if copy else os.devnull, "wb") as out:
             src.seek(start)
             left = size
             recent = b""  # the last bytes copied before this piece
-            in_first_line = True
             while left > 0:
                 n = src.readinto(memoryview(buf)[: min(PIECE_BYTES, left)])
                 if not n:
                     break
                 left -= n
-                if in_first_line:  # (a first line over 1 MiB is no verl record: kept cut short)
-                    first_nl = buf.find(b"\n", 0, n)
-                    in_first_line = first_nl < 0 and len(chunk.first_line) < 1 << 20
-                    chunk.first_line += bytes(buf[: first_nl if first_nl >= 0 else n])
                 if recent.endswith(b'"') and buf[0] == _COLON:
                     chunk.partial_colons += 1  # a `":` split between two pieces
                 # numpy counts ~3x faster than bytes.count, and this runs beside DuckDB's two threads.
@@ -112,7 +162,10 @@ class BulkReads:
                 del raw  # the buffer is read into again
             if copy:
                 out.truncate(chunk.end)
-        return chunk if chunk.end > 0 else None
+        if chunk.end > 0:
+            return chunk
+        _unlink(chunk)
+        return None
 
     def _bulk_commit(
         self,
@@ -124,16 +177,19 @@ class BulkReads:
     ) -> bool:
         """Insert the chunk with DuckDB's reader in one transaction with the new offset; False (nothing
         changed) when the chunk is not plainly verl. `counter`, when given, is still counting `chunk`;
-        `head`, when given, is the complete lines of the file's first piece."""
+        `head`, when given, is the complete lines of the chunk's first piece (else read when needed)."""
         after = self.max_step.get(s.run_id, -(2**62))
-        first_line = chunk.first_line if head is None else head.split(b"\n", 1)[0]
-        keys = self._keys.get(s.path) or _keys_of(first_line)
+        keys = self._keys.get(s.path)
         if keys is None:
-            return False
-        if head is not None:
+            if head is None:
+                head = _read_range(chunk.path, 0, min(PIECE_BYTES, chunk.end))
+                head = head[: head.rfind(b"\n") + 1]
+            first = _keys_of(head.split(b"\n", 1)[0])
+            if first is None:
+                return False
             # Metrics logged now and then (validation) are rarely on the first line: learn the keys of the
-            # file's first piece up front, since a miss here costs a whole-file read.
-            keys = sorted(set(keys) | _keys_in(head))
+            # first piece up front, since a miss here costs another read of the whole chunk.
+            keys = sorted(set(first) | _keys_in(head))
 
         def expected() -> int:
             if counter is not None:
@@ -184,6 +240,16 @@ class BulkReads:
         return True
 
 
+@dataclasses.dataclass(slots=True)
+class Ahead:
+    """The next bulk piece of a file, copied by a thread while DuckDB reads the current one."""
+
+    start: int  # the offset it starts at
+    inode: int
+    thread: threading.Thread | None = None
+    chunk: _Chunk | None = None  # set by the thread; None when no complete line was there
+
+
 class _FileChanged(BulkMismatch):
     """The file moved on under a direct read: another reading of the same bytes cannot help."""
 
@@ -198,9 +264,14 @@ class _Chunk:
     lines: int = 0
     colons: int = 0
     partial_colons: int = 0
-    first_line: bytes = b""
     tail: bytes = b""
     direct: bool = False  # DuckDB reads the source file itself (the whole file is complete lines)
+
+
+def _unlink(chunk: _Chunk | None) -> None:
+    if chunk is not None and not chunk.direct:
+        with contextlib.suppress(OSError):
+            os.unlink(chunk.path)
 
 
 def _ends_with_newline(path: str, size: int) -> bool:

@@ -356,6 +356,39 @@ def test_the_byte_count_of_a_backlog_does_not_depend_on_where_its_pieces_end(tmp
         chunk = ing._copy_complete_lines(str(f), 0, f.stat().st_size, copy)
         assert (chunk.lines, chunk.colons, chunk.end) == (40, body.count(b'":'), len(body))
         assert chunk.tail == body[-ingest_bulk.SIG_BYTES :]
-        assert chunk.first_line == body.split(b"\n", 1)[0]
         if copy:
             assert Path(chunk.path).read_bytes() == body
+
+
+@pytest.mark.parametrize("bad_at", [None, 17_000])
+def test_a_backlog_read_in_pieces_copied_ahead_matches_the_file(tmp_path, bad_at):
+    """A backlog that is not all complete lines is read in `bulk_bytes` pieces, the next one copied to the
+    scratch folder while DuckDB reads the current one; a bad line sends its piece through the parser."""
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "metrics.jsonl"
+    big_file(f, 40_000, bad_at)  # ~3 MiB: a dozen pieces of 256 KiB
+    with f.open("a") as out:
+        out.write('{"step": 40001, "data": {"train/lo')  # a partial last line: no reading in place
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root], bulk_bytes=256 << 10)
+    ing.ingest_all()
+    assert same(stored(store, "r"), expected_from_jsonl(f))
+    src = store_read.sources(store, "r")[0]
+    assert src["offset"] == f.read_bytes().rindex(b"\n") + 1 and src["lines"] == 40_000
+    assert [b["line"] for b in store_read.quarantined(store, "r")] == ([bad_at] if bad_at else [])
+    assert os.listdir(ing._tmpdir) == []  # every piece removed once read
+    ing.close()
+    assert not Path(f"{tmp_path / 't.duckdb'}.ingest").exists()
+    store.close()
+
+
+def test_a_scratch_folder_left_by_a_killed_collector_is_removed(tmp_path):
+    store = Store(tmp_path / "t.duckdb")
+    left = Path(f"{tmp_path / 't.duckdb'}.ingest") / "pid-999999999-abc"  # no such process
+    left.mkdir(parents=True)
+    (left / "3-0.jsonl").write_bytes(b"x" * 1000)
+    ing = Ingestor(store, [tmp_path])
+    assert not left.exists() and Path(ing._tmpdir).is_dir()
+    ing.close()
+    store.close()
