@@ -101,3 +101,21 @@ def test_replayed_server_sampling_keeps_exactly_what_the_tensorboard_server_keep
         assert len(loaded[tag]) == min(1000, len(everything[tag]))
         assert [s for s, _ in loaded[tag]] == [s for s, _ in replayed[tag]]
         np.testing.assert_array_equal([v for _, v in loaded[tag]], [v for _, v in replayed[tag]])
+
+
+def test_both_duckdb_yardsticks_load_every_point_and_the_nan(tmp_path):
+    h = gen.history(5_000, val_every=1000)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(gen.verl_lines(h)))
+    for script in (backfill._YARDSTICK, backfill._YARDSTICK_STRINGS):
+        r = backfill.yardstick(script, path, tmp_path / "y.duckdb")
+        assert (r["points"], r["nan_points"]) == (h.points, 1), r
+        assert not list(tmp_path.glob("y.duckdb*"))  # removed after the load
+
+
+def test_the_median_run_keeps_the_last_runs_verified_counts():
+    runs = [{"wall_s": 3.0}, {"wall_s": 1.0}, {"wall_s": 2.0, "points_stored": 7}]
+    assert backfill.median_run(runs) == {"wall_s": 2.0, "points_stored": 7}
+    runs = [{"wall_s": 2.0}, {"wall_s": 1.0}, {"wall_s": 3.0, "points_stored": 7}]
+    assert backfill.median_run(runs) == {"wall_s": 2.0, "points_stored": 7}
+    assert backfill.median_run([{"wall_s": 1.0}, {"error": "x", "wall_s": 0.1}])["error"] == "x"
