@@ -83,6 +83,10 @@ class Store(PointWrites):
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
                     cur.execute("ROLLBACK")
+                with contextlib.suppress(duckdb.Error):
+                    # A bulk insert that failed could not put its global setting back inside the aborted
+                    # transaction (store_points._unordered); later reads and stages rely on row order.
+                    cur.execute("RESET preserve_insertion_order")
                 raise
             finally:
                 self._local.in_tx = False

@@ -404,4 +404,5 @@ def _unordered(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
     try:
         yield
     finally:
-        cur.execute("RESET preserve_insertion_order")
+        with contextlib.suppress(duckdb.Error):  # (in a failed transaction: reset by its rollback)
+            cur.execute("RESET preserve_insertion_order")

@@ -232,3 +232,15 @@ def test_reading_a_run_in_slices_returns_every_point_once_across_gaps(tmp_path):
                 after = max((r[0] for r in got), default=0)
         assert got == want
     store.close()
+
+
+def test_a_failed_unordered_insert_leaves_row_order_preserved(tmp_path):
+    """A bulk insert lets DuckDB write rows in any order (a global setting); when it fails, the rollback
+    puts the setting back, or later stages (read in file order) would lose their order."""
+    from collector.store_points import _unordered
+
+    store = Store(tmp_path / "s.duckdb")
+    with pytest.raises(duckdb.Error), store.transaction() as cur, _unordered(cur):
+        cur.execute("INSERT INTO point_rows (series) SELECT error('disk full')")
+    assert store.rows("SELECT current_setting('preserve_insertion_order')") == [(True,)]
+    store.close()
