@@ -140,8 +140,7 @@ class BulkReads:
                     chunk.partial_colons += 1  # a `":` split between two pieces
                 # numpy counts ~3x faster than bytes.count, and this runs beside DuckDB's two threads.
                 raw = np.frombuffer(buf, np.uint8, count=n)
-                colons = np.flatnonzero(raw[1:] == _COLON)  # a ':' at byte i + 1
-                pairs = colons[raw[colons] == _QUOTE]  # a `":` at byte i (ascending)
+                pairs = _name_ends(raw)
                 last_nl = buf.rfind(b"\n", 0, n)
                 if last_nl >= 0:
                     before = int(np.searchsorted(pairs, last_nl))
@@ -297,6 +296,12 @@ def _keys_of(line: bytes) -> list[str] | None:
 _JSON_KEY = re.compile(rb'"([^"]*)":')
 
 
+def _name_ends(raw: np.ndarray) -> np.ndarray:
+    """The positions i (ascending) of every `":` in the bytes: the end of a JSON name."""
+    colons = np.flatnonzero(raw[1:] == _COLON)  # a ':' at byte i + 1
+    return colons[raw[colons] == _QUOTE]
+
+
 def _keys_in(data: bytes) -> set[str]:
     """The metric names under "data" in lines of verl records, from every `"name":` of the first line and
     of each line whose count of them differs from the line before (another kind of record: validation, a
@@ -305,8 +310,7 @@ def _keys_in(data: bytes) -> set[str]:
     and then DuckDB learns them."""
     raw = np.frombuffer(data, np.uint8)
     ends = np.flatnonzero(raw == _NEWLINE)
-    colons = np.flatnonzero(raw[1:] == _COLON)
-    pairs = colons[raw[colons] == _QUOTE]
+    pairs = _name_ends(raw)
     per_line = np.diff(np.searchsorted(pairs, ends), prepend=0)
     starts = np.concatenate(([0], ends[:-1] + 1))
     changed = np.flatnonzero(np.diff(per_line, prepend=-1))  # the first line, and each change of shape
