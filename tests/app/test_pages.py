@@ -319,13 +319,19 @@ def test_health_checklist_and_config(app_env):
     assert at.json, "the run's config (run.json) is not shown"
 
 
-def test_the_app_starts_a_collector_when_none_runs(real_root, tmp_path, monkeypatch):
+def _own_setup(real_root: Path, tmp_path: Path, monkeypatch, run: str) -> tuple[Path, Path]:
+    """A database and a root holding one real run, named to the app through its environment."""
     db = tmp_path / "own.duckdb"
     root = tmp_path / "root"
     root.mkdir()
-    (root / "one.json").write_bytes((real_root / "real" / f"{NAN_GRAD_RUN.split('/')[1]}.json").read_bytes())
+    (root / "one.json").write_bytes((real_root / "real" / f"{run.split('/')[1]}.json").read_bytes())
     monkeypatch.setenv("RUNWATCH_DB", str(db))
     monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+    return db, root
+
+
+def test_the_app_starts_a_collector_when_none_runs(real_root, tmp_path, monkeypatch):
+    db, root = _own_setup(real_root, tmp_path, monkeypatch, NAN_GRAD_RUN)
     assert read_marker(db) is None
     at = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S).run()
     info = read_marker(db)
@@ -342,12 +348,7 @@ def test_the_app_starts_a_collector_when_none_runs(real_root, tmp_path, monkeypa
 
 
 def test_the_app_recovers_when_its_collector_is_killed(real_root, tmp_path, monkeypatch):
-    db = tmp_path / "own.duckdb"
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "one.json").write_bytes((real_root / "real" / f"{HEALTHY_RUN.split('/')[1]}.json").read_bytes())
-    monkeypatch.setenv("RUNWATCH_DB", str(db))
-    monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+    db, root = _own_setup(real_root, tmp_path, monkeypatch, HEALTHY_RUN)
     first = start_collector(db, [root], tmp_path / "first.log")
     try:
         at = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S).run()
