@@ -19,7 +19,7 @@ def _run_path(run: str) -> str:
 
 
 class DashboardApi:
-    """The endpoints the pages call. `client` is a `collector.client` client (anything with get/post)."""
+    """The endpoints the pages call. `client` is a `collector.api.client` client (anything with get/post)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client

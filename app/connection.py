@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.config import marker_path, read_marker
+from collector.core.runtime import marker_path, read_marker
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 90.0

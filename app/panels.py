@@ -1,7 +1,7 @@
 """Which metrics a run page draws in which panel, from the metric roles the collector names.
 
 Roles (loss, val_loss, grad_norm, lr, ...) come from the API's run detail when it sends them, else from
-`collector.detect.roles.role_of`, the collector's own naming function; nothing here judges the values.
+`collector.core.roles.role_of`, the collector's own naming function; nothing here judges the values.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import streamlit as st  # noqa: E402
 
 from app import ui  # noqa: E402
 from app.connection import roots_differ  # noqa: E402
-from collector.client import ApiError  # noqa: E402
+from collector.api.client import ApiError  # noqa: E402
 
 st.set_page_config(page_title="runwatch", page_icon=":material/monitoring:", layout="wide")
 

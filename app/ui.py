@@ -12,7 +12,7 @@ import streamlit as st
 from app.api import DashboardApi
 from app.connection import CollectorUnavailable, Connection, connect, log_path
 from app.settings import Settings, SettingsError, read_settings
-from collector.client import ApiError, Client
+from collector.api.client import ApiError, Client
 
 RUN_KEY = "run"
 PENDING_RUN_KEY = "pending_run"  # set by a page to choose the run shown after switching pages

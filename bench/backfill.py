@@ -131,7 +131,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import duckdb
 sys.path.insert(0, sys.argv[3])
-from collector.store_schema import migrate
+from collector.store.schema import migrate
 con = duckdb.connect(sys.argv[2])
 migrate(con)
 con.execute("BEGIN")
@@ -183,8 +183,8 @@ def store_only(root: Path, db: Path) -> dict:
     into storing and detecting.
     """
     sys.path.insert(0, str(gen.REPO))
-    from collector.ingest import Ingestor
-    from collector.store import Store
+    from collector.ingest.reader import Ingestor
+    from collector.store.db import Store
 
     t0 = time.perf_counter()
     store = Store(db)

@@ -80,8 +80,8 @@ def in_process(db: Path, n: int, warm: int = 3) -> list[float]:
     """Milliseconds of the same one-metric query run by the collector's own read function in this
     process, no daemon and no HTTP: splits the API's time into query and serving."""
     sys.path.insert(0, str(gen.REPO))
-    from collector import store_read
-    from collector.store import Store
+    from collector.store import read as store_read
+    from collector.store.db import Store
 
     store = Store(db)
     try:

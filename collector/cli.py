@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from collector import api_views, store_read
-from collector.client import ApiError, Client
-from collector.config import Settings, read_marker
-from collector.store import Store, StoreError
+from collector.api import views as api_views
+from collector.api.client import ApiError, Client
+from collector.core.runtime import Settings, read_marker
+from collector.store import read as store_read
+from collector.store.db import Store, StoreError
 
 
 class CliError(RuntimeError):
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from collector.daemon import AlreadyRunning, Collector, check_not_running, run_daemon
+    from collector.daemon.service import AlreadyRunning, Collector, check_not_running, run_daemon
 
     settings = Settings(
         db=args.db,
@@ -149,9 +150,9 @@ def _ingest(args: argparse.Namespace) -> int:
             else f"queued for the running collector: {', '.join(result['queued'])}"
         )
         return 0
-    from collector import sinks
-    from collector.config import alerts_log_path
-    from collector.daemon import Collector
+    from collector.core.runtime import alerts_log_path
+    from collector.daemon import sinks
+    from collector.daemon.service import Collector
 
     collector = Collector(
         Settings(db=args.db, roots=paths), sinks=[sinks.JsonlSink(alerts_log_path(args.db))]

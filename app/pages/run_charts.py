@@ -12,7 +12,7 @@ from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, load_series
 from app.panels import Panel, api_roles, metric_names, metrics_by_role, role_panels
 from app.series import group_metrics, real_units_name, scaled, unit_scale
-from collector.detect.roles import role_of
+from collector.core.roles import role_of
 
 api = ui.api()
 run = ui.require_run()

@@ -8,7 +8,7 @@ from app import ui
 from app.charts import metric_figure
 from app.panels import api_roles, metric_names, metrics_by_role
 from app.series import from_api
-from collector.detect.roles import role_of
+from collector.core.roles import role_of
 
 ROLE_PREFIX = "role:"
 

@@ -4,7 +4,7 @@ Stable interface:
 
 - `DetectConfig`: one dataclass per rule under `rules` (e.g. `config.rules.grad_spike.z`), plus `custom`
   (user threshold rules) and `advice` (the metric and direction that pick the checkpoint to keep; None:
-  the run's own choice, see `collector.advice.advice_for_run`).
+  the run's own choice, see `collector.advice.recommend.advice_for_run`).
 - `load_config(db_toml, run_toml) -> DetectConfig`: the defaults, then the database's `DB.runwatch.toml`, then
   the run's `RUN_DIR/runwatch.toml` (later files win key by key; custom rules add up). A missing file is
   fine (None or a path that does not exist); a malformed one raises `ConfigError` naming the file and what

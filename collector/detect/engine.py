@@ -30,11 +30,12 @@ from collections import deque
 from math import isfinite, log
 from statistics import median
 
+from collector.core.model import Points
+from collector.core.roles import role_of, value_scale
 from collector.detect.base import HOLD
 from collector.detect.config import DetectConfig
 from collector.detect.custom import CustomThreshold, custom_matches
 from collector.detect.episodes import AlertEvent, Episodes
-from collector.detect.roles import role_of, value_scale
 from collector.detect.runlevel import nonfinite_finding, stall_finding
 from collector.detect.schedule import LrAnomaly, run_facts
 from collector.detect.spikes import GradSpike, KlSpike, LossSpike, StepTimeSpike
@@ -46,7 +47,6 @@ from collector.detect.trends import (
     RewardStdCollapse,
     ValLossRise,
 )
-from collector.model import Points
 
 __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 

@@ -71,7 +71,7 @@ class Collector:
     info: dict
 
     def client(self):
-        from collector.client import Client
+        from collector.api.client import Client
 
         client = Client.for_db(self.db)
         assert client is not None, f"no live collector for {self.db}"

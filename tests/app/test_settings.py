@@ -63,7 +63,7 @@ def test_marker_of_a_dead_process_is_stale(tmp_path: Path):
 
 
 def test_panels_follow_the_collector_roles():
-    from collector.detect.roles import role_of
+    from collector.core.roles import role_of
 
     names = metric_names(
         [{"name": "train/loss", "points": 3}, {"name": "val/loss"}, {"name": "train/lr(1e-3)"}]

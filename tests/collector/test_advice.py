@@ -6,7 +6,12 @@ import math
 
 import pytest
 
-from collector.advice import checkpoint_step, choose_metric, hf_checkpoints_from_state, recommend_checkpoint
+from collector.advice.recommend import (
+    checkpoint_step,
+    choose_metric,
+    hf_checkpoints_from_state,
+    recommend_checkpoint,
+)
 
 GB = 1_000_000_000
 
@@ -147,7 +152,7 @@ def test_seen_checkpoints_are_marked_not_inferred():
 
 
 def test_advice_for_run_chooses_the_metric_and_maps_evaluations():
-    from collector.advice import advice_for_run
+    from collector.advice.recommend import advice_for_run
 
     evals = {"val/loss": EVALS, "val/accuracy": [(100, 0.1), (200, 0.4), (500, 0.9)]}
     checkpoints = [ckpt(s) for s in (100, 200, 300, 400, 500)]
@@ -165,7 +170,7 @@ def test_advice_for_run_chooses_the_metric_and_maps_evaluations():
 
 
 def test_advice_for_run_explicit_direction_with_the_chosen_metric_and_bad_direction():
-    from collector.advice import advice_for_run
+    from collector.advice.recommend import advice_for_run
 
     out = advice_for_run([ckpt(100), ckpt(200)], {"val/loss": EVALS}, [], None, None, direction="max")
     assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/loss", "max", 100)
@@ -174,9 +179,9 @@ def test_advice_for_run_explicit_direction_with_the_chosen_metric_and_bad_direct
 
 
 def test_advice_for_run_follows_hf_best_metric_and_infers_a_lone_state_files_checkpoints(real_runs):
-    from collector.advice import advice_for_run
-    from collector.detect.roles import role_of
-    from collector.parsers import parser_for
+    from collector.advice.recommend import advice_for_run
+    from collector.core.roles import role_of
+    from collector.formats import parser_for
 
     parsed = parser_for("hf_trainer_state")(
         (real_runs / "anthonyrathe__fixed-whisperv2-flemish__root.json").read_bytes()
@@ -197,7 +202,7 @@ def test_advice_for_run_follows_hf_best_metric_and_infers_a_lone_state_files_che
 
 
 def test_advice_for_run_takes_the_configured_metric_unless_one_is_passed():
-    from collector.advice import advice_for_run
+    from collector.advice.recommend import advice_for_run
     from collector.detect.config import AdviceSettings, DetectConfig
 
     evals = {"val/loss": EVALS, "exec_success_rate": [(100, 0.2), (200, 0.7), (300, 0.5)]}

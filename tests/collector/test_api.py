@@ -9,8 +9,8 @@ import math
 import httpx
 import pytest
 
-from collector.client import ApiError
-from collector.config import read_marker
+from collector.api.client import ApiError
+from collector.core.runtime import read_marker
 from tests.collector.test_daemon_support import Daemon, wait_for
 
 STEPS = 5000

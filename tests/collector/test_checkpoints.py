@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from collector.checkpoints import safetensors_problem, scan_checkpoints
+from collector.ingest.checkpoints import safetensors_problem, scan_checkpoints
 
 
 def tensors() -> dict[str, torch.Tensor]:

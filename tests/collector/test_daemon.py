@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from collector.client import ApiError
-from collector.config import marker_path, token_path
+from collector.api.client import ApiError
+from collector.core.runtime import marker_path, token_path
 from tests.collector.test_daemon_support import REPO, Daemon, cli_json, wait_for
 from tests.collector.test_ingest import expected_from_jsonl, same, verl_line
 

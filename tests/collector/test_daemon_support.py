@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from collector.client import Client
-from collector.config import marker_path
+from collector.api.client import Client
+from collector.core.runtime import marker_path
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 90.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.discover import classify, find_runs, run_for_path
+from collector.formats.discover import classify, find_runs, run_for_path
 
 
 def write(path: Path, text: str = "") -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from collector.health import health_checklist
+from collector.advice.health import health_checklist
 from tests.collector.detect.synth import healthy_sft
 
 INFO = {"trainer": {"total_training_steps": 2000}, "optim": {"lr_warmup_steps_ratio": 0.05}}

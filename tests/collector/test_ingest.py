@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from collector import ingest_bulk, store_read
-from collector.ingest import Ingestor
-from collector.store import Store
+from collector.ingest import bulk as ingest_bulk
+from collector.ingest.reader import Ingestor
+from collector.store import read as store_read
+from collector.store.db import Store
 
 
 def verl_line(step: int, loss: float, grad: float = 1.0) -> str:

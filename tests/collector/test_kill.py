@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 
-from collector.store import Store
+from collector.store.db import Store
 from tests.collector.test_daemon_support import Daemon, wait_for
 from tests.collector.test_ingest import expected_from_jsonl, same
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from collector.parsers import console
+from collector.formats import console
 from tests.collector.test_parsers_support import assert_split_anywhere_equals_one_shot, points_as_tuples
 
 LOG = (

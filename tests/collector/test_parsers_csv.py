@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from collector.parsers import csv_history
+from collector.formats import csv_history
 from tests.collector.test_parsers_support import (
     assert_split_anywhere_equals_one_shot,
     feed_in_pieces,

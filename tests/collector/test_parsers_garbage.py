@@ -8,8 +8,8 @@ import pytest
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from collector.discover import FORMATS
-from collector.parsers import parser_for
+from collector.formats import parser_for
+from collector.formats.discover import FORMATS
 
 SAMPLES = {
     "jsonl": b'{"step":1,"data":{"train/loss":2.5,"x":NaN}}\n{"step":2,"loss":{"actor":1}}\n',

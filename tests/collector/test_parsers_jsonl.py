@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from collector.parsers import jsonl
+from collector.formats import jsonl
 from tests.collector.test_parsers_support import assert_split_anywhere_equals_one_shot, points_as_tuples
 
 

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from collector.checkpoints import scan_checkpoints
-from collector.discover import find_runs
-from collector.parsers import console, csv_history, jsonl, parser_for
+from collector.formats import console, csv_history, jsonl, parser_for
+from collector.formats.discover import find_runs
+from collector.ingest.checkpoints import scan_checkpoints
 from tests.conftest import DATA_BUILD, REPO
 
 pytestmark = pytest.mark.slow

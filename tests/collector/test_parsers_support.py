@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from collector.model import ParseResult
+from collector.core.model import ParseResult
 
 
 def points_as_tuples(result: ParseResult) -> list[tuple]:

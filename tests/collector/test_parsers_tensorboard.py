@@ -11,7 +11,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.scalar import summary_v2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from collector.parsers import tensorboard_events
+from collector.formats import tensorboard_events
 from tests.collector.test_parsers_support import feed_in_pieces, points_as_tuples
 
 torch_tb = pytest.importorskip("torch.utils.tensorboard")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from collector.parsers import checkpoint_marker, hf_trainer_state, parser_for, run_config, status
+from collector.formats import checkpoint_marker, hf_trainer_state, parser_for, run_config, status
 from tests.collector.test_parsers_support import points_as_tuples
 
 STATE = b"""{
@@ -109,7 +109,7 @@ def test_checkpoint_marker():
 
 
 def test_every_format_has_a_parser():
-    from collector.discover import FORMATS
+    from collector.formats.discover import FORMATS
 
     for fmt in FORMATS:
         assert callable(parser_for(fmt))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.discover import classify
-from collector.parsers import hf_trainer_state
+from collector.formats import hf_trainer_state
+from collector.formats.discover import classify
 from tests.conftest import REAL_RUNS
 
 REAL_FILES = sorted(REAL_RUNS.glob("*.json"))

@@ -8,9 +8,10 @@ import os
 import socket
 import time
 
-from collector import api_views, store_alerts
-from collector.config import Settings
-from collector.daemon import Collector
+from collector.api import views as api_views
+from collector.core.runtime import Settings
+from collector.daemon.service import Collector
+from collector.store import alerts as store_alerts
 from tests.collector.test_daemon_support import cli_json
 
 

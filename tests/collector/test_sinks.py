@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from collector.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, alert_line, deliver
+from collector.daemon.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, alert_line, deliver
 
 ALERT = {
     "run": "sft/run1",

@@ -7,10 +7,11 @@ import math
 import duckdb
 import pytest
 
-from collector import store_alerts, store_read
-from collector.model import BadLine, Points
-from collector.store import Store
-from collector.store_schema import MIGRATIONS, SCHEMA_VERSION, StoreError, migrate, schema_version
+from collector.core.model import BadLine, Points
+from collector.store import alerts as store_alerts
+from collector.store import read as store_read
+from collector.store.db import Store
+from collector.store.schema import MIGRATIONS, SCHEMA_VERSION, StoreError, migrate, schema_version
 
 
 def _points(rows: list[tuple[int, str, float]]) -> Points:
@@ -237,7 +238,7 @@ def test_reading_a_run_in_slices_returns_every_point_once_across_gaps(tmp_path):
 def test_a_failed_unordered_insert_leaves_row_order_preserved(tmp_path):
     """A bulk insert lets DuckDB write rows in any order (a global setting); when it fails, the rollback
     puts the setting back, or later stages (read in file order) would lose their order."""
-    from collector.store_points import _unordered
+    from collector.store.points import _unordered
 
     store = Store(tmp_path / "s.duckdb")
     with pytest.raises(duckdb.Error), store.transaction() as cur, _unordered(cur):

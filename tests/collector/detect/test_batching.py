@@ -9,8 +9,8 @@ import random
 
 import pytest
 
+from collector.core.model import Points
 from collector.detect.engine import RunDetector
-from collector.model import Points
 from tests.collector.detect.synth import healthy_ppo, healthy_sft, replace_values
 
 VERL_INFO = {

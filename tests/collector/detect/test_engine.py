@@ -8,9 +8,9 @@ import random
 
 import pytest
 
+from collector.core.model import Points
 from collector.detect.config import CustomRule, DetectConfig, load_config
 from collector.detect.engine import AlertEvent, RunDetector, detect_series
-from collector.model import Points
 from tests.collector.detect.synth import healthy_sft, replace_values
 
 

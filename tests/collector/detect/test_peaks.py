@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from collector.core.model import Points
 from collector.detect.engine import RunDetector, detect_series
-from collector.detect.report import analyse
-from collector.model import Points
+from scripts.detect_report import analyse
 from tests.collector.detect.synth import healthy_sft, replace_values
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from collector.detect.report import analyse
-from collector.health import health_checklist
+from collector.advice.health import health_checklist
+from scripts.detect_report import analyse
 
 FILES = {
     "kg_llm": "ChenguangYang96UCR__KG-LLM__outputs.json",
@@ -182,8 +182,8 @@ def test_runs_without_evaluations_keep_the_latest_checkpoint_and_say_why(results
 
 
 def test_health_checklist_on_real_runs(real_runs):
-    from collector.detect.report import load_trainer_state
-    from collector.detect.roles import role_of
+    from collector.core.roles import role_of
+    from scripts.detect_report import load_trainer_state
 
     def checklist(file):
         series, info = load_trainer_state(real_runs / file)

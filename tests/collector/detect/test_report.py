@@ -1,4 +1,4 @@
-"""`python -m collector.detect.report` as the lead runs it: a real subprocess over real files."""
+"""`python -m scripts.detect_report` as the lead runs it: a real subprocess over real files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 
 def run_report(python, repo, *args):
     return subprocess.run(
-        [python, "-m", "collector.detect.report", *map(str, args)],
+        [python, "-m", "scripts.detect_report", *map(str, args)],
         cwd=repo,
         capture_output=True,
         text=True,
@@ -52,7 +52,7 @@ def test_report_json_and_a_bad_file(python, repo, real_runs, tmp_path):
 def test_report_reads_with_the_projects_parser_only():
     from pathlib import Path
 
-    from collector.detect import report
+    from scripts import detect_report as report
 
     source = Path(report.__file__).read_text()
     # one trainer_state reader in the project: the parser; no second loader or json fallback in the report

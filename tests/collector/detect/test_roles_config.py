@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from collector.core.roles import role_of, value_scale
 from collector.detect.config import ConfigError, DetectConfig, load_config
-from collector.detect.roles import role_of, value_scale
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "collector" / "detect" / "example-runwatch.toml"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from collector.core.model import Points
 from collector.detect.engine import AlertEvent, RunDetector
-from collector.model import Points
 
 pytestmark = pytest.mark.slow
 

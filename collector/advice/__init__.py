@@ -1,0 +1,1 @@
+"""What to do with a run: checkpoint recommendation and the health checklist."""

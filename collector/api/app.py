@@ -1,0 +1,225 @@
+"""The collector's HTTP API (FastAPI on 127.0.0.1): what the dashboard, the CLI and scripts read and act through.
+
+Every route but `/api/health` needs `Authorization: Bearer <token>` (the token is in `DB.token`, mode 0600).
+Responses are JSON; non-finite floats are written as bare `NaN` / `Infinity` (Python's json reads them; a NaN
+is a fact about a run, not something to hide). The routes and their shapes are documented at `/docs` and in
+docs/architecture.md; the bodies are built by `collector.api.views`, the same functions the CLI's `--json` uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable
+from itertools import groupby
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from collector.api import views as api_views
+from collector.store import read as store_read
+from collector.store.db import Store
+
+STREAM_BATCH = 2000  # points per read while streaming
+LIVE_POLL_S = 0.1  # how often the live stream looks for new points once caught up
+
+
+class JSONWithNaN(JSONResponse):
+    """JSON that keeps NaN and infinities (as Python's json writes them) instead of failing on them."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=True, separators=(",", ":"), default=str).encode()
+
+
+class Note(BaseModel):
+    note: str | None = None
+
+
+class IngestRequest(BaseModel):
+    paths: list[str]
+
+
+def confine(path: str, roots: list[Path]) -> Path:
+    """`path` resolved (symlinks followed) when it lies inside one of `roots`; else ValueError."""
+    resolved = Path(path).expanduser().resolve()
+    for root in roots:
+        root = Path(root).resolve()
+        if resolved == root or resolved.is_relative_to(root):
+            return resolved
+    raise ValueError(f"{path} is outside the watched roots ({', '.join(map(str, roots))}); refused")
+
+
+def create_app(
+    store: Store,
+    db: Path,
+    roots: list[Path],
+    token: str,
+    request_ingest: Callable[[list[Path]], None] | None = None,
+) -> FastAPI:
+    """The API over `store`. `request_ingest(paths)` queues files or folders (inside the roots) for ingest."""
+    app = FastAPI(
+        title="runwatch collector",
+        version=api_views.VERSION,
+        default_response_class=JSONWithNaN,
+        description="Runs, metrics (downsampled, min/max/first/last per bucket), alerts, checkpoints and advice.",
+    )
+
+    def authorized(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        given = header[7:] if header.lower().startswith("bearer ") else ""
+        if not given or not secrets.compare_digest(given.encode(), token.encode()):
+            raise HTTPException(
+                401, f"missing or wrong token: send 'Authorization: Bearer <token>' from {db}.token"
+            )
+
+    guard = [Depends(authorized)]
+
+    def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSONWithNaN:
+        try:
+            return JSONWithNaN(fn(store, *args, **kwargs))
+        except api_views.NotFound as e:
+            raise HTTPException(404, str(e)) from None
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from None
+
+    @app.get("/api/health")
+    def health() -> JSONWithNaN:
+        return JSONWithNaN(api_views.health_info(db, [str(r) for r in roots]))
+
+    @app.get("/api/runs", dependencies=guard)
+    def runs() -> JSONWithNaN:
+        return call(api_views.runs)
+
+    @app.get("/api/runs/{run:path}/metrics", dependencies=guard)
+    def metrics(
+        run: str,
+        metric: Annotated[list[str], Query(description="metric name; repeat for several")],
+        points: Annotated[
+            int, Query(ge=1, description="at most this many buckets; raw when fewer points")
+        ] = 2000,
+        start: int | None = None,
+        end: int | None = None,
+        after: Annotated[int | None, Query(description="raw points with step > after (live polling)")] = None,
+    ) -> JSONWithNaN:
+        return call(api_views.metrics, run, metric, points, start, end, after)
+
+    @app.get("/api/runs/{run:path}/epochs", dependencies=guard)
+    def epochs(run: str, metric: str) -> JSONWithNaN:
+        return call(api_views.epochs, run, metric)
+
+    @app.get("/api/runs/{run:path}/checkpoints", dependencies=guard)
+    def checkpoints(
+        run: str,
+        metric: Annotated[str | None, Query(description="the evaluation metric that decides")] = None,
+        direction: Annotated[str | None, Query(description="min or max: which way is better")] = None,
+    ) -> JSONWithNaN:
+        return call(api_views.checkpoints, run, metric or None, direction or None)
+
+    @app.get("/api/runs/{run:path}/health", dependencies=guard)
+    def run_health(run: str) -> JSONWithNaN:
+        return call(api_views.health, run)
+
+    @app.get("/api/runs/{run:path}/quarantine", dependencies=guard)
+    def quarantine(run: str, limit: Annotated[int, Query(ge=1, le=10000)] = 200) -> JSONWithNaN:
+        return call(lambda s: store_read.quarantined(s, run, limit))
+
+    @app.get("/api/runs/{run:path}/replaced", dependencies=guard)
+    def replaced(run: str, metric: str) -> JSONWithNaN:
+        return call(lambda s: store_read.replaced_points(s, run, metric))
+
+    @app.get("/api/runs/{run:path}/stream", dependencies=guard)
+    async def stream(
+        request: Request,
+        run: str,
+        metric: Annotated[list[str] | None, Query()] = None,
+        from_step: Annotated[
+            int | None, Query(description="play back from this step (default: new points only)")
+        ] = None,
+        speed: Annotated[
+            float, Query(ge=0, description="playback steps per second (0 = as fast as possible)")
+        ] = 0,
+    ) -> StreamingResponse:
+        if not store_read.runs(store, run):
+            raise HTTPException(404, f"no run {run!r}")
+        if from_step is None:
+            rows = await run_in_threadpool(store_read.runs, store, run)
+            start_after = rows[0]["last_step"] if rows and rows[0]["last_step"] is not None else -1
+        else:
+            start_after = from_step - 1
+        return StreamingResponse(
+            _events(request, store, run, metric, start_after, speed),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get("/api/runs/{run:path}", dependencies=guard)
+    def one_run(run: str) -> JSONWithNaN:
+        return call(api_views.run, run)
+
+    @app.get("/api/alerts", dependencies=guard)
+    def alerts(
+        run: str | None = None, rule: str | None = None, severity: str | None = None, state: str = "all"
+    ) -> JSONWithNaN:
+        return call(api_views.alerts, run, rule, severity, state)
+
+    @app.get("/api/alerts/{alert_id}", dependencies=guard)
+    def one_alert(alert_id: int) -> JSONWithNaN:
+        return call(api_views.alert, alert_id)
+
+    @app.post("/api/alerts/{alert_id}/ack", dependencies=guard)
+    def ack(alert_id: int, body: Note | None = None) -> JSONWithNaN:
+        return call(api_views.set_alert_state, alert_id, "acked", body.note if body else None)
+
+    @app.post("/api/alerts/{alert_id}/resolve", dependencies=guard)
+    def resolve(alert_id: int, body: Note | None = None) -> JSONWithNaN:
+        return call(api_views.set_alert_state, alert_id, "resolved", body.note if body else None)
+
+    @app.get("/api/compare", dependencies=guard)
+    def compare(run: Annotated[list[str], Query()]) -> JSONWithNaN:
+        return call(api_views.compare, run)
+
+    @app.post("/api/ingest", dependencies=guard)
+    def ingest(body: IngestRequest) -> JSONWithNaN:
+        if request_ingest is None:
+            raise HTTPException(503, "this collector does not take ingest requests")
+        try:
+            paths = [confine(p, roots) for p in body.paths]
+        except ValueError as e:
+            raise HTTPException(403, str(e)) from None
+        request_ingest(paths)
+        return JSONWithNaN({"queued": [str(p) for p in paths]})
+
+    return app
+
+
+async def _events(
+    request: Request, store: Store, run: str, metrics: list[str] | None, after: int, speed: float
+) -> AsyncIterator[bytes]:
+    """Server-sent events: every point past `after` in step order, paced at `speed` steps/s, then live."""
+    live = False
+    while True:
+        if await request.is_disconnected():
+            return
+        rows = await run_in_threadpool(store_read.points_from, store, run, metrics, after, STREAM_BATCH)
+        if len(rows) == STREAM_BATCH and rows[0][0] != rows[-1][0]:
+            # The last step may continue past this batch: leave it for the next read, whole.
+            last_step = rows[-1][0]
+            rows = [r for r in rows if r[0] != last_step]
+        if not rows:
+            live = True
+            await asyncio.sleep(LIVE_POLL_S)
+            continue
+        for step, group in groupby(rows, key=lambda r: r[0]):
+            chunk = "".join(
+                "data: " + json.dumps({"step": step, "metric": m, "value": v}, allow_nan=True) + "\n\n"
+                for _, m, v in group
+            )
+            yield chunk.encode()
+            after = step
+            if speed > 0 and not live:
+                await asyncio.sleep(1.0 / speed)

@@ -1,0 +1,95 @@
+"""HTTP client for the collector's API: finds the running daemon of a database and calls it with its token.
+
+client = Client.for_db(Path("runs/runwatch.duckdb"))   # None when no collector is running
+client.get("/api/runs"); client.post("/api/alerts/3/ack", {"note": "known"})
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from collector.core.runtime import read_marker, read_token, token_path
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def _httpx() -> ModuleType:
+    """httpx, imported on first use: it is a tenth of a second of every command's start, and a command
+    talks HTTP only when a collector is running."""
+    import httpx
+
+    return httpx
+
+
+class ApiError(RuntimeError):
+    """The API answered with an error (or could not be reached); `status` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Client:
+    """One keep-alive connection to a collector's API."""
+
+    def __init__(self, base_url: str, token: str, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http: httpx.Client = _httpx().Client(
+            base_url=self.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+        )
+
+    @classmethod
+    def for_db(cls, db: Path, timeout: float = 30.0) -> Client | None:
+        """A client for the live collector of `db`, or None when none is running (no marker, or a dead pid)."""
+        db = Path(db).resolve()
+        info = read_marker(db)
+        if info is None:
+            return None
+        token = read_token(db)
+        if token is None:
+            raise ApiError(
+                0,
+                f"a collector runs for {db} (pid {info['pid']}) but its token {token_path(db)} is unreadable",
+            )
+        host = info.get("host") or "127.0.0.1"
+        return cls(f"http://{host}:{info['port']}", token, timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get(self, path: str, params: dict | list | None = None) -> Any:
+        return self._call("GET", path, params=params)
+
+    def post(self, path: str, body: dict | None = None) -> Any:
+        return self._call("POST", path, json=body or {})
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except _httpx().HTTPError as e:
+            raise ApiError(
+                0, f"the collector at {self.base_url} did not answer {method} {path}: {e}"
+            ) from None
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise ApiError(response.status_code, f"{method} {path}: {response.status_code} {detail}")
+        # json.loads, not response.json(): the API writes NaN/Infinity bare, and only the stdlib reads them.
+        return json.loads(response.content)
+
+    def stream(self, path: str, params: dict | list | None = None) -> Iterator[dict]:
+        """The server-sent events of a stream route, one dict per `data:` line, until the caller stops."""
+        with self._http.stream("GET", path, params=params, timeout=None) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise ApiError(response.status_code, f"GET {path}: {response.status_code} {response.text}")
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    yield json.loads(line[6:])

@@ -1,0 +1,277 @@
+"""The JSON the API returns, built from the store. The CLI's `--json` calls the same functions, so the two
+never drift. Each function takes the store and plain arguments and returns JSON-able data (floats may be
+NaN or infinite: the API writes them as bare `NaN` / `Infinity`, which Python's json module reads)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from collector.core.roles import role_of
+from collector.core.runtime import thresholds_path
+from collector.detect.config import ConfigError, DetectConfig, load_config
+from collector.store import alerts as store_alerts
+from collector.store import read as store_read
+from collector.store.db import Store
+
+VERSION = "0.1.0"
+
+
+class NotFound(LookupError):
+    """The named run, alert or metric does not exist; the message says which."""
+
+
+def _open_counts(counts: dict, run: str) -> dict:
+    return counts.get(run, {"error": 0, "warn": 0, "info": 0})
+
+
+def _latest_by_role(stats: list[dict], role: str) -> float | None:
+    best = None
+    for s in stats:
+        if role_of(s["metric"]) == role and (best is None or s["last_step"] > best["last_step"]):
+            best = s
+    return best["last_value"] if best else None
+
+
+def runs(store: Store) -> list[dict]:
+    """Every run with its state, latest losses, open alerts and recommended checkpoint step."""
+    counts = store_read.open_alert_counts(store)
+    stats_by_run: dict[str, list[dict]] = {}
+    for s in store_read.metric_stats(store):
+        stats_by_run.setdefault(s["run"], []).append(s)
+    with_checkpoints = store_alerts.runs_with_checkpoints(store)
+    stalled = store_read.runs_with_open_alert(store, "stalled")
+    out = []
+    for r in store_read.runs(store):
+        stats = stats_by_run.get(r["id"], [])
+        out.append(_run_summary(store, r, stats, counts, r["id"] in with_checkpoints, r["id"] in stalled))
+    return out
+
+
+def run_status(r: dict, stalled: bool) -> str:
+    """What the run is doing, in the overview's words: `stalled` while a stalled alert is not resolved;
+    else status.json's state (`running`, `completed`, `failed`); an HF trainer_state run is `completed` once
+    `global_step` reaches `max_steps`; else `unknown`. A dead trainer pid is left to the stalled rule."""
+    if stalled:
+        return "stalled"
+    if r["status"] and r["status"] != "unknown":
+        return r["status"]
+    if r["format"] == "hf_trainer_state":
+        state = store_read.parse_json(r["config"]) or {}
+        done, total = state.get("global_step"), state.get("max_steps")
+        if isinstance(done, int) and isinstance(total, int) and total > 0 and done >= total:
+            return "completed"
+    return "unknown"
+
+
+def _run_summary(
+    store: Store, r: dict, stats: list[dict], counts: dict, has_checkpoints: bool, stalled: bool
+) -> dict:
+    recommended = None
+    # A lone trainer_state.json has no checkpoint folders to index; its advice infers them from save_steps.
+    if has_checkpoints or r["format"] == "hf_trainer_state":
+        rec = checkpoints(store, r["id"]).get("recommended")
+        recommended = rec["step"] if rec else None
+    return {
+        "id": r["id"],
+        "path": r["path"],
+        "format": r["format"],
+        "status": run_status(r, stalled),
+        "last_step": r["last_step"],
+        "total_steps": r["total_steps"],
+        "updated_at": r["updated_at"],
+        "last_point_at": r["last_point_at"],
+        "train_loss": _latest_by_role(stats, "loss"),
+        "val_loss": _latest_by_role(stats, "val_loss"),
+        "open_alerts": _open_counts(counts, r["id"]),
+        "recommended_step": recommended,
+    }
+
+
+def run(store: Store, run_id: str) -> dict:
+    """One run: its summary plus config, status file content, metrics with point counts, sources."""
+    found = store_read.runs(store, run_id)
+    if not found:
+        raise NotFound(f"no run {run_id!r}")
+    r = found[0]
+    stats = store_read.metric_stats(store, run_id)
+    has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
+    stalled = run_id in store_read.runs_with_open_alert(store, "stalled")
+    out = _run_summary(store, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled)
+    out["config"] = store_read.parse_json(r["config"])
+    out["status_info"] = store_read.parse_json(r["status_info"])
+    out["metrics"] = [
+        {
+            "metric": s["metric"],
+            "points": s["points"],
+            "last_step": s["last_step"],
+            "role": role_of(s["metric"]),
+        }
+        for s in stats
+    ]
+    out["sources"] = store_read.sources(store, run_id)
+    return out
+
+
+def _require_run(store: Store, run_id: str) -> None:
+    if not store_read.runs(store, run_id):
+        raise NotFound(f"no run {run_id!r}")
+
+
+def metrics(
+    store: Store,
+    run_id: str,
+    metric_names: list[str],
+    points: int = 2000,
+    start: int | None = None,
+    end: int | None = None,
+    after: int | None = None,
+) -> dict:
+    """`{"run", "series": [...]}`: each named metric raw or downsampled (see `store_read.series`)."""
+    _require_run(store, run_id)
+    if points < 1:
+        raise ValueError(f"points must be at least 1, got {points}")
+    series = [store_read.series(store, run_id, m, points, start, end, after) for m in metric_names]
+    return {"run": run_id, "series": series}
+
+
+def epochs(store: Store, run_id: str, metric: str) -> dict:
+    """Per-epoch statistics of `metric` when the run logs an epoch metric (else an empty list)."""
+    _require_run(store, run_id)
+    names = [s["metric"] for s in store_read.metric_stats(store, run_id)]
+    epoch_metric = next((m for m in names if role_of(m) == "epoch"), None)
+    rows = store_read.epochs(store, run_id, metric, epoch_metric) if epoch_metric else []
+    return {"run": run_id, "metric": metric, "epoch_metric": epoch_metric, "epochs": rows}
+
+
+def alerts(
+    store: Store,
+    run: str | None = None,
+    rule: str | None = None,
+    severity: str | None = None,
+    state: str = "all",
+) -> list[dict]:
+    """Alerts matching the filters (state `open`, `acked`, `resolved` or `all`), newest first."""
+    if state not in (*store_alerts.STATES, "all"):
+        raise ValueError(f"state must be open, acked, resolved or all, not {state!r}")
+    return store_alerts.list_alerts(store, run=run, rule=rule, severity=severity, state=state)
+
+
+def alert(store: Store, alert_id: int) -> dict:
+    try:
+        return store_alerts.get_alert(store, alert_id)
+    except store_alerts.AlertNotFound as e:
+        raise NotFound(str(e)) from None
+
+
+def set_alert_state(store: Store, alert_id: int, state: str, note: str | None) -> dict:
+    try:
+        return store_alerts.set_state(store, alert_id, state, note)
+    except store_alerts.AlertNotFound as e:
+        raise NotFound(str(e)) from None
+
+
+def _detect_config(store: Store, run_path: str | None) -> DetectConfig:
+    """The thresholds the daemon uses for this run (database file, then the run folder's file)."""
+    run_dir = Path(run_path) if run_path else None
+    run_toml = run_dir / "runwatch.toml" if run_dir is not None and run_dir.is_dir() else None
+    try:
+        return load_config(thresholds_path(store.path), run_toml)
+    except ConfigError:
+        return DetectConfig()  # the daemon logs the bad file; advice falls back to the defaults like it
+
+
+def checkpoints(store: Store, run_id: str, metric: str | None = None, direction: str | None = None) -> dict:
+    """The checkpoint index with the recommendation, deletable steps and bytes freed (advice's shape).
+
+    `metric`/`direction` choose the deciding evaluation (else the run's `[advice]` config, else the run's
+    own best metric or validation loss); raises ValueError for a direction other than min or max.
+    """
+    from collector.advice import recommend as advice
+
+    found = store_read.runs(store, run_id)
+    if not found:
+        raise NotFound(f"no run {run_id!r}")
+    r = found[0]
+    config = store_read.parse_json(r["config"])
+    index = store_alerts.checkpoints(store, run_id)
+    evals_by_metric: dict[str, list[tuple[int, float]]] = {}
+    for s in store_read.metric_stats(store, run_id):
+        if role_of(s["metric"]) in ("val_loss", "val_score", "eval_metric") or s["metric"] == metric:
+            series = store_read.series(store, run_id, s["metric"], points=10**9)
+            evals_by_metric[s["metric"]] = list(zip(series["steps"], series["values"], strict=True))
+    bad = [
+        (a["first_step"], a["last_step"])
+        for a in store_alerts.list_alerts(store, run=run_id)
+        if a["rule"] in ("nonfinite", "grad_spike")
+    ]
+    latest = r["latest_marker"]  # verl: what a resume would load, never offered for deletion
+    if latest is None and r["format"] == "hf_trainer_state":
+        latest = (config or {}).get("global_step")
+    result = advice.advice_for_run(
+        index,
+        evals_by_metric,
+        bad,
+        config,
+        latest,
+        metric=metric,
+        direction=direction,
+        config=_detect_config(store, r["path"]),
+    )
+    status = store_read.parse_json(r["status_info"])
+    return result | ({"status": status.get("state", status.get("status"))} if status else {})
+
+
+def health(store: Store, run_id: str) -> list[dict]:
+    """The run's health checklist (see `collector.advice.health`)."""
+    from collector.advice import health as health_mod
+
+    found = store_read.runs(store, run_id)
+    if not found:
+        raise NotFound(f"no run {run_id!r}")
+    by_role: dict[str, tuple[list[int], list[float]]] = {}
+    for s in store_read.metric_stats(store, run_id):
+        role = role_of(s["metric"])
+        if role in ("loss", "val_loss", "grad_norm", "lr", "step_time") and role not in by_role:
+            series = store_read.series(store, run_id, s["metric"], points=5000)
+            by_role[role] = (series["steps"], series["values"])
+    config = store_read.parse_json(found[0]["config"])
+    status = store_read.parse_json(found[0]["status_info"])
+    return health_mod.health_checklist(
+        by_role, store_alerts.checkpoints(store, run_id), status, config, found[0]["latest_marker"]
+    )
+
+
+def compare(store: Store, run_ids: list[str]) -> dict:
+    """The runs side by side and the config keys whose values differ between them."""
+    summaries = [run(store, r) for r in run_ids]
+    flat = {s["id"]: _flatten(s.get("config") or {}) for s in summaries}
+    keys = sorted({k for f in flat.values() for k in f})
+    diff = []
+    for key in keys:
+        values = {rid: flat[rid].get(key) for rid in flat}
+        if len({repr(v) for v in values.values()}) > 1:
+            diff.append({"key": key, "values": values})
+    return {"runs": summaries, "config_diff": diff}
+
+
+def _flatten(obj: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in obj.items():
+        if k == "log_history":
+            continue  # the whole history is not a setting
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def health_info(db: Path, roots: list[str]) -> dict:
+    return {"ok": True, "db": str(db), "roots": roots, "version": VERSION}
+
+
+def finite(value: float | None) -> float | None:
+    """NaN and infinities as None (for table output where a blank reads better)."""
+    return None if value is None or not math.isfinite(value) else value

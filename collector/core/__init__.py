@@ -1,0 +1,1 @@
+"""Shared vocabulary every part may import: parse shapes, metric roles, runtime files."""

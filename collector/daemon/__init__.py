@@ -1,0 +1,1 @@
+"""The collector process: lifecycle, detection wiring and alert delivery."""

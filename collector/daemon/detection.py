@@ -1,0 +1,218 @@
+"""Detection and alert delivery inside the collector: one incremental `RunDetector` per run, fed the points
+each commit adds; its events are upserted as alerts (and their history) and new, escalated or cleared alerts go
+to the sinks (console, `DB.alerts.jsonl`, webhook). After a restart a detector's state is rebuilt from a
+bounded tail of the run's stored points, never from its whole history.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from collector.core.model import Points
+from collector.core.runtime import alerts_log_path, thresholds_path
+from collector.detect.config import ConfigError, DetectConfig, load_config
+from collector.detect.engine import AlertEvent, RunDetector
+from collector.ingest.checkpoints import scan_checkpoints
+from collector.store import alerts as store_alerts
+from collector.store import read as store_read
+from collector.store.db import Store
+
+log = logging.getLogger("collector.detect")
+
+REBUILD_POINTS_PER_METRIC = 256  # enough history for every rule's window, bounded whatever the run's length
+CATCH_UP_POINTS = 5000  # points read from the store per catch-up slice (keeps live runs flowing meanwhile)
+TELL_SINKS = ("opened", "escalated", "auto_resolved")
+
+
+class Detection:
+    """Runs the detectors of every run and delivers what they find. Used from the ingest thread only."""
+
+    def __init__(self, store: Store, db: Path, sinks: list | None = None) -> None:
+        self.store = store
+        self.db = Path(db)
+        self.sinks = sinks if sinks is not None else []
+        self.detectors: dict[str, RunDetector] = {}
+        self.run_dirs: dict[str, Path] = {}
+        self.status: dict[str, dict] = {}
+        self.run_info: dict[str, dict] = {}
+        # Runs whose newest stored points the detector has not seen (a bulk backlog): step fed up to.
+        self.behind: dict[str, int] = {}
+        self.fed_to: dict[str, int] = {}
+        self._checkpoints_seen: dict[str, list[dict]] = {}
+        self._markers_seen: dict[str, int | None] = {}
+
+    def _config(self, run: str) -> DetectConfig:
+        run_dir = self.run_dirs.get(run)
+        try:
+            return load_config(thresholds_path(self.db), run_dir / "runwatch.toml" if run_dir else None)
+        except ConfigError as e:
+            log.warning("%s; run %s uses the default thresholds", e, run)
+            return DetectConfig()
+
+    def warm_up(self) -> None:
+        """Rebuild every stored run's detector from the last points of each metric (after a restart); a run
+        whose bulk backlog was not all judged resumes where its judging stopped."""
+        backlogs = self.store.detection_backlogs()
+        for r in store_read.runs(self.store):
+            run = r["id"]
+            # The run's config and status as last stored: their files are not read again until they change.
+            info, status = store_read.parse_json(r["config"]), store_read.parse_json(r["status_info"])
+            if info:
+                self.run_info[run] = info
+            if status:
+                self.status[run] = status
+            det = self.detector(run)
+            # Episodes still open in the store continue (same alert, same peak) instead of opening twice.
+            det.resume_episodes(
+                [a for a in store_alerts.list_alerts(self.store, run=run) if a["state"] != "resolved"]
+            )
+            up_to = backlogs.get(run)
+            recent = store_read.recent_points(self.store, run, REBUILD_POINTS_PER_METRIC, up_to)
+            # Replay only refills the windows (a cut-short baseline would call normal points spikes); an
+            # episode the store never saw (found while the collector was down) is still new.
+            self._handle(run, det.update(recent, replay=True))
+            if recent:
+                self.fed_to[run] = max(recent.step)
+            if up_to is not None:
+                self.behind[run] = up_to
+
+    def detector(self, run: str) -> RunDetector:
+        """The run's detector (created empty on first use)."""
+        found = self.detectors.get(run)
+        if found is None:
+            found = self.detectors[run] = RunDetector(run, self._config(run), self.run_info.get(run))
+        return found
+
+    def points_added(self, run: str, points: Points) -> None:
+        """Feed the points a commit just added (unless the run's backlog is still being caught up on: then
+        the catch-up reads them from the store in step order)."""
+        if run in self.behind:
+            return
+        if points.wall_time and points.wall_time[0] is None and points.wall_time[-1] is None:
+            # The file gives no time (verl's JSONL): the moment the collector saw the points stands in, so
+            # the detector learns the usual pace and `stalled` can tell a hung run from a slow one.
+            now = time.time()
+            points = Points(points.step, points.metric, points.value, [now] * len(points.step))
+        self._handle(run, self.detector(run).update(points))
+        self.fed_to[run] = max(self.fed_to.get(run, points.step[0]), max(points.step))
+
+    def backlog_added(self, run: str) -> None:
+        """A bulk commit stored points the detector has not seen; `catch_up` will feed them."""
+        if run not in self.behind:
+            self.behind[run] = self.fed_to.get(run, -(2**62))
+
+    def catch_up(self, budget: int = CATCH_UP_POINTS) -> bool:
+        """Feed up to `budget` stored points of runs with a backlog, in step order; True while any is left.
+
+        Detection is slower than bulk ingest (Python per point), so a big backfill is stored first and
+        judged after, slice by slice, without holding up live runs.
+        """
+        for run in list(self.behind):
+            after = self.behind[run]
+            rows = store_read.points_from(self.store, run, None, after, budget)
+            if len(rows) == budget and rows[0][0] != rows[-1][0]:
+                last = rows[-1][0]  # a step split by the limit: leave it whole for the next slice
+                rows = [r for r in rows if r[0] != last]
+            if not rows:
+                del self.behind[run]
+                self.store.set_detected_to(run, None)
+                continue
+            points = Points(
+                step=[r[0] for r in rows],
+                metric=[r[1] for r in rows],
+                value=[r[2] for r in rows],
+                wall_time=[None] * len(rows),
+            )
+            self._handle(run, self.detector(run).update(points))
+            self.behind[run] = self.fed_to[run] = rows[-1][0]
+            self.store.set_detected_to(run, rows[-1][0])
+            return True
+        return bool(self.behind)
+
+    def run_info_changed(self, run: str, fmt: str, info: dict) -> None:
+        if fmt == "status":
+            self.status[run] = info
+            return
+        if fmt in ("run_config", "hf_trainer_state"):
+            self.run_info[run] = info
+            if run in self.detectors:
+                self.detectors[run].set_run_info(info)
+        if fmt == "checkpoint_marker":
+            self.scan_checkpoints(run)
+
+    def scan_checkpoints(self, run: str) -> None:
+        """Index the run folder's checkpoints into the store and tell its detector the saved steps."""
+        run_dir = self.run_dirs.get(run)
+        if run_dir is None or not run_dir.is_dir():
+            return
+        index = scan_checkpoints(run_dir)
+        items = [
+            {
+                "step": c.step,
+                "path": str(c.path),
+                "complete": c.complete,
+                "bytes": c.bytes,
+                "kind": c.kind,
+                "problem": c.problem,
+            }
+            for c in index.checkpoints
+        ]
+        if items != self._checkpoints_seen.get(run):
+            # Compared in memory: a periodic rescan of a hundred runs must not query the store each time.
+            if self._checkpoints_seen.get(run) is not None or items != store_alerts.checkpoints(
+                self.store, run
+            ):
+                store_alerts.replace_checkpoints(self.store, run, items)
+            self._checkpoints_seen[run] = items
+        if index.latest_marker != self._markers_seen.get(run, -1):
+            self.store.set_latest_marker(run, index.latest_marker)
+            self._markers_seen[run] = index.latest_marker
+        if run in self.detectors:
+            self.detectors[run].note_checkpoints([c.step for c in index.checkpoints])
+
+    def tick(self, now: float | None = None) -> None:
+        """Time-based rules (stalled) for every run with a status file."""
+        now = time.time() if now is None else now
+        last_point = {r["id"]: r["last_point_at"] for r in store_read.runs(self.store)}
+        for run, status in self.status.items():
+            self._handle(run, self.detector(run).tick(now, status, last_point.get(run)))
+
+    def _handle(self, run: str, events: list[AlertEvent]) -> None:
+        if not events:
+            return
+        for ev in events:
+            ev.run = run
+        changed = store_alerts.upsert_events(self.store, run, events)
+        if not changed:
+            return
+        by_key = {(e.rule, e.metric or "", e.first_step): e for e in events}
+        for alert in store_alerts.list_alerts(self.store, ids=[c["id"] for c in changed]):
+            kind = next(c["event"] for c in changed if c["id"] == alert["id"])
+            ev = by_key.get((alert["rule"], alert["metric"], alert["first_step"]))
+            if kind in TELL_SINKS and ev is not None:
+                body = ev.to_dict() | {"id": alert["id"], "state": alert["state"], "event": kind}
+                self._deliver(body)
+
+    def _deliver(self, alert: dict) -> None:
+        from collector.daemon import sinks
+
+        sinks.deliver(self.sinks, alert)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as e:  # a sink failing at shutdown must not stop the final commit
+                log.warning("alert sink %s did not close cleanly: %s", type(sink).__name__, e)
+
+
+def default_sinks(db: Path, webhook: str | None) -> list:
+    """Console, `DB.alerts.jsonl`, and a webhook when given."""
+    from collector.daemon import sinks
+
+    out: list = [sinks.ConsoleSink(), sinks.JsonlSink(alerts_log_path(db))]
+    if webhook:
+        out.append(sinks.WebhookSink(webhook))
+    return out

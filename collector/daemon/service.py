@@ -1,0 +1,232 @@
+"""The collector daemon: one per database. Watches the roots, ingests, detects, serves the API.
+
+Lifecycle: open the database (DuckDB lets only one process hold it), start the API on 127.0.0.1 (port 0 = a
+free one), then write `DB.collector.json` (pid, host, port, started_at, roots) so the app and the CLI can find
+it. A marker naming a live pid means another collector serves this database: exit with a message. SIGTERM or
+SIGINT: stop the observer, make the final commit, remove the marker, exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from collector.core.runtime import Settings, ensure_token, read_marker, remove_marker, write_marker
+from collector.daemon.detection import Detection, default_sinks
+from collector.formats import discover
+from collector.ingest.reader import Ingestor
+from collector.store.db import Store
+
+if TYPE_CHECKING:
+    from collector.ingest.tail import Tailer
+
+log = logging.getLogger("collector")
+
+TICK_INTERVAL_S = 5.0  # time-based rules (stalled) and checkpoint rescans
+
+
+class AlreadyRunning(RuntimeError):
+    """Another live collector serves this database; the message names its pid and port."""
+
+
+class Collector:
+    """Store + ingest + detection for one database; `serve()` adds the watcher and the API."""
+
+    def __init__(self, settings: Settings, sinks: list | None = None) -> None:
+        self.settings = settings
+        self.db = Path(settings.db).resolve()
+        self.roots = [Path(r).resolve() for r in settings.roots]
+        self.store = Store(self.db)
+        self.detection = Detection(
+            self.store, self.db, default_sinks(self.db, settings.webhook) if sinks is None else sinks
+        )
+        self.ingestor = Ingestor(
+            self.store,
+            self.roots,
+            on_points=self.detection.points_added,
+            on_run_info=self.detection.run_info_changed,
+            on_backlog=self.detection.backlog_added,
+        )
+        self.detection.run_dirs = self.ingestor.run_dirs
+        self._stop = threading.Event()
+        self._requests: list[Path] = []
+        self._requests_lock = threading.Lock()
+
+    # ---- one pass ----------------------------------------------------------------------------------
+
+    def ingest_once(self) -> None:
+        """Discover every run under the roots and ingest each to the end of its files."""
+        paths = self.ingestor.discover()
+        self.detection.warm_up()
+        self.ingestor.ingest_all(paths)
+        # Points DuckDB read in bulk are judged later by the daemon (Python detectors are far slower than
+        # bulk ingest): their runs keep `detected_to` so a collector resumes judging them in step order.
+        self._scan_all_checkpoints()
+
+    def close(self) -> None:
+        self.detection.close()
+        self.ingestor.close()
+        self.store.close()
+
+    def _scan_all_checkpoints(self) -> None:
+        for run in list(self.ingestor.run_dirs):
+            try:
+                self.detection.scan_checkpoints(run)
+            except OSError as e:
+                log.warning("run %s: checkpoint folders could not be read (%s); will retry", run, e)
+
+    # ---- the daemon --------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run until SIGTERM/SIGINT (or `stop()`). Raises AlreadyRunning when another collector holds the DB."""
+        # Imported here: one-shot commands (ingest, --once) need neither the web stack, the file watcher
+        # nor their memory.
+        import uvicorn
+
+        from collector.api.app import create_app
+        from collector.ingest.tail import Tailer
+
+        token = ensure_token(self.db)
+        app = create_app(self.store, self.db, self.roots, token, request_ingest=self.request_ingest)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.settings.host, self.settings.port))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+        api_thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api", daemon=True)
+        api_thread.start()
+        while not server.started:
+            if not api_thread.is_alive():
+                raise RuntimeError(f"the API server on {self.settings.host}:{port} failed to start")
+            time.sleep(0.02)
+        tailer = Tailer(self.roots, polling=self.settings.polling)
+        tailer.start()
+        info = {
+            "pid": os.getpid(),
+            "host": self.settings.host,
+            "port": port,
+            "started_at": time.time(),
+            "roots": [str(r) for r in self.roots],
+            "db": str(self.db),
+        }
+        write_marker(self.db, info)
+        log.info(
+            "collector pid %d serving %s on http://%s:%d", os.getpid(), self.db, self.settings.host, port
+        )
+        try:
+            self._loop(tailer)
+        finally:
+            tailer.stop()
+            server.should_exit = True
+            api_thread.join(timeout=10)
+            remove_marker(self.db, os.getpid())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def request_ingest(self, paths: list[Path]) -> None:
+        """Queue files or folders (already confined to the roots) for the next ingest cycle."""
+        with self._requests_lock:
+            self._requests.extend(paths)
+
+    def _loop(self, tailer: Tailer) -> None:
+        interval = self.settings.commit_interval_s
+        pending: set[str] = set(self.ingestor.discover())
+        self.detection.warm_up()
+        self._scan_all_checkpoints()
+        last_rescan = last_tick = time.monotonic()
+        checkpoint_runs: set[str] = set()
+        while not self._stop.is_set():
+            cycle_start = time.monotonic()
+            try:
+                pending = self.ingestor.ingest(sorted(pending))
+            except Exception:  # one bad cycle must not kill the daemon; the next cycle retries
+                log.exception("ingest cycle failed; retrying")
+                pending = set()
+            if pending:
+                wait = 0.0  # a backlog: keep reading, the commit per chunk bounds memory
+            elif self.detection.behind:
+                self._safely(self.detection.catch_up)  # judge a stored backlog, a slice per cycle
+                wait = 0.0
+            else:
+                tailer.changes.wakeup.wait(timeout=max(0.0, min(self.settings.rescan_interval_s, 1.0)))
+                # Batch: whatever changed within one commit interval goes into one cycle.
+                wait = interval - (time.monotonic() - cycle_start)
+            if wait > 0 and self._stop.wait(wait):
+                break
+            paths, moved, new_dirs = tailer.changes.drain()
+            for src, dest in moved:
+                self.ingestor.moved(src, dest)
+            with self._requests_lock:
+                requests, self._requests = self._requests, []
+            now = time.monotonic()
+            if new_dirs or requests or now - last_rescan >= self.settings.rescan_interval_s:
+                pending |= set(self.ingestor.discover())
+                last_rescan = now
+            for path in paths:
+                target = self.ingestor.note_path(path)
+                if target:
+                    pending.add(target)
+                run = self._checkpoint_run(path)
+                if run:
+                    checkpoint_runs.add(run)
+            if now - last_tick >= TICK_INTERVAL_S:
+                last_tick = now
+                checkpoint_runs |= set(self.ingestor.run_dirs)
+                self._safely(self.detection.tick)
+            for run in checkpoint_runs:
+                self._safely(self.detection.scan_checkpoints, run)
+            checkpoint_runs.clear()
+        # Final commit: what is already on disk goes in before exit.
+        self._safely(lambda: self.ingestor.ingest(self.ingestor.discover()))
+
+    def _checkpoint_run(self, path: str) -> str | None:
+        """The run whose checkpoint folder `path` is in (a save in progress or finished), if any."""
+        p = Path(path)
+        if not any(part.startswith(("global_step_", "checkpoint-")) for part in p.parts):
+            return None
+        run = discover.run_for_path(p, self.roots)
+        return run.id if run else None
+
+    def _safely(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("%s failed; the collector goes on", getattr(fn, "__name__", "step"))
+
+
+def check_not_running(db: Path) -> None:
+    """Raise AlreadyRunning when a live collector's marker names `db` (a stale marker is ignored)."""
+    info = read_marker(Path(db).resolve())
+    if info is not None and info.get("pid") != os.getpid():
+        raise AlreadyRunning(
+            f"a collector is already serving {db} (pid {info['pid']}, http://{info.get('host')}:{info['port']}); "
+            f"use it (the CLI and the app find it by themselves) or stop it first"
+        )
+
+
+def run_daemon(settings: Settings) -> int:
+    """`python -m collector serve`: returns the exit code."""
+    check_not_running(settings.db)
+    collector = Collector(settings)
+    previous = {}
+
+    def on_signal(signum, frame) -> None:
+        log.info("signal %d: stopping (final commit, then exit)", signum)
+        collector.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, on_signal)
+    try:
+        collector.serve()
+    finally:
+        collector.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0

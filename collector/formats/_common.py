@@ -1,0 +1,135 @@
+"""Small pieces every text parser shares: line splitting, step and value rules, flattening, bad-line text.
+
+All pure: bytes and Python objects in, Python objects out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from collector.core.model import BadLine, ParseResult
+
+# Field names that carry the step, in the order they win when a record has more than one.
+STEP_KEYS = ("step", "global_step", "_step", "iteration")
+# Field names that carry seconds since the epoch for a record (never stored as metrics).
+WALL_TIME_KEYS = ("wall_time", "_timestamp", "timestamp")
+
+BAD_TEXT_LIMIT = 300
+
+
+def complete_lines(data: bytes) -> tuple[list[bytes], int]:
+    """Split `data` into its complete lines (without the `\\n`) and the byte count they cover.
+
+    A partial last line (no `\\n` yet) is left out, so the caller hands it back next time.
+    """
+    end = data.rfind(b"\n") + 1
+    if end == 0:
+        return [], 0
+    lines = data[:end].split(b"\n")
+    lines.pop()  # the empty piece after the last "\n"
+    return lines, end
+
+
+def bad_text(raw: bytes | str) -> str:
+    """The offending text for a BadLine: decoded leniently and cut to a few hundred characters."""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    text = text.rstrip("\r\n")
+    if len(text) > BAD_TEXT_LIMIT:
+        return text[:BAD_TEXT_LIMIT] + "..."
+    return text
+
+
+def as_step(value: object) -> int | None:
+    """The step a field value stands for, or None when it is not a whole number.
+
+    Integral floats (`5.0`) count, since some writers store every number as a float; booleans do not.
+    """
+    t = type(value)
+    if t is int:
+        return value  # type: ignore[return-value]
+    if t is float and math.isfinite(value) and value == int(value):  # type: ignore[arg-type]
+        return int(value)  # type: ignore[arg-type]
+    return None
+
+
+def as_value(value: object) -> float | None:
+    """A metric value as a float, or None when the value is not a number (strings, lists, null).
+
+    Booleans become 0/1; non-finite floats are kept as they are.
+    """
+    t = type(value)
+    if t is float:
+        return value  # type: ignore[return-value]
+    if t is int or t is bool:
+        try:
+            return float(value)  # type: ignore[arg-type]
+        except OverflowError:  # an integer beyond float range: keep its sign, lose its size
+            return math.inf if value > 0 else -math.inf  # type: ignore[operator]
+    return None
+
+
+def flatten_numbers(
+    obj: dict,
+    prefix: str,
+    metrics: list[str],
+    values: list[float],
+    skip: tuple = (),
+    null_is_nan: bool = False,
+) -> None:
+    """Append every number in `obj` (nested dicts joined with `/`) to `metrics` and `values`.
+
+    Keys in `skip` are left out at the top level only. With `null_is_nan`, a JSON null is a NaN point
+    (for writers known to write non-finite numbers as null) instead of being skipped.
+    """
+    for key, value in obj.items():
+        if key in skip:
+            continue
+        name = prefix + key if prefix else str(key)
+        if type(value) is dict:
+            flatten_numbers(value, name + "/", metrics, values, null_is_nan=null_is_nan)
+            continue
+        number = math.nan if value is None and null_is_nan else as_value(value)
+        if number is not None:
+            metrics.append(name)
+            values.append(number)
+
+
+def wall_time_of(record: dict) -> float | None:
+    """Seconds since the epoch named by a record's wall-time field, if it has a numeric one."""
+    for key in WALL_TIME_KEYS:
+        value = record.get(key)
+        if value is not None and type(value) in (int, float):
+            return float(value)
+    return None
+
+
+def parse_json_document(data: bytes, what: str) -> ParseResult:
+    """A whole JSON document whose top level must be an object: the object goes to `info`, no points.
+
+    Promises `whole_file=True`. Invalid JSON (perhaps caught half-written), non-UTF-8 bytes or a top level
+    that is not an object give one BadLine and `consumed=0`, so the caller reads the file again after its
+    next change. `what` names the file kind in the reason.
+    """
+    result = ParseResult(whole_file=True)
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        result.bad.append(BadLine(line, f"{what}: non-UTF-8 bytes at byte {err.start}", bad_text(data[:200])))
+        return result
+    except json.JSONDecodeError as err:
+        reason = f"{what}: invalid JSON (incomplete write?): {err.msg} at column {err.colno}"
+        result.bad.append(BadLine(err.lineno, reason, bad_text(data[:200])))
+        return result
+    except RecursionError:
+        result.bad.append(BadLine(1, f"{what}: invalid JSON: nested too deeply", bad_text(data[:200])))
+        return result
+    if type(document) is not dict:
+        reason = f"{what}: top level is a {type(document).__name__}, not an object"
+        result.bad.append(BadLine(1, reason, bad_text(data[:200])))
+        return result
+    result.info = document
+    result.consumed = len(data)
+    result.lines = data.count(b"\n")
+    return result

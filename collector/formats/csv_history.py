@@ -1,0 +1,113 @@
+"""CSV histories (`training_history.csv`, `validation_history.csv`, or any CSV with a step or epoch column).
+
+The header is line 1 of the file, but the tailer reads later bytes from an offset: it keeps the header this
+parser returns in `info["header"]` and passes it back as `header=` on every later call.
+"""
+
+from __future__ import annotations
+
+import csv
+
+from collector.core.model import BadLine, ParseResult
+from collector.formats._common import WALL_TIME_KEYS, as_step, bad_text, complete_lines
+
+# The step column, by preference; "epoch" is used only when neither of the others exists.
+STEP_COLUMNS = ("step", "global_step")
+EPOCH_COLUMN = "epoch"
+
+
+def parse(data: bytes, first_line: int = 1, header: list[str] | None = None) -> ParseResult:
+    """Points from the complete rows of `data`, a CSV history read from some offset.
+
+    `header`: the column names the caller kept from an earlier call; when None, the first complete line of
+    `data` is read as the header (so pass None only when `data` starts at the file's beginning). The header
+    in force after this call is always returned in `info["header"]` (None if no complete line was seen yet).
+    Every numeric column except the step and wall-time columns is a metric named by its header. The step
+    comes from `step`, else `global_step`, else `epoch`; in the last case the epoch (a whole number) is also
+    a metric `epoch`. Empty cells and text are skipped; `nan`, `inf` are kept. A row with a different number
+    of fields than the header, no step, or bad bytes is reported in `bad`. A row repeating the header's
+    step column name starts a new header (a writer that restarted and wrote its header again).
+    """
+    lines, consumed = complete_lines(data)
+    result = ParseResult(consumed=consumed, lines=len(lines))
+    layout = _Layout(header) if header is not None else None
+    points = result.points
+    line_no = first_line - 1
+    for raw in lines:
+        line_no += 1
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            result.bad.append(BadLine(line_no, f"non-UTF-8 bytes at column {err.start + 1}", bad_text(raw)))
+            continue
+        if not text.strip():
+            continue
+        try:
+            row = next(csv.reader([text.rstrip("\r")]))
+        except csv.Error as err:
+            result.bad.append(BadLine(line_no, f"unreadable CSV row: {err}", bad_text(text)))
+            continue
+        if layout is None or layout.is_header(row):
+            layout = _Layout(row)
+            if layout.step_index is None:
+                reason = f"header has no step column (one of {', '.join((*STEP_COLUMNS, EPOCH_COLUMN))})"
+                result.bad.append(BadLine(line_no, reason, bad_text(text)))
+            continue
+        if len(row) != len(layout.names):
+            reason = f"expected {len(layout.names)} fields as in the header, got {len(row)}"
+            result.bad.append(BadLine(line_no, reason, bad_text(text)))
+            continue
+        if layout.step_index is None:
+            result.bad.append(BadLine(line_no, "no step column in the header", bad_text(text)))
+            continue
+        step = _number(row[layout.step_index])
+        step = as_step(step) if step is not None else None
+        if step is None:
+            step_name = layout.names[layout.step_index]
+            reason = f"{step_name} is not a whole number: {row[layout.step_index]!r}"
+            result.bad.append(BadLine(line_no, reason, bad_text(text)))
+            continue
+        wall_time = _number(row[layout.wall_time_index]) if layout.wall_time_index is not None else None
+        for index, name in layout.metric_columns:
+            value = _number(row[index])
+            if value is not None:
+                points.add(step, name, value, wall_time)
+    result.info["header"] = layout.names if layout is not None else None
+    return result
+
+
+class _Layout:
+    """Which column is the step, the wall time, and the metrics, for one header."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = [name.strip().lstrip("\ufeff") for name in names]
+        lowered = [name.lower() for name in self.names]
+        step_name = next((c for c in (*STEP_COLUMNS, EPOCH_COLUMN) if c in lowered), None)
+        self.step_index = lowered.index(step_name) if step_name is not None else None
+        self.step_is_epoch = step_name == EPOCH_COLUMN
+        wall_name = next((c for c in WALL_TIME_KEYS if c in lowered), None)
+        self.wall_time_index = lowered.index(wall_name) if wall_name is not None else None
+        skip = {self.step_index, self.wall_time_index}
+        self.metric_columns = [
+            (i, name)
+            for i, name in enumerate(self.names)
+            if name and (i not in skip or self._epoch_is_step(i))
+        ]
+
+    def _epoch_is_step(self, index: int) -> bool:
+        # With only an epoch column, the epoch is the step and also stays a metric.
+        return self.step_is_epoch and index == self.step_index
+
+    def is_header(self, row: list[str]) -> bool:
+        return (
+            self.step_index is not None
+            and len(row) > self.step_index
+            and (row[self.step_index].strip().lstrip("\ufeff") == self.names[self.step_index])
+        )
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None

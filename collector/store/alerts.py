@@ -1,0 +1,193 @@
+"""Alerts (episodes with a state a person changes) and the checkpoint index, in the store.
+
+An alert episode's identity is (run, rule, metric, first_step): a detector's later events for it update the
+same row. States: `open` -> `acked` (a person saw it) -> `resolved` (by a person with a note, or by the
+detector when the condition cleared). Every change is kept in `alert_history`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from collector.store.db import Store
+
+STATES = ("open", "acked", "resolved")
+ALERT_COLUMNS = """a.id, a.run_id AS run, a.rule, a.severity, a.metric, a.first_step, a.last_step, a.state,
+    a.message, a.value, a.note, a.active, a.evidence, a.created_at, a.updated_at"""
+
+
+class AlertNotFound(LookupError):
+    """No alert with that id."""
+
+
+def upsert_events(store: Store, run: str, events: list[Any]) -> list[dict]:
+    """Store detector events (AlertEvent-like: rule, severity, metric, first_step, last_step, value, message,
+    active, evidence); returns the alerts whose row was created or changed, with `event` set to
+    "opened", "updated", "escalated" or "auto_resolved"."""
+    changed: list[dict] = []
+    if not events:
+        return changed
+    now = time.time()
+    with store.transaction() as cur:
+        for ev in events:
+            metric = ev.metric or ""
+            evidence = json.dumps(ev.evidence or {}, default=str)
+            row = cur.execute(
+                "SELECT id, state, severity FROM alerts WHERE run_id = ? AND rule = ? AND metric = ? AND first_step = ?",
+                [run, ev.rule, metric, ev.first_step],
+            ).fetchall()
+            if not row:
+                # An episode can open and clear within one batch (a lone NaN in a backfill): still a fact
+                # about the run, stored as resolved by the detector.
+                state = "open" if ev.active else "resolved"
+                alert_id = cur.execute(
+                    """INSERT INTO alerts (run_id, rule, severity, metric, first_step, last_step, value, message,
+                       evidence, state, active, note, created_at, updated_at)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
+                    [
+                        run,
+                        ev.rule,
+                        ev.severity,
+                        metric,
+                        ev.first_step,
+                        ev.last_step,
+                        ev.value,
+                        ev.message,
+                        evidence,
+                        state,
+                        ev.active,
+                        None if ev.active else "the condition cleared",
+                        now,
+                        now,
+                    ],
+                ).fetchall()[0][0]
+                cur.execute(
+                    "INSERT INTO alert_history VALUES (?, ?, 'opened', 'open', NULL)", [alert_id, now]
+                )
+                kind = "opened"
+                if not ev.active:
+                    cur.execute(
+                        "INSERT INTO alert_history VALUES (?, ?, 'auto_resolved', 'resolved', 'the condition cleared')",
+                        [alert_id, now],
+                    )
+                changed.append({"id": alert_id, "event": kind})
+                continue
+            alert_id, state, severity = row[0]
+            kind = "escalated" if ev.severity != severity and ev.severity == "error" else "updated"
+            if not ev.active and state != "resolved":
+                kind, state = "auto_resolved", "resolved"
+            cur.execute(
+                """UPDATE alerts SET severity = ?, last_step = ?, value = ?, message = ?, evidence = ?,
+                   active = ?, state = ?, updated_at = ? WHERE id = ?""",
+                [
+                    ev.severity,
+                    ev.last_step,
+                    ev.value,
+                    ev.message,
+                    evidence,
+                    ev.active,
+                    state,
+                    now,
+                    alert_id,
+                ],
+            )
+            if kind != "updated":
+                note = "the condition cleared" if kind == "auto_resolved" else None
+                cur.execute(
+                    "INSERT INTO alert_history VALUES (?, ?, ?, ?, ?)", [alert_id, now, kind, state, note]
+                )
+            changed.append({"id": alert_id, "event": kind})
+    return changed
+
+
+def list_alerts(
+    store: Store,
+    run: str | None = None,
+    rule: str | None = None,
+    severity: str | None = None,
+    state: str = "all",
+    ids: list[int] | None = None,
+) -> list[dict]:
+    """Alerts matching the filters, newest first."""
+    clauses, params = [], []
+    for column, value in (("a.run_id", run), ("a.rule", rule), ("a.severity", severity)):
+        if value:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if state != "all":
+        clauses.append("a.state = ?")
+        params.append(state)
+    if ids:
+        clauses.append(f"a.id IN ({', '.join('?' for _ in ids)})")
+        params.extend(ids)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = store.dicts(
+        f"SELECT {ALERT_COLUMNS} FROM alerts a {where} ORDER BY a.updated_at DESC, a.id DESC", params
+    )
+    for r in rows:
+        r["evidence"] = json.loads(r["evidence"]) if r["evidence"] else {}
+    return rows
+
+
+def get_alert(store: Store, alert_id: int) -> dict:
+    """One alert with its history; raises AlertNotFound."""
+    found = list_alerts(store, ids=[alert_id])
+    if not found:
+        raise AlertNotFound(f"no alert with id {alert_id}")
+    alert = found[0]
+    alert["history"] = store.dicts(
+        "SELECT created_at AS at, event, state, note FROM alert_history WHERE alert_id = ? ORDER BY created_at",
+        [alert_id],
+    )
+    return alert
+
+
+def set_state(store: Store, alert_id: int, state: str, note: str | None) -> dict:
+    """Acknowledge or resolve an alert (with an optional note); returns it. Raises AlertNotFound."""
+    if state not in ("acked", "resolved"):
+        raise ValueError(f"an alert can be set to acked or resolved, not {state!r}")
+    now = time.time()
+    with store.transaction() as cur:
+        if not cur.execute("SELECT id FROM alerts WHERE id = ?", [alert_id]).fetchall():
+            raise AlertNotFound(f"no alert with id {alert_id}")
+        cur.execute(
+            "UPDATE alerts SET state = ?, note = coalesce(?, note), updated_at = ? WHERE id = ?",
+            [state, note, now, alert_id],
+        )
+        event = "acked" if state == "acked" else "resolved"
+        cur.execute("INSERT INTO alert_history VALUES (?, ?, ?, ?, ?)", [alert_id, now, event, state, note])
+    return get_alert(store, alert_id)
+
+
+def replace_checkpoints(store: Store, run: str, checkpoints: list[dict]) -> None:
+    """The run's checkpoint index as scanned now (each: step, path, complete, bytes, plus anything else)."""
+    with store.transaction() as cur:
+        cur.execute("DELETE FROM checkpoints WHERE run_id = ?", [run])
+        if checkpoints:
+            cur.executemany(
+                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    [
+                        run,
+                        c["step"],
+                        str(c["path"]),
+                        bool(c.get("complete")),
+                        int(c.get("bytes") or 0),
+                        json.dumps(c, default=str),
+                    ]
+                    for c in checkpoints
+                ],
+            )
+
+
+def runs_with_checkpoints(store: Store) -> set[str]:
+    """The runs that have a stored checkpoint index."""
+    return {r[0] for r in store.rows("SELECT DISTINCT run_id FROM checkpoints")}
+
+
+def checkpoints(store: Store, run: str) -> list[dict]:
+    """The run's stored checkpoint index, by step."""
+    rows = store.rows("SELECT info FROM checkpoints WHERE run_id = ? ORDER BY step", [run])
+    return [json.loads(r[0]) for r in rows]

@@ -1,0 +1,255 @@
+"""The DuckDB store: the only module (with its `store_*.py` siblings) that holds SQL.
+
+One file, one connection, a cursor per thread (DuckDB allows one writer process; inside it, cursors share the
+database). Writes go through `Store.transaction()`, which serialises writers with a lock so the ingest loop
+and an API call (ack, resolve) never conflict. Every query takes parameters, never formatted values.
+
+Points are long and narrow: one row per (run, metric, step) in `points`, always the latest value; a value
+replaced by a later write of the same step (a resumed run rewriting steps, a rotated or truncated file) moves
+to `points_replaced` with the segment it came from, so both lives stay inspectable and no query pays for the
+replacement rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+
+from collector.core.model import BadLine
+from collector.store.points import PointWrites, SourceState, arrow
+from collector.store.schema import StoreError, migrate
+
+# DuckDB's buffer pool would take 80% of RAM; the collector stays small (it spills to disk past this).
+MEMORY_LIMIT = "160MB"
+
+
+class Store(PointWrites):
+    """One DuckDB file. Thread-safe: each thread gets its own cursor; writers take turns."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
+        except duckdb.IOException as e:
+            raise StoreError(
+                f"cannot open the database {self.path}: {e}. Only one process may hold it; if a collector "
+                f"is running, use it through its API (the CLI does this by itself)."
+            ) from None
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        migrate(self._con)
+
+    def close(self) -> None:
+        """Checkpoint and close; the store is unusable afterwards."""
+        with self._write_lock:
+            self._con.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor (DuckDB connections are not shared between threads)."""
+        cur = getattr(self._local, "cur", None)
+        if cur is None:
+            cur = self._con.cursor()
+            self._local.cur = cur
+        return cur
+
+    def rows(self, sql: str, params: list | tuple = ()) -> list[tuple]:
+        """All rows of a read query."""
+        return self.cursor().execute(sql, params).fetchall()
+
+    def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
+        """All rows of a read query as dicts keyed by column name."""
+        cur = self.cursor().execute(sql, params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One atomic write: everything done with the yielded cursor commits together or not at all."""
+        with self._write_lock:
+            cur = self.cursor()
+            if getattr(self._local, "in_tx", False):
+                yield cur  # nested: the outer transaction commits
+                return
+            cur.execute("BEGIN TRANSACTION")
+            self._local.in_tx = True
+            try:
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute("ROLLBACK")
+                with contextlib.suppress(duckdb.Error):
+                    # A bulk insert that failed could not put its global setting back inside the aborted
+                    # transaction (store_points._unordered); later reads and stages rely on row order.
+                    cur.execute("RESET preserve_insertion_order")
+                raise
+            finally:
+                self._local.in_tx = False
+
+    # ---- runs and sources -------------------------------------------------------------------------
+
+    def upsert_run(self, run_id: str, root: str, path: str, fmt: str) -> None:
+        """Record a run the first time it is seen; later calls keep its state and refresh path and format."""
+        now = time.time()
+        with self.transaction() as cur:
+            cur.execute(
+                """INSERT INTO runs (id, root, path, format, status, created_at, updated_at)
+                   VALUES (?, ?, ?, ?, 'unknown', ?, ?)
+                   ON CONFLICT (id) DO UPDATE SET root = excluded.root, path = excluded.path,
+                   format = excluded.format""",
+                [run_id, root, path, fmt, now, now],
+            )
+
+    def update_run_info(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        run_id: str,
+        *,
+        status: str | None = None,
+        total_steps: int | None = None,
+        config: str | None = None,
+        status_info: str | None = None,
+        last_step: int | None = None,
+        last_point_at: float | None = None,
+    ) -> None:
+        """Set the given run fields (None leaves a field as it is), inside the caller's transaction."""
+        cur.execute(
+            """UPDATE runs SET status = coalesce(?, status), total_steps = coalesce(?, total_steps),
+               config = coalesce(?, config), status_info = coalesce(?, status_info),
+               last_step = coalesce(?, last_step), last_point_at = coalesce(?, last_point_at), updated_at = ?
+               WHERE id = ?""",
+            [status, total_steps, config, status_info, last_step, last_point_at, time.time(), run_id],
+        )
+
+    def mark_detection_behind(self, cur: duckdb.DuckDBPyConnection, run_id: str, judged_to: int) -> None:
+        """Record, with the bulk rows, that detection has judged the run only up to `judged_to` (kept if
+        already behind): a restart resumes detection there instead of skipping the backlog."""
+        cur.execute(
+            "UPDATE runs SET detected_to = coalesce(detected_to, ?) WHERE id = ?", [judged_to, run_id]
+        )
+
+    def set_latest_marker(self, run_id: str, step: int | None) -> None:
+        """The step the run's checkpoint marker names (None: no marker)."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE runs SET latest_marker = ? WHERE id = ?", [step, run_id])
+
+    def set_detected_to(self, run_id: str, step: int | None) -> None:
+        """Detection has judged the run up to `step` (None: all of it)."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE runs SET detected_to = ? WHERE id = ?", [step, run_id])
+
+    def detection_backlogs(self) -> dict[str, int]:
+        """Runs whose stored points detection has not all judged: run -> step judged up to."""
+        return dict(self.rows("SELECT id, detected_to FROM runs WHERE detected_to IS NOT NULL"))
+
+    def sources(self) -> dict[str, SourceState]:
+        """Every source the store knows, by path."""
+        rows = self.rows(
+            """SELECT id, run_id, path, format, inode, device, size, mtime, byte_offset, lines, segment,
+                      state, tail_sig, parser_state FROM sources"""
+        )
+        return {r[2]: SourceState(*r[:12], tail_sig=bytes(r[12] or b""), parser_state=r[13]) for r in rows}
+
+    def add_source(self, run_id: str, path: str, fmt: str) -> SourceState:
+        """Register a file of a run (offset 0, segment 0); returns its state."""
+        with self.transaction() as cur:
+            cur.execute(
+                """INSERT INTO sources (run_id, path, format, inode, device, size, mtime, byte_offset, lines,
+                   segment, state, updated_at, tail_sig) VALUES (?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 'active', ?, ''::BLOB)
+                   ON CONFLICT (path) DO UPDATE SET run_id = excluded.run_id, format = excluded.format
+                   RETURNING id""",
+                [run_id, path, fmt, time.time()],
+            )
+            source_id = cur.fetchall()[0][0]
+        return SourceState(id=source_id, run_id=run_id, path=path, format=fmt)
+
+    def save_source(self, cur: duckdb.DuckDBPyConnection, s: SourceState) -> None:
+        """Write a source's identity and offset, inside the transaction that wrote the rows it covers."""
+        cur.execute(
+            """UPDATE sources SET inode = ?, device = ?, size = ?, mtime = ?, byte_offset = ?, lines = ?,
+               segment = ?, state = ?, tail_sig = ?, parser_state = ?, updated_at = ? WHERE id = ?""",
+            [
+                s.inode,
+                s.device,
+                s.size,
+                s.mtime,
+                s.offset,
+                s.lines,
+                s.segment,
+                s.state,
+                s.tail_sig,
+                s.parser_state,
+                time.time(),
+                s.id,
+            ],
+        )
+
+    def save_sources(self, cur: duckdb.DuckDBPyConnection, states: list[SourceState]) -> None:
+        """`save_source` for many sources in one statement (a live cycle touches a hundred)."""
+        if not states:
+            return
+        fields = (
+            "id",
+            "inode",
+            "device",
+            "size",
+            "mtime",
+            "offset",
+            "lines",
+            "segment",
+            "state",
+            "parser_state",
+        )
+        pa = arrow()
+        columns = {f: [getattr(x, f) for x in states] for f in fields}
+        columns["tail_sig"] = pa.array([x.tail_sig for x in states], pa.binary())
+        cur.register("rw_sources", pa.table(columns))
+        try:
+            cur.execute(
+                """UPDATE sources SET inode = t.inode, device = t.device, size = t.size, mtime = t.mtime,
+                   byte_offset = t."offset", lines = t.lines, segment = t.segment, state = t.state,
+                   tail_sig = t.tail_sig, parser_state = t.parser_state, updated_at = ?
+                   FROM rw_sources t WHERE sources.id = t.id""",
+                [time.time()],
+            )
+        finally:
+            cur.unregister("rw_sources")
+
+    def set_runs_progress(self, cur: duckdb.DuckDBPyConnection, last_steps: dict[str, int]) -> None:
+        """Each run's newest step and the time points last came, in one statement."""
+        if not last_steps:
+            return
+        now = time.time()
+        cur.register(
+            "rw_runs", arrow().table({"id": list(last_steps), "last_step": list(last_steps.values())})
+        )
+        try:
+            cur.execute(
+                """UPDATE runs SET last_step = t.last_step, last_point_at = ?, updated_at = ?
+                   FROM rw_runs t WHERE runs.id = t.id""",
+                [now, now],
+            )
+        finally:
+            cur.unregister("rw_runs")
+
+    def quarantine(self, cur: duckdb.DuckDBPyConnection, s: SourceState, bad: list[BadLine]) -> None:
+        """Keep bad lines with their file line number and reason, inside the caller's transaction."""
+        if not bad:
+            return
+        now = time.time()
+        cur.executemany(
+            "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?)",
+            [[s.id, s.segment, b.line, b.reason, b.text, now] for b in bad],
+        )
+
+    def max_steps(self) -> dict[str, int]:
+        """The highest stored step of every run (what a new batch must exceed to be a plain append), from
+        the per-metric summaries kept in the same transactions as the points (no pass over the points)."""
+        return dict(self.rows("SELECT run_id, max(last_step) FROM metric_stats GROUP BY run_id"))
+
+    # ---- points ---------------------------------------------------------------------------------

@@ -1,0 +1,263 @@
+"""Read queries over the store for the API and the CLI: runs, series (downsampled or raw), sources, quarantine.
+
+SQL lives here and in `store.py` / `store_alerts.py` only; every query takes parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from collector.core.model import Points
+from collector.store.db import Store
+
+
+def runs(store: Store, run: str | None = None) -> list[dict]:
+    """Runs with their state, newest activity first (or just `run`)."""
+    where, params = ("WHERE id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"""SELECT id, root, path, format, status, last_step, total_steps, created_at, updated_at, last_point_at,
+                   config, status_info, latest_marker
+            FROM runs {where} ORDER BY coalesce(last_point_at, created_at) DESC, id""",
+        params,
+    )
+
+
+def metric_stats(store: Store, run: str | None = None) -> list[dict]:
+    """Per (run, metric): point count, last step and the value there."""
+    where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"SELECT run_id AS run, metric, points, last_step, last_value FROM metric_stats {where} ORDER BY run_id, metric",
+        params,
+    )
+
+
+def open_alert_counts(store: Store) -> dict[str, dict[str, int]]:
+    """Per run: open (not resolved) alerts by severity."""
+    counts: dict[str, dict[str, int]] = {}
+    for run, severity, n in store.rows(
+        "SELECT run_id, severity, count(*) FROM alerts WHERE state != 'resolved' GROUP BY ALL"
+    ):
+        counts.setdefault(run, {"error": 0, "warn": 0, "info": 0})[severity] = n
+    return counts
+
+
+def runs_with_open_alert(store: Store, rule: str) -> set[str]:
+    """The runs with a not yet resolved (open or acknowledged) alert of `rule`."""
+    return {
+        run
+        for (run,) in store.rows(
+            "SELECT DISTINCT run_id FROM alerts WHERE rule = ? AND state != 'resolved'", [rule]
+        )
+    }
+
+
+def point_count(store: Store) -> int:
+    """How many points the store holds, over every run."""
+    return store.rows("SELECT count(*) FROM point_rows")[0][0]
+
+
+def series(
+    store: Store,
+    run: str,
+    metric: str,
+    points: int = 2000,
+    start: int | None = None,
+    end: int | None = None,
+    after: int | None = None,
+) -> dict:
+    """One metric of one run: raw when it has at most `points` points (or with `after`), else bucketed.
+
+    Bucketed by step range into at most `points` buckets; each bucket keeps its first, last, min and max
+    (over its finite values; NaN only when it has none), its last step, and `nonfinite`, how many NaN or
+    infinite points it holds. `values` is the bucket's last value, except that a bucket holding a NaN
+    reports NaN (else an infinity it holds), so neither a NaN nor a spike beside it is ever sampled away.
+    """
+    whole = start is None and end is None and after is None
+    low = -(2**62) if start is None else start
+    high = 2**62 if end is None else end
+    if after is not None:
+        low = max(low, after + 1)
+    if whole:
+        # The per-metric summary kept at ingest gives the count and the range without a pass over points.
+        found = store.rows(
+            "SELECT points, first_step, last_step FROM metric_stats WHERE run_id = ? AND metric = ?",
+            [run, metric],
+        )
+        total, first, last = found[0] if found else (0, None, None)
+    else:
+        total, first, last = store.rows(
+            """SELECT count(*), min(step), max(step) FROM points
+               WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?""",
+            [run, metric, low, high],
+        )[0]
+    out = {"run": run, "metric": metric, "total_points": total}
+    if after is not None or total <= max(points, 1):
+        table = (
+            store.cursor()
+            .execute(
+                "SELECT step, value FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ? ORDER BY step",
+                [run, metric, low, high],
+            )
+            .fetchnumpy()
+        )
+        out.update(steps=table["step"].tolist(), values=table["value"].tolist(), downsampled=False)
+        return out
+    span = last - first + 1
+    bucket_of = "((step - ?) * ?) // ?"  # bucket b holds the steps first + [b*span/points, (b+1)*span/points)
+    rows = store.rows(
+        # DuckDB sorts NaN above every number: max() is NaN (or +inf) and min() -inf exactly when the bucket
+        # holds such a point; only those buckets need the slower finite-only pass below.
+        f"""SELECT {bucket_of} AS bucket, max(step), arg_min(value, step), arg_max(value, step),
+                  min(value), max(value)
+           FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?
+           GROUP BY bucket ORDER BY bucket""",
+        [first, points, span, run, metric, first, last],
+    )
+    bad_buckets = [r[0] for r in rows if not (math.isfinite(r[4]) and math.isfinite(r[5]))]
+    finite_range: dict[int, tuple] = {}
+    if bad_buckets:
+        # Only the steps of the first to the last bucket holding a NaN/inf are read again.
+        low_step = first + -(-bad_buckets[0] * span // points)
+        high_step = first + -(-(bad_buckets[-1] + 1) * span // points) - 1
+        finite_range = {
+            b: (mn, mx, n)
+            for b, mn, mx, n in store.rows(
+                f"""SELECT {bucket_of} AS bucket, min(value) FILTER (WHERE isfinite(value)),
+                          max(value) FILTER (WHERE isfinite(value)), count(*) FILTER (WHERE NOT isfinite(value))
+                   FROM points WHERE run_id = ? AND metric = ? AND step BETWEEN ? AND ?
+                   GROUP BY bucket""",
+                [first, points, span, run, metric, low_step, high_step],
+            )
+        }
+    nan = math.nan
+    steps, values, mins, maxs, firsts, lasts, nonfinite = [], [], [], [], [], [], []
+    for bucket, step, first_value, last_value, low_all, high_all in rows:
+        steps.append(step)
+        firsts.append(first_value)
+        lasts.append(last_value)
+        if bucket not in finite_range:
+            values.append(last_value)
+            mins.append(low_all)
+            maxs.append(high_all)
+            nonfinite.append(0)
+            continue
+        mn, mx, bad = finite_range[bucket]
+        # The value shows the bucket's worst point (NaN first, else an infinity), so a NaN or an infinity
+        # anywhere stays on the line; min/max carry the finite range, so a spike beside it stays too.
+        values.append(nan if high_all != high_all else high_all if math.isinf(high_all) else low_all)
+        mins.append(nan if mn is None else mn)
+        maxs.append(nan if mx is None else mx)
+        nonfinite.append(bad)
+    out.update(
+        steps=steps,
+        values=values,
+        min=mins,
+        max=maxs,
+        first=firsts,
+        last=lasts,
+        nonfinite=nonfinite,
+        downsampled=True,
+    )
+    return out
+
+
+def points_from(
+    store: Store, run: str, metrics: list[str] | None, after_step: int, limit: int
+) -> list[tuple]:
+    """(step, metric, value) of a run with step > `after_step`, in step order, at most `limit` rows.
+
+    Reads a window of steps sized from the run's density first: a top-`limit` over every later point
+    would make reading a long run in slices (the live feed's playback, judging a backlog) quadratic. A
+    window may hold fewer than `limit` rows; an empty one means the run holds nothing past `after_step`.
+    """
+    where, params = "", []
+    if metrics:
+        where = f" AND metric IN ({', '.join('?' for _ in metrics)})"
+        params = list(metrics)
+    sql = f"""SELECT step, metric, value FROM points WHERE run_id = ? AND step > ? AND step <= ?{where}
+              ORDER BY step, metric LIMIT ?"""
+    total, first, last = store.rows(
+        f"SELECT sum(points), min(first_step), max(last_step) FROM metric_stats WHERE run_id = ?{where}",
+        [run, *params],
+    )[0]
+    if total:
+        span = math.ceil(limit * (last - first + 1) / total) * 2
+        rows = store.rows(sql, [run, after_step, after_step + span, *params, limit])
+        if rows or after_step + span >= last:
+            return rows
+    return store.rows(sql, [run, after_step, 2**62, *params, limit])  # a gap in the steps
+
+
+def recent_points(store: Store, run: str, per_metric: int, up_to: int | None = None) -> Points:
+    """The last `per_metric` points of each metric of a run (at or before step `up_to`), in step order:
+    what a detector needs to rebuild its state."""
+    table = (
+        store.cursor()
+        .execute(
+            """SELECT step, metric, value, wall_time FROM points WHERE run_id = ? AND step <= ?
+               QUALIFY row_number() OVER (PARTITION BY metric ORDER BY step DESC) <= ?
+               ORDER BY step, metric""",
+            [run, 2**62 if up_to is None else up_to, per_metric],
+        )
+        .fetchnumpy()
+    )
+    return Points(
+        step=table["step"].tolist(),
+        metric=table["metric"].tolist(),
+        value=table["value"].tolist(),
+        wall_time=table["wall_time"].tolist(),
+    )
+
+
+def sources(store: Store, run: str | None = None) -> list[dict]:
+    """Sources with their offsets, segments and quarantined-line counts."""
+    where, params = ("WHERE s.run_id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"""SELECT s.id, s.run_id AS run, s.path, s.format, s.byte_offset AS offset, s.lines, s.segment, s.state,
+                   (SELECT count(*) FROM quarantine q WHERE q.source_id = s.id) AS bad_lines
+            FROM sources s {where} ORDER BY s.path""",
+        params,
+    )
+
+
+def quarantined(store: Store, run: str | None = None, limit: int = 200) -> list[dict]:
+    """Quarantined lines (file, segment, line number, reason, text), oldest first."""
+    where, params = ("WHERE s.run_id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"""SELECT s.path, q.segment, q.line, q.reason, q.text FROM quarantine q JOIN sources s ON s.id = q.source_id
+            {where} ORDER BY q.created_at, q.line LIMIT ?""",
+        [*params, limit],
+    )
+
+
+def replaced_points(store: Store, run: str, metric: str) -> list[dict]:
+    """Earlier values of a metric replaced by later writes of the same step (the older lives)."""
+    return store.dicts(
+        """SELECT step, value, segment, source_id, replaced_at FROM points_replaced
+           WHERE run_id = ? AND metric = ? ORDER BY step, replaced_at""",
+        [run, metric],
+    )
+
+
+def epochs(store: Store, run: str, metric: str, epoch_metric: str) -> list[dict]:
+    """Per-epoch mean, std, min, max of `metric`, the epoch of a step being the run's `epoch_metric` there."""
+    return store.dicts(
+        """WITH e AS (SELECT step, floor(value)::BIGINT AS epoch FROM points WHERE run_id = ? AND metric = ?),
+                m AS (SELECT step, value FROM points WHERE run_id = ? AND metric = ? AND NOT isnan(value))
+           SELECT e.epoch, avg(m.value) AS mean, stddev_samp(m.value) AS std, min(m.value) AS min,
+                  max(m.value) AS max, count(*) AS points
+           FROM m ASOF JOIN e ON m.step >= e.step GROUP BY e.epoch ORDER BY e.epoch""",
+        [run, epoch_metric, run, metric],
+    )
+
+
+def parse_json(text: str | None) -> dict | None:
+    """A JSON column back to a dict (None when empty or unreadable)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else {"value": value}
