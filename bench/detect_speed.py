@@ -43,9 +43,7 @@ def feed(detector: RunDetector, points: Points) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python bench/detect_speed.py", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python bench/detect_speed.py", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--steps", type=int, default=100_000, help="steps of synthetic history (4 points each)"
     )
