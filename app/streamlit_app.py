@@ -1,4 +1,4 @@
-"""runwatch dashboard: `streamlit run app [-- --db DB --root ROOT --refresh S]`.
+"""runwatch dashboard: `python -m app [-- --db DB --root ROOT --refresh S]` or `streamlit run app [-- ...]`.
 
 The frame around every page: settings, the collector connection (started when none runs), the run chosen
 in the sidebar, and the page navigation. The pages draw what the collector's HTTP API returns.
@@ -20,7 +20,10 @@ from app import ui  # noqa: E402
 from app.connection import roots_differ  # noqa: E402
 from collector.api.client import ApiError  # noqa: E402
 
-st.set_page_config(page_title="runwatch", page_icon=":material/monitoring:", layout="wide")
+# A local icon: a Material icon name makes the browser fetch its picture from a font CDN (seen in Chromium).
+st.set_page_config(
+    page_title="runwatch", page_icon=str(Path(__file__).with_name("favicon.png")), layout="wide"
+)
 
 PAGES = [
     st.Page(
@@ -38,6 +41,7 @@ PAGES = [
 # page without this frame (seen with Streamlit 1.67).
 page = st.navigation(PAGES)
 
+ui.guard_door()
 conf = ui.settings()
 api = ui.api()
 try:

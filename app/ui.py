@@ -9,10 +9,12 @@ from pathlib import Path
 
 import streamlit as st
 
+from app import door
 from app.api import DashboardApi
 from app.connection import CollectorUnavailable, Connection, connect, log_path
 from app.settings import Settings, SettingsError, read_settings
 from collector.api.client import ApiError, Client
+from collector.core.runtime import read_token
 
 RUN_KEY = "run"
 PENDING_RUN_KEY = "pending_run"  # set by a page to choose the run shown after switching pages
@@ -24,6 +26,32 @@ STATUS_ICONS = {
     "failed": ":material/error:",
     "stalled": ":material/pause_circle:",
 }
+
+
+def guard_door() -> None:
+    """Stop the page for a foreign `Host` header, and ask for the password when the dashboard is not on loopback.
+
+    Runs before any call to the collector, so a refused visitor gets no data at all (see `app.door`).
+    """
+    bind = st.get_option("server.address")
+    refusal = door.host_refusal(st.context.headers.get("Host"), bind, door.environment())
+    if refusal:
+        st.error(refusal)
+        st.stop()
+    if door.is_loopback(bind) or st.session_state.get("_door_open"):
+        return
+    expected = door.expected_password(door.environment(), read_token(settings().db))
+    st.info(
+        f"This dashboard listens on {bind or 'every interface'}, so it asks for a password: "
+        f"{door.PASSWORD_ENV} if its owner set one, else the token in the file `DB.token`."
+    )
+    given = st.text_input("Password", type="password")
+    if given and door.password_matches(given, expected):
+        st.session_state["_door_open"] = True
+        st.rerun()
+    if given:
+        st.error("That is not the password.")
+    st.stop()
 
 
 def settings() -> Settings:

@@ -48,26 +48,45 @@ def chromium_or_skip() -> str:
 
 
 @contextlib.contextmanager
-def streamlit_app(db: Path, roots: list[Path], home: Path, log: Path, refresh: float = 2) -> Iterator[str]:
-    """Run `streamlit run app -- --db DB --root R...` headless on a free port; yield its address."""
+def streamlit_app(
+    db: Path,
+    roots: list[Path],
+    home: Path,
+    log: Path,
+    refresh: float = 2,
+    launch: list[str] | None = None,
+    cwd: Path = REPO,
+    env_extra: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """Run `streamlit run app -- --db DB --root R...` headless on a free port; yield its address.
+
+    `launch(port)` replaces the command before the app's own flags (to start it as a user would, e.g.
+    `python -m app` or `streamlit run /abs/app` from another folder `cwd`, with no server flags)."""
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)
+    head = (
+        [part.replace("{port}", str(port)) for part in launch]
+        if launch is not None
+        else [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app",
+            "--server.headless",
+            "true",
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.fileWatcherType",
+            "none",
+        ]
+    )
     cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        "app",
-        "--server.headless",
-        "true",
-        "--server.address",
-        "127.0.0.1",
-        "--server.port",
-        str(port),
-        "--browser.gatherUsageStats",
-        "false",
-        "--server.fileWatcherType",
-        "none",
+        *head,
         "--",
         "--db",
         str(db),
@@ -76,12 +95,12 @@ def streamlit_app(db: Path, roots: list[Path], home: Path, log: Path, refresh: f
         str(refresh),
     ]
     # A fresh HOME: no first-run e-mail prompt, no user config.
-    env = {**os.environ, "HOME": str(home)}
+    env = {**os.environ, "HOME": str(home), **(env_extra or {})}
     for name in ("RUNWATCH_DB", "RUNWATCH_ROOTS", "RUNWATCH_REFRESH"):
         env.pop(name, None)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -110,13 +129,13 @@ def streamlit_app(db: Path, roots: list[Path], home: Path, log: Path, refresh: f
 
 
 @contextlib.contextmanager
-def chromium_page(width: int = 1400, height: int = 1000) -> Iterator:
-    """A Playwright page in headless Debian Chromium."""
+def chromium_page(width: int = 1400, height: int = 1000, args: tuple[str, ...] = ()) -> Iterator:
+    """A Playwright page in headless Debian Chromium (`args`: extra command-line switches)."""
     from playwright.sync_api import sync_playwright
 
     executable = chromium_or_skip()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=executable, headless=True, args=[*CHROMIUM_ARGS, *args])
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.set_default_timeout(120_000)
