@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from collector.api import views as api_views
 from collector.api.client import ApiError, Client
-from collector.core.runtime import Settings, read_marker
+from collector.core.runtime import Settings, keep_private, read_marker
 from collector.store import read as store_read
 from collector.store.db import Store, StoreError
 
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args.db = args.db.expanduser().resolve()
+    keep_private(args.db)
     try:
         if args.command == "serve":
             return _serve(args)

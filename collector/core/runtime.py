@@ -88,6 +88,29 @@ def remove_marker(db: Path, pid: int) -> None:
             path.unlink()
 
 
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+
+def keep_private(db: Path) -> None:
+    """Make everything this process writes beside `db` readable by its owner only, whatever the umask.
+
+    From here on new files are 0600 and new folders 0700 (the umask of this process becomes 0o077: DuckDB's
+    file and WAL, the alert log, the marker, scratch pieces); files an older collector or a looser umask
+    left readable by others are re-moded. A shared GPU node's other users then cannot read the runs.
+    """
+    os.umask(0o077)
+    for path in (db, Path(f"{db}.wal"), token_path(db), marker_path(db), alerts_log_path(db)):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path, PRIVATE_FILE)
+    scratch = scratch_path(db)
+    if scratch.is_dir():
+        os.chmod(scratch, PRIVATE_DIR)
+        for child in scratch.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(child, PRIVATE_DIR if child.is_dir() else PRIVATE_FILE)
+
+
 def read_token(db: Path) -> str | None:
     try:
         return token_path(db).read_text().strip() or None

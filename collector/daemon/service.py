@@ -17,7 +17,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collector.core.runtime import Settings, ensure_token, read_marker, remove_marker, write_marker
+from collector.core.runtime import (
+    Settings,
+    ensure_token,
+    keep_private,
+    read_marker,
+    remove_marker,
+    write_marker,
+)
 from collector.daemon.detection import Detection, default_sinks
 from collector.formats import discover
 from collector.ingest.reader import Ingestor
@@ -42,6 +49,7 @@ class Collector:
         self.settings = settings
         self.db = Path(settings.db).resolve()
         self.roots = [Path(r).resolve() for r in settings.roots]
+        keep_private(self.db)
         self.store = Store(self.db)
         self.detection = Detection(
             self.store, self.db, default_sinks(self.db, settings.webhook) if sinks is None else sinks
