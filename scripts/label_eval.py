@@ -99,8 +99,8 @@ def has_metric_values(name: str, facts: dict[str, dict]) -> bool:
 
 def _logged_steps(db: str) -> dict[str, int]:
     """Per run: the point count of its most-logged metric."""
-    from collector import store_read
-    from collector.store import Store
+    from collector.store import read as store_read
+    from collector.store.db import Store
 
     store = Store(db)
     try:
