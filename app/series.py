@@ -34,10 +34,10 @@ def is_finite(value: float | None) -> bool:
 
 
 def from_api(series: dict) -> dict:
-    """Turn one API series (`steps`, `values`, optional `min`/`max`, `downsampled`) into the app's series.
+    """Turn one API series (`steps`, `values`, optional `min`/`max`/`nonfinite`, `downsampled`) into the app's.
 
-    Promises lists of equal length; a bucket or point holding NaN/inf is listed in `nonfinite_steps` whether
-    the API listed it or only wrote a null.
+    Promises lists of equal length; a bucket or point holding NaN/inf is listed in `nonfinite_steps`: a
+    bucket the API counts NaN/inf points in (`nonfinite`), or a value the API wrote as NaN, inf or null.
     """
     steps = [int(s) for s in series.get("steps") or []]
     values = [_number(v) for v in series.get("values") or []]
@@ -47,7 +47,8 @@ def from_api(series: dict) -> dict:
         maxs = [_number(v) for v in series["max"]]
     else:
         mins, maxs = list(values), list(values)
-    nonfinite = {int(s) for s in series.get("nonfinite_steps") or []}
+    counts = series.get("nonfinite") if downsampled else None
+    nonfinite = {step for step, n in zip(steps, counts or [], strict=False) if n}
     for step, value, lo, hi in zip(steps, values, mins, maxs, strict=True):
         if not (is_finite(value) and is_finite(lo) and is_finite(hi)):
             nonfinite.add(step)

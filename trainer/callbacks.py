@@ -14,6 +14,19 @@ from pathlib import Path
 from typing import Any
 
 
+def scalar(value: Any) -> Any:
+    """A JSON-ready value: tensors and numpy scalars become floats; other numbers and strings pass."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError, RuntimeError):
+            return str(value)
+    return str(value)
+
+
 @dataclass
 class RunInfo:
     """What every writer may want to know when training begins."""

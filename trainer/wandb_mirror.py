@@ -3,24 +3,19 @@
 The mirror is one more `RunCallback`: it sends exactly what metrics.jsonl gets. `WANDB_MODE` defaults to
 `offline` (no network, no account): the run lands in `RUN_DIR/wandb/offline-run-*/run-*.wandb`.
 `read_offline_history` reads such a file back (wandb 0.31 ships no Python reader for it): the file is a
-LevelDB-style log of length-prefixed protobuf `Record`s, and we keep the `history` ones.
+LevelDB-style log of length-prefixed protobuf `Record`s (framing: `collector.formats.wandb_records`, shared
+with the collector), and we keep the `history` ones.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import struct
 from pathlib import Path
 from typing import Any
 
-from trainer.callbacks import RunCallback, RunInfo
-from trainer.writers import scalar
-
-BLOCK = 32768
-FILE_HEADER = struct.Struct("<4sHB")  # ":W&B", magic 0xBEE1, version
-RECORD_HEADER = struct.Struct("<IHB")  # crc32c, length, chunk type
-FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+from collector.formats.wandb_records import frame_records
+from trainer.callbacks import RunCallback, RunInfo, scalar
 
 
 class WandbMirror(RunCallback):
@@ -66,42 +61,16 @@ class WandbMirror(RunCallback):
         self._finish(1)
 
 
-def _chunks(data: bytes):
-    """The payloads of a LevelDB-style log, whole records reassembled from their chunks."""
-    pos = FILE_HEADER.size
-    pending = b""
-    while pos + RECORD_HEADER.size <= len(data):
-        room = BLOCK - pos % BLOCK
-        if room < RECORD_HEADER.size:  # block trailer: zero padding
-            pos += room
-            continue
-        _crc, length, kind = RECORD_HEADER.unpack_from(data, pos)
-        pos += RECORD_HEADER.size
-        payload = data[pos : pos + length]
-        pos += length
-        if kind == 0 and length == 0:
-            continue
-        if kind == FULL:
-            yield payload
-        elif kind == FIRST:
-            pending = payload
-        elif kind == MIDDLE:
-            pending += payload
-        elif kind == LAST:
-            yield pending + payload
-            pending = b""
-
-
 def read_offline_history(wandb_file: Path) -> list[dict[str, Any]]:
     """The history rows of an offline `.wandb` file: one dict per `log` call, with `_step` and the metrics."""
     from wandb.proto import wandb_internal_pb2
 
-    data = Path(wandb_file).read_bytes()
-    ident, _magic, _version = FILE_HEADER.unpack_from(data, 0)
-    if ident != b":W&B":
-        raise ValueError(f"{wandb_file}: not a wandb run file (header {ident!r})")
+    framed = frame_records(Path(wandb_file).read_bytes())
+    if framed.bad:
+        first = framed.bad[0]
+        raise ValueError(f"{wandb_file}: chunk {first.line}: {first.reason}")
     rows = []
-    for payload in _chunks(data):
+    for payload in framed.records:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
         if record.WhichOneof("record_type") != "history":

@@ -18,20 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.callbacks import RunCallback, RunInfo
-
-
-def scalar(value: Any) -> Any:
-    """A JSON-ready value: tensors and numpy scalars become floats; other numbers and strings pass."""
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    item = getattr(value, "item", None)
-    if callable(item):
-        try:
-            return item()
-        except (TypeError, ValueError, RuntimeError):
-            return str(value)
-    return str(value)
+from trainer.callbacks import RunCallback, RunInfo, scalar
 
 
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:

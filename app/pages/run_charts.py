@@ -12,7 +12,6 @@ from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, load_series
 from app.panels import Panel, api_roles, metric_names, metrics_by_role, role_panels
 from app.series import group_metrics, real_units_name, scaled, unit_scale
-from collector.core.roles import role_of
 
 api = ui.api()
 run = ui.require_run()
@@ -33,7 +32,7 @@ if last is not None and total:
     st.progress(min(last / total, 1.0), text=f"{last / total:.0%} of {total:,} steps")
 
 names = metric_names(detail.get("metrics"))
-roles = metrics_by_role(names, detail.get("roles") or api_roles(detail.get("metrics")), role_of)
+roles = metrics_by_role(names, api_roles(detail.get("metrics")), None)
 panels = role_panels(roles)
 
 controls = st.columns([3, 1, 1, 1])
@@ -75,6 +74,16 @@ def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: s
         st.caption(note)
 
 
+def alerts_table(alerts: list[dict]) -> None:
+    """The run's alerts under the charts, from the same fetch the charts' episodes come from."""
+    with st.expander("Alerts of this run"):
+        if not alerts:
+            st.write("No alerts.")
+            return
+        columns = ("id", "severity", "rule", "metric", "first_step", "last_step", "state", "message")
+        st.dataframe([{k: a.get(k) for k in columns} for a in alerts], hide_index=True)
+
+
 @st.fragment(run_every=ui.settings().refresh_s if live else None)
 def charts() -> None:
     alerts = api.alerts(run=run, state="all")
@@ -82,6 +91,7 @@ def charts() -> None:
     series = load_series(api, run, wanted, poll=live)
     if not names:
         st.info("This run has no metric points yet.")
+        alerts_table(alerts)
         return
     role_metrics = {m for p in panels for m in p.metrics}
     left, right = st.columns(2)
@@ -103,31 +113,7 @@ def charts() -> None:
         for i, metric in enumerate(metrics):
             with cols[i % 2]:
                 draw_panel(Panel(metric, (), metrics=(metric,)), series, alerts, key=f"metric-{metric}")
+    alerts_table(alerts)
 
 
 charts()
-
-with st.expander("Alerts of this run"):
-    alerts = api.alerts(run=run, state="all")
-    if alerts:
-        st.dataframe(
-            [
-                {
-                    k: a.get(k)
-                    for k in (
-                        "id",
-                        "severity",
-                        "rule",
-                        "metric",
-                        "first_step",
-                        "last_step",
-                        "state",
-                        "message",
-                    )
-                }
-                for a in alerts
-            ],
-            hide_index=True,
-        )
-    else:
-        st.write("No alerts.")

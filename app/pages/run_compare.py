@@ -8,7 +8,6 @@ from app import ui
 from app.charts import metric_figure
 from app.panels import api_roles, metric_names, metrics_by_role
 from app.series import from_api
-from collector.core.roles import role_of
 
 ROLE_PREFIX = "role:"
 
@@ -30,7 +29,7 @@ details = {run: api.run(run) for run in chosen}
 per_run = {run: set(metric_names(d.get("metrics"))) for run, d in details.items()}
 # Runs from different trainers name the same quantity differently (`loss`, `train/loss`): offer roles too.
 roles_per_run = {
-    run: metrics_by_role(sorted(per_run[run]), api_roles(d.get("metrics")), role_of)
+    run: metrics_by_role(sorted(per_run[run]), api_roles(d.get("metrics")), None)
     for run, d in details.items()
 }
 shared_roles = sorted(set.intersection(*(set(r) for r in roles_per_run.values())))

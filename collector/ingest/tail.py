@@ -53,12 +53,6 @@ class Changes(FileSystemEventHandler):
                 return
         self.wakeup.set()
 
-    def add(self, path: str) -> None:
-        """Mark a path changed by hand (an ingest request from the API)."""
-        with self._lock:
-            self._paths.add(path)
-        self.wakeup.set()
-
     def drain(self) -> tuple[set[str], list[tuple[str, str]], bool]:
         """(changed paths, moves (src, dest), whether folders appeared) since the last call."""
         with self._lock:

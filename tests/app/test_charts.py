@@ -43,7 +43,7 @@ def test_debiased_ema_passes_nan_through_without_poisoning_the_rest():
     assert debiased_ema([3.0, 5.0], 0.0) == [3.0, 5.0]
 
 
-def test_from_api_marks_null_and_listed_nonfinite_points():
+def test_from_api_marks_null_and_counted_nonfinite_points():
     series = raw_series("train/loss", [1, 2, 3], [1.0, None, "NaN"])
     assert series["nonfinite_steps"] == [2, 3]
     down = from_api(
@@ -55,7 +55,7 @@ def test_from_api_marks_null_and_listed_nonfinite_points():
             "max": [2.0, 900.0],
             "downsampled": True,
             "total_points": 200,
-            "nonfinite_steps": [0],
+            "nonfinite": [3, 0],  # the API's count of NaN/inf points per bucket
         }
     )
     assert down["maxs"] == [2.0, 900.0] and down["mins"] == [0.5, 0.4]

@@ -1,4 +1,4 @@
-"""Checks of the benchmark's own parts (run with `.venv/bin/pytest bench`): the generated history holds
+"""Checks of the benchmark's own parts (in the fast suite, about 8 s): the generated history holds
 exactly the points and trouble it promises, the peak-RSS measurement is per child, and the visibility
 check finds planted spikes in bucket maxima and misses removed ones."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import backfill  # noqa: E402
 import gen  # noqa: E402
 import harness  # noqa: E402
