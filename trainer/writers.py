@@ -1,7 +1,9 @@
 """Run-directory writers: metrics.jsonl, the CSV histories, status.json and run.json.
 
 Each one is a `RunCallback` with one concern. Files that are appended (JSONL, CSV) are opened in append
-mode, so a resumed run adds to what the crashed run wrote and never truncates it. Whole-file documents
+mode, so a resumed run adds to what the crashed run wrote and never truncates it; their lines go through a
+memory buffer written at a bounded interval, at checkpoints, at the end and at exit (trainer/appender.py),
+and each line's text is built from pieces encoded once (metric names, the CSV's column order). Whole-file documents
 (status.json, run.json) are replaced atomically (write a temporary file, then rename), so a reader never
 sees half a document.
 """
@@ -10,14 +12,15 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import platform
 import socket
 import time
+from operator import is_
 from pathlib import Path
 from typing import Any
 
+from trainer.appender import BufferedAppender
 from trainer.callbacks import RunCallback, RunInfo, scalar
 
 
@@ -28,29 +31,88 @@ def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_KEYS: dict[str, str] = {}  # metric name -> its JSON string and colon, encoded once per name
+
+
+def _json_key(key: str) -> str:
+    text = _KEYS.get(key)
+    if text is None:
+        text = json.dumps(key) + ":"
+        if len(_KEYS) < 100_000:  # names are few; a trainer logging unbounded names must not grow this
+            _KEYS[key] = text
+    return text
+
+
+def _json_value(value: Any) -> str:
+    if type(value) is float:
+        text = repr(value)  # what json.dumps writes for a float
+        return _NON_FINITE.get(text, text)
+    if type(value) is int:
+        return str(value)
+    return json.dumps(scalar(value), allow_nan=True, default=str)
+
+
+_LAST: list[Any] = [
+    None,
+    (),
+    (),
+    {},
+]  # the last record formatted: the dict, its keys, its values, their texts
+
+
+def value_texts(metrics: dict[str, Any]) -> dict[str, str | None]:
+    """Each plain number's text as Python writes it (`repr`: nan, inf), None for any other value.
+
+    Built once per logged record: the JSONL and CSV writers of one step get the same dict and share the
+    float formatting, the larger part of a step's cost. Reused only for the very same dict holding the very
+    same objects.
+    """
+    last = _LAST
+    if (
+        metrics is last[0]
+        and len(metrics) == len(last[1])
+        and all(map(is_, metrics, last[1]))
+        and all(map(is_, metrics.values(), last[2]))
+    ):
+        return last[3]
+    texts = {
+        key: repr(value) if type(value) is float or type(value) is int else None
+        for key, value in metrics.items()
+    }
+    last[:] = [metrics, tuple(metrics), tuple(metrics.values()), texts]
+    return texts
+
+
 def metrics_line(step: int, metrics: dict[str, Any]) -> str:
-    """One line of verl's file-logger format, `{"step":N,"data":{...}}`.
+    """One line of verl's file-logger format, `{"step":N,"data":{...}}` (what json.dumps would write).
 
     Unlike verl's logger (orjson, which writes NaN as null), non-finite values stay `NaN`/`Infinity`, so
     a NaN loss reaches the monitor as a NaN and not as a missing value.
     """
-    data = {key: scalar(value) for key, value in metrics.items()}
-    return json.dumps({"step": step, "data": data}, separators=(",", ":"), allow_nan=True)
+    parts = []
+    for key, text in value_texts(metrics).items():
+        value = _NON_FINITE.get(text, text) if text is not None else _json_value(metrics[key])
+        parts.append(_json_key(key) + value)
+    return '{"step":' + _json_value(step) + ',"data":{' + ",".join(parts) + "}}"
 
 
 class MetricsJsonlWriter(RunCallback):
-    """metrics.jsonl: one line per log call, appended, flushed at once (the collector tails it live)."""
+    """metrics.jsonl: one line per log call, appended; written at least every FLUSH_EVERY_S (the collector
+    tails it live), at each checkpoint and at the end (see trainer/appender.py for what a kill loses)."""
+
+    FLUSH_EVERY_S = 0.2
 
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / "metrics.jsonl"
-        self.fp = None
+        self.out: BufferedAppender | None = None
 
     def on_train_begin(self, info: RunInfo) -> None:
-        self.fp = open(self.path, "a", buffering=1)  # noqa: SIM115 - held open for the whole run
+        self.out = BufferedAppender(self.path, self.FLUSH_EVERY_S)
 
     def _write(self, step: int, metrics: dict[str, Any]) -> None:
-        if self.fp is not None:
-            self.fp.write(metrics_line(step, metrics) + "\n")
+        if self.out is not None:
+            self.out.append(metrics_line(step, metrics) + "\n")
 
     def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
         self._write(step, metrics)
@@ -58,10 +120,14 @@ class MetricsJsonlWriter(RunCallback):
     def on_validation_end(self, step: int, metrics: dict[str, float]) -> None:
         self._write(step, metrics)
 
+    def on_checkpoint_saved(self, step: int, path: str) -> None:
+        if self.out is not None:
+            self.out.flush()
+
     def _close(self) -> None:
-        if self.fp is not None:
-            self.fp.close()
-            self.fp = None
+        if self.out is not None:
+            self.out.close()
+            self.out = None
 
     def on_train_end(self, step: int) -> None:
         self._close()
@@ -75,26 +141,36 @@ class CsvHistoryWriter(RunCallback):
 
     `kind` picks which records it takes: "train" (training_history.csv) or "val" (validation_history.csv).
     A metric that first appears mid-run widens the header; the file is then rewritten once, atomically,
-    with the earlier rows kept (empty cells for the new column).
+    with the earlier rows kept (empty cells for the new column). Rows are written at least every
+    FLUSH_EVERY_S, at each checkpoint and at the end (see trainer/appender.py).
     """
+
+    FLUSH_EVERY_S = 1.0
 
     def __init__(self, path: Path, kind: str) -> None:
         self.path = path
         self.kind = kind
         self.columns: list[str] = []
+        self._known: set[str] = set()
+        self.out: BufferedAppender | None = None
 
     def on_train_begin(self, info: RunInfo) -> None:
         if self.path.exists() and self.path.stat().st_size > 0:
             with open(self.path, newline="") as fp:
                 self.columns = next(csv.reader(fp), [])
+        self._known = set(self.columns)
 
     def _widen(self, new_columns: list[str]) -> None:
+        if self.out is not None:
+            self.out.close()  # its rows go to the file before it is rewritten; the rename ends its handle
+            self.out = None
         rows: list[dict[str, str]] = []
         if self.path.exists():
             with open(self.path, newline="") as fp:
                 rows = list(csv.DictReader(fp))
         self.columns = self.columns or ["step"]
         self.columns += [c for c in new_columns if c not in self.columns]
+        self._known = set(self.columns)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with open(tmp, "w", newline="") as fp:
             writer = csv.DictWriter(fp, fieldnames=self.columns)
@@ -103,13 +179,15 @@ class CsvHistoryWriter(RunCallback):
         os.replace(tmp, self.path)
 
     def _append(self, step: int, metrics: dict[str, Any]) -> None:
-        values = {key: scalar(value) for key, value in metrics.items()}
-        missing = [key for key in values if key not in self.columns]
-        if missing or not self.columns:
-            self._widen(missing)
-        row = {"step": step, **{key: _csv_cell(value) for key, value in values.items()}}
-        with open(self.path, "a", newline="") as fp:
-            csv.DictWriter(fp, fieldnames=self.columns).writerow(row)
+        if not self.columns or not metrics.keys() <= self._known:
+            self._widen([key for key in metrics if key not in self._known])
+        if self.out is None:
+            self.out = BufferedAppender(self.path, self.FLUSH_EVERY_S)
+        texts = value_texts(metrics)
+        cells = [_csv_cell(step)]
+        for column in self.columns[1:]:
+            cells.append(texts.get(column) or _csv_cell(metrics.get(column)))
+        self.out.append(",".join(cells) + "\r\n")  # the csv module's own line ending, as the header has
 
     def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
         if self.kind == "train":
@@ -119,11 +197,35 @@ class CsvHistoryWriter(RunCallback):
         if self.kind == "val":
             self._append(step, metrics)
 
+    def on_checkpoint_saved(self, step: int, path: str) -> None:
+        if self.out is not None:
+            self.out.flush()
 
-def _csv_cell(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)  # nan, inf, -inf: what float() reads back
-    return value
+    def _close(self) -> None:
+        if self.out is not None:
+            self.out.close()
+            self.out = None
+
+    def on_train_end(self, step: int) -> None:
+        self._close()
+
+    def on_exception(self, step: int, error: str) -> None:
+        self._close()
+
+
+def _csv_cell(value: Any) -> str:
+    """What csv.writer writes for one value (float text that float() reads back: nan, inf, -inf)."""
+    if type(value) is float or type(value) is int:
+        return repr(value)
+    if value is None:
+        return ""
+    value = scalar(value)
+    if isinstance(value, float | int):  # bool too: "True", as csv.writer writes it
+        return repr(value) if not isinstance(value, bool) else str(value)
+    text = str(value)
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 class StatusWriter(RunCallback):

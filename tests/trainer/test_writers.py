@@ -57,6 +57,7 @@ def test_csv_widens_its_header_and_keeps_rows(tmp_path):
     writer.on_step_end(1, {"train/loss": 2.0})
     writer.on_step_end(2, {"train/loss": 1.0, "train/grad_norm": float("nan")})
     writer.on_validation_end(2, {"val/loss": 3.0})  # not a training row
+    writer.on_checkpoint_saved(2, "ckpt")  # rows are buffered; a checkpoint writes them
     with open(path, newline="") as fp:
         rows = list(csv.DictReader(fp))
     assert rows == [
@@ -66,8 +67,125 @@ def test_csv_widens_its_header_and_keeps_rows(tmp_path):
     resumed = CsvHistoryWriter(path, "train")
     resumed.on_train_begin(info(tmp_path, resume_step=2))
     resumed.on_step_end(3, {"train/grad_norm": 0.5, "train/loss": 0.9})
+    resumed.on_train_end(3)
     with open(path, newline="") as fp:
         assert [r["train/loss"] for r in csv.DictReader(fp)] == ["2.0", "1.0", "0.9"]
+
+
+def test_fast_lines_match_the_json_and_csv_modules(tmp_path):
+    import numpy as np
+
+    metrics = {
+        "train/loss": 0.1 + 0.2,
+        "train/lr": 1e-7,
+        "n": 3,
+        "flag": True,
+        "np": np.float32(0.5),
+        "name": 'a,"b"',
+        "neg": float("-inf"),
+        "none": None,
+    }
+    assert json.loads(metrics_line(7, metrics)) == json.loads(
+        json.dumps(
+            {"step": 7, "data": {k: v.item() if hasattr(v, "item") else v for k, v in metrics.items()}}
+        )
+    )
+    path = tmp_path / "training_history.csv"
+    writer = CsvHistoryWriter(path, "train")
+    writer.on_train_begin(info(tmp_path))
+    writer.on_step_end(7, metrics)
+    writer.on_train_end(7)
+    with open(path, newline="") as fp:
+        row = list(csv.DictReader(fp))[0]
+    assert row == {
+        "step": "7",
+        "train/loss": repr(0.1 + 0.2),
+        "train/lr": "1e-07",
+        "n": "3",
+        "flag": "True",
+        "np": "0.5",
+        "name": 'a,"b"',
+        "neg": "-inf",
+        "none": "",
+    }
+
+
+def test_lines_wait_in_memory_until_their_interval_a_checkpoint_or_the_end(tmp_path):
+    jsonl = MetricsJsonlWriter(tmp_path)
+    jsonl.FLUSH_EVERY_S = 3600.0
+    history = CsvHistoryWriter(tmp_path / "training_history.csv", "train")
+    history.FLUSH_EVERY_S = 3600.0
+    for writer in (jsonl, history):
+        writer.on_train_begin(info(tmp_path))
+        writer.on_step_end(1, {"train/loss": 2.0})
+        writer.on_step_end(2, {"train/loss": 1.0})
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    assert (tmp_path / "training_history.csv").read_bytes() == b"step,train/loss\r\n"  # the header only
+    for writer in (jsonl, history):
+        writer.on_checkpoint_saved(2, "ckpt")
+        writer.on_step_end(3, {"train/loss": 0.5})
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    assert len((tmp_path / "training_history.csv").read_text().splitlines()) == 3
+    for writer in (jsonl, history):
+        writer.on_train_end(3)
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
+    assert len((tmp_path / "training_history.csv").read_text().splitlines()) == 4
+
+
+BUFFERED_CHILD = """
+import sys, time
+from pathlib import Path
+from trainer.callbacks import RunInfo
+from trainer.writers import CsvHistoryWriter, MetricsJsonlWriter
+run_dir, mode = Path(sys.argv[1]), sys.argv[2]
+info = RunInfo(run_dir=run_dir, trainer="verl_sft", preset="t", config={}, total_steps=None, resume_step=0)
+jsonl, history = MetricsJsonlWriter(run_dir), CsvHistoryWriter(run_dir / "training_history.csv", "train")
+jsonl.FLUSH_EVERY_S = 3600.0 if mode == "exit" else 0.05
+history.FLUSH_EVERY_S = jsonl.FLUSH_EVERY_S
+for writer in (jsonl, history):
+    writer.on_train_begin(info)
+    for step in range(1, 1001):
+        writer.on_step_end(step, {"train/loss": 1.0 / step})
+if mode == "exit":
+    sys.exit(0)  # no on_train_end: the interpreter's exit writes the buffers
+print("paused", flush=True)
+time.sleep(600)  # a long pause in training: the background thread writes what is buffered
+"""
+
+
+def _run_child(run_dir: Path, mode: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-c", BUFFERED_CHILD, str(run_dir), mode], env=env, cwd=REPO, stdout=subprocess.PIPE
+    )
+
+
+def test_a_clean_exit_writes_every_buffered_line(tmp_path):
+    child = _run_child(tmp_path, "exit")
+    assert child.wait(timeout=120) == 0
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1000
+    assert len((tmp_path / "training_history.csv").read_text().splitlines()) == 1001
+
+
+def test_a_pause_in_training_does_not_hold_lines_back_and_a_kill_loses_none_written(tmp_path):
+    import time
+
+    child = _run_child(tmp_path, "pause")
+    try:
+        assert child.stdout.readline() == b"paused\n"
+        deadline = time.monotonic() + 60  # a bound for a loaded machine; the interval is 0.05 s
+        while time.monotonic() < deadline:
+            lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+            rows = (tmp_path / "training_history.csv").read_text().splitlines()
+            if len(lines) == 1000 and len(rows) == 1001:
+                break
+            time.sleep(0.05)
+        assert len(lines) == 1000 and len(rows) == 1001
+        assert json.loads(lines[-1]) == {"step": 1000, "data": {"train/loss": 0.001}}
+    finally:
+        child.kill()
+        child.wait()
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1000
 
 
 def test_status_goes_running_then_failed_atomically(tmp_path):
