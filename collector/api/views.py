@@ -33,9 +33,55 @@ def _latest_by_role(stats: list[dict], role: str) -> float | None:
     return best["last_value"] if best else None
 
 
+# What checkpoint advice reads besides the checkpoint index: evaluation series and these alerts' steps.
+_EVAL_ROLES = ("val_loss", "val_score", "eval_metric")
+_BAD_RULES = ("nonfinite", "grad_spike")
+# (database, run) -> (what the recommendation was built from, the recommended step): the overview would
+# otherwise rebuild every run's advice (every evaluation series, a TOML read) on every refresh.
+_RECOMMENDED: dict[tuple[str, str], tuple[tuple, int | None]] = {}
+
+
+def _file_stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _recommended_step(store: Store, r: dict, stats: list[dict], signature: tuple | None) -> int | None:
+    """The run's recommended checkpoint step, rebuilt only when something advice reads has changed: its
+    checkpoint index, bad-step alerts or replaced points (`signature`), its evaluation series' counts and
+    last values, its config, status and latest marker, or either thresholds file."""
+    run_dir = Path(r["path"]) if r["path"] else None
+    inputs = (
+        signature,
+        hash(r["config"]),
+        hash(r["status_info"]),
+        r["latest_marker"],
+        r["format"],
+        tuple(
+            (s["metric"], s["points"], s["last_step"], repr(s["last_value"]))
+            for s in stats
+            if role_of(s["metric"]) in _EVAL_ROLES
+        ),
+        _file_stamp(thresholds_path(store.path)),
+        _file_stamp(run_dir / "runwatch.toml") if run_dir is not None else None,
+    )
+    key = (str(store.path), r["id"])
+    cached = _RECOMMENDED.get(key)
+    if cached is not None and cached[0] == inputs:
+        return cached[1]
+    rec = checkpoints(store, r["id"]).get("recommended")
+    step = rec["step"] if rec else None
+    _RECOMMENDED[key] = (inputs, step)
+    return step
+
+
 def runs(store: Store) -> list[dict]:
     """Every run with its state, latest losses, open alerts and recommended checkpoint step."""
     counts = store_read.open_alert_counts(store)
+    signatures = store_read.advice_signatures(store, _BAD_RULES)
     stats_by_run: dict[str, list[dict]] = {}
     for s in store_read.metric_stats(store):
         stats_by_run.setdefault(s["run"], []).append(s)
@@ -44,7 +90,17 @@ def runs(store: Store) -> list[dict]:
     out = []
     for r in store_read.runs(store):
         stats = stats_by_run.get(r["id"], [])
-        out.append(_run_summary(store, r, stats, counts, r["id"] in with_checkpoints, r["id"] in stalled))
+        out.append(
+            _run_summary(
+                store,
+                r,
+                stats,
+                counts,
+                r["id"] in with_checkpoints,
+                r["id"] in stalled,
+                signatures.get(r["id"]),
+            )
+        )
     return out
 
 
@@ -65,13 +121,18 @@ def run_status(r: dict, stalled: bool) -> str:
 
 
 def _run_summary(
-    store: Store, r: dict, stats: list[dict], counts: dict, has_checkpoints: bool, stalled: bool
+    store: Store,
+    r: dict,
+    stats: list[dict],
+    counts: dict,
+    has_checkpoints: bool,
+    stalled: bool,
+    signature: tuple | None,
 ) -> dict:
     recommended = None
     # A lone trainer_state.json has no checkpoint folders to index; its advice infers them from save_steps.
     if has_checkpoints or r["format"] == "hf_trainer_state":
-        rec = checkpoints(store, r["id"]).get("recommended")
-        recommended = rec["step"] if rec else None
+        recommended = _recommended_step(store, r, stats, signature)
     return {
         "id": r["id"],
         "path": r["path"],
@@ -85,6 +146,7 @@ def _run_summary(
         "val_loss": _latest_by_role(stats, "val_loss"),
         "open_alerts": _open_counts(counts, r["id"]),
         "recommended_step": recommended,
+        "judged_to": r["detected_to"],  # a stored backlog being judged: the step alerts are up to; else None
     }
 
 
@@ -97,7 +159,10 @@ def run(store: Store, run_id: str) -> dict:
     stats = store_read.metric_stats(store, run_id)
     has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
     stalled = run_id in store_read.runs_with_open_alert(store, "stalled")
-    out = _run_summary(store, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled)
+    signature = store_read.advice_signatures(store, _BAD_RULES).get(run_id)
+    out = _run_summary(
+        store, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled, signature
+    )
     out["config"] = store_read.parse_json(r["config"])
     out["status_info"] = store_read.parse_json(r["status_info"])
     out["metrics"] = [
@@ -197,13 +262,13 @@ def checkpoints(store: Store, run_id: str, metric: str | None = None, direction:
     index = store_alerts.checkpoints(store, run_id)
     evals_by_metric: dict[str, list[tuple[int, float]]] = {}
     for s in store_read.metric_stats(store, run_id):
-        if role_of(s["metric"]) in ("val_loss", "val_score", "eval_metric") or s["metric"] == metric:
+        if role_of(s["metric"]) in _EVAL_ROLES or s["metric"] == metric:
             series = store_read.series(store, run_id, s["metric"], points=10**9)
             evals_by_metric[s["metric"]] = list(zip(series["steps"], series["values"], strict=True))
     bad = [
         (a["first_step"], a["last_step"])
         for a in store_alerts.list_alerts(store, run=run_id)
-        if a["rule"] in ("nonfinite", "grad_spike")
+        if a["rule"] in _BAD_RULES
     ]
     latest = r["latest_marker"]  # verl: what a resume would load, never offered for deletion
     if latest is None and r["format"] == "hf_trainer_state":

@@ -17,7 +17,7 @@ def runs(store: Store, run: str | None = None) -> list[dict]:
     where, params = ("WHERE id = ?", [run]) if run is not None else ("", [])
     return store.dicts(
         f"""SELECT id, root, path, format, status, last_step, total_steps, created_at, updated_at, last_point_at,
-                   config, status_info, latest_marker
+                   config, status_info, latest_marker, detected_to
             FROM runs {where} ORDER BY coalesce(last_point_at, created_at) DESC, id""",
         params,
     )
@@ -40,6 +40,23 @@ def open_alert_counts(store: Store) -> dict[str, dict[str, int]]:
     ):
         counts.setdefault(run, {"error": 0, "warn": 0, "info": 0})[severity] = n
     return counts
+
+
+def advice_signatures(store: Store, alert_rules: tuple[str, ...]) -> dict[str, tuple]:
+    """Per run, a value that changes whenever its checkpoint index, its alerts of `alert_rules` or its
+    replaced points change (three grouped queries over every run): what a cached answer built from them
+    is checked against."""
+    out: dict[str, list] = {}
+    queries = (
+        "SELECT run_id, count(*), sum(hash(step, path, complete, bytes, info)) FROM checkpoints GROUP BY ALL",
+        f"""SELECT run_id, count(*), sum(hash(id, rule, first_step, last_step, state))
+            FROM alerts WHERE rule IN ({", ".join("?" * len(alert_rules))}) GROUP BY ALL""",
+        "SELECT run_id, count(*), max(replaced_at) FROM points_replaced GROUP BY ALL",
+    )
+    for i, sql in enumerate(queries):
+        for run, *figures in store.rows(sql, list(alert_rules) if i == 1 else []):
+            out.setdefault(run, [None, None, None])[i] = tuple(figures)
+    return {run: tuple(parts) for run, parts in out.items()}
 
 
 def runs_with_open_alert(store: Store, rule: str) -> set[str]:
