@@ -1,11 +1,12 @@
 """The narrow shapes every part of the collector agrees on.
 
 Parsers produce `ParseResult`s of columnar `Points`; the store keeps them; detectors read them back as
-`Series`. Nothing here does I/O.
+`Series`. Each input format is one `Format`. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -54,7 +55,9 @@ class ParseResult:
     `consumed` is how many bytes of the input were fully handled (complete records, good or bad); the
     caller stores `offset + consumed` and hands the rest back next time. `lines` is how many complete
     lines (records) that covers, so line numbers stay right across calls. `info` carries whole-file facts
-    (status, config, best checkpoint, checkpoint marker) for the formats that have them.
+    (status, config, best checkpoint, checkpoint marker) for the formats that have them. `state` is what
+    the parser needs handed back as `state=` on its next read of the same file (the CSV header in force),
+    JSON-serialisable; None when it needs nothing.
     """
 
     points: Points = field(default_factory=Points)
@@ -62,6 +65,37 @@ class ParseResult:
     lines: int = 0
     bad: list[BadLine] = field(default_factory=list)
     info: dict = field(default_factory=dict)
-    # True for whole-document formats (trainer_state.json, status.json, run.json): each read replaces the
-    # previous one, so the caller re-reads from offset 0 on every change instead of appending.
-    whole_file: bool = False
+    state: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What a file's `info` says about its run, in the store's terms (None: the file does not say)."""
+
+    status: str | None = None  # running / completed / failed, as the trainer wrote it
+    status_info: dict | None = None  # the whole status document (progress, pid, host, error)
+    total_steps: int | None = None
+    config: dict | None = None  # the training config (run.json) or the trainer's run facts
+    checkpoint_marker: int | None = None  # the step of the newest complete checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """One input format, declared once by its module in `collector/formats/` (see that package's docstring).
+
+    `names`: file name patterns (fnmatch; `*.ext` matches the extension in any case; a pattern with `/`
+    matches the end of the path) that are this format by name alone. `sniffed`: patterns whose files are
+    this format only when `sniff(head)` is true of their first 64 KiB. `parse(data, first_line, *, path,
+    state)` is pure. `whole_document`: each change replaces the file (re-read from offset 0, points merged
+    by step). `role`: "metrics" (points) or "meta" (run facts only). `run_info(info)` reads the run-level
+    facts from a parse's `info`; None for formats whose info says nothing about the run.
+    """
+
+    name: str
+    parse: Callable[..., ParseResult]
+    names: tuple[str, ...] = ()
+    sniffed: tuple[str, ...] = ()
+    sniff: Callable[[bytes], bool] | None = None
+    whole_document: bool = False
+    role: str = "metrics"
+    run_info: Callable[[dict], RunInfo] | None = None

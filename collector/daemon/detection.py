@@ -10,7 +10,7 @@ import logging
 import time
 from pathlib import Path
 
-from collector.core.model import Points
+from collector.core.model import Points, RunInfo
 from collector.core.runtime import alerts_log_path, thresholds_path
 from collector.detect.config import ConfigError, DetectConfig, load_config
 from collector.detect.engine import AlertEvent, RunDetector
@@ -131,15 +131,16 @@ class Detection:
             return True
         return bool(self.behind)
 
-    def run_info_changed(self, run: str, fmt: str, info: dict) -> None:
-        if fmt == "status":
-            self.status[run] = info
-            return
-        if fmt in ("run_config", "hf_trainer_state"):
-            self.run_info[run] = info
+    def run_info_changed(self, run: str, facts: RunInfo) -> None:
+        """A file with run facts changed: keep the status for time-based rules, give the config to the
+        run's detector, index the checkpoints when the checkpoint marker moved."""
+        if facts.status_info is not None:
+            self.status[run] = facts.status_info
+        if facts.config is not None:
+            self.run_info[run] = facts.config
             if run in self.detectors:
-                self.detectors[run].set_run_info(info)
-        if fmt == "checkpoint_marker":
+                self.detectors[run].set_run_info(facts.config)
+        if facts.checkpoint_marker is not None:
             self.scan_checkpoints(run)
 
     def scan_checkpoints(self, run: str) -> None:

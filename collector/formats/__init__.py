@@ -1,30 +1,86 @@
-"""One parser module per file format, all with the contract in `collector/model.py` and docs/architecture.md.
+"""Input formats: one module per format, each declaring one `Format` descriptor, registered once here.
 
-`parser_for(format)` gives the `parse(data, first_line)` function for a format name of
-`collector.formats.discover.FORMATS`. The CSV parser also takes `header=` (see `csv_history.parse`): the caller keeps
-`info["header"]` between calls. Modules are imported on first use (the TensorBoard one pulls in protobuf).
+How to add a format (the whole contract):
+1. Write `collector/formats/<name>.py` with a pure parser (no I/O, no clock, no database):
+   `parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult`.
+   `data` is the file's bytes from the stored offset (from 0 for a whole document); `path` is the file's
+   path (an MLflow metric's name is in it); `state` is the `ParseResult.state` the previous read of this file
+   returned (None on a read from offset 0). Consume only complete records (`consumed`, `lines`); report
+   every unreadable record as a `BadLine` with its 1-based line (record) number and never raise.
+2. In that module declare `FORMAT = Format(name=..., parse=parse, ...)` (`collector.core.model.Format`):
+   the file name patterns that are the format by name (`names`), the patterns that need a look at the first
+   64 KiB (`sniffed` with `sniff(head) -> bool`), `whole_document` (re-read from 0 on every change),
+   `role` ("metrics" or "meta") and `run_info(info) -> RunInfo` when its `info` says something about the run.
+3. Add the module's name to `MODULES` below: the order is the precedence when one run folder holds several
+   metrics formats (only the first is ingested for points), and the order in which names are matched.
+4. Tests: `tests/collector/test_parsers_<name>.py` (a real or self-written sample; split-anywhere reads
+   equal one read), and a sample in `tests/collector/test_parsers_garbage.py` (the fuzz covers every
+   registered format and fails until it has one).
+Nothing else changes: discovery, the incremental reader, the store and the daemon read only descriptors.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import importlib
 from collections.abc import Callable
+from pathlib import PurePath
 
-from collector.core.model import ParseResult
+from collector.core.model import Format, ParseResult
 
-MODULE_OF_FORMAT = {
-    "jsonl": "jsonl",
-    "console": "console",
-    "csv": "csv_history",
-    "hf_trainer_state": "hf_trainer_state",
-    "tensorboard": "tensorboard_events",
-    "status": "status",
-    "run_config": "run_config",
-    "checkpoint_marker": "checkpoint_marker",
-}
+# Format modules, metrics formats first in the order they win over one another, then the meta formats.
+MODULES = (
+    "jsonl",
+    "tensorboard_events",
+    "hf_trainer_state",
+    "csv_history",
+    "console",
+    "status",
+    "run_config",
+    "checkpoint_marker",
+)
 
 
-def parser_for(fmt: str) -> Callable[..., ParseResult]:
-    """The `parse` function for format `fmt`; KeyError for a name not in `MODULE_OF_FORMAT`."""
-    module = importlib.import_module(f"collector.formats.{MODULE_OF_FORMAT[fmt]}")
-    return module.parse
+@functools.cache
+def registry() -> dict[str, Format]:
+    """Every registered format by name, in `MODULES` order."""
+    found: dict[str, Format] = {}
+    for module_name in MODULES:
+        fmt = importlib.import_module(f"collector.formats.{module_name}").FORMAT
+        if fmt.name in found:
+            raise ValueError(f"format {fmt.name!r} is declared by two modules")
+        found[fmt.name] = fmt
+    return found
+
+
+def names() -> tuple[str, ...]:
+    """The names of every registered format."""
+    return tuple(registry())
+
+
+def get(name: str) -> Format:
+    """The format called `name`; KeyError for a name no module declares."""
+    return registry()[name]
+
+
+def parser_for(name: str) -> Callable[..., ParseResult]:
+    """The `parse` function of format `name`; KeyError for a name no module declares."""
+    return get(name).parse
+
+
+def by_name(path: PurePath) -> tuple[Format | None, list[Format]]:
+    """The format `path` is by its name alone (None if none), and the formats it may be after a sniff."""
+    for fmt in registry().values():
+        if any(_matches(path, p) for p in fmt.names):
+            return fmt, []
+    return None, [f for f in registry().values() if any(_matches(path, p) for p in f.sniffed)]
+
+
+def _matches(path: PurePath, pattern: str) -> bool:
+    if "/" in pattern:
+        tail = "/".join(path.parts[-(pattern.count("/") + 1) :])
+        return fnmatch.fnmatchcase(tail, pattern)
+    if pattern.startswith("*.") and "*" not in pattern[1:]:
+        return path.name.lower().endswith(pattern[1:].lower())
+    return fnmatch.fnmatchcase(path.name, pattern)

@@ -107,11 +107,11 @@ def wall_time_of(record: dict) -> float | None:
 def parse_json_document(data: bytes, what: str) -> ParseResult:
     """A whole JSON document whose top level must be an object: the object goes to `info`, no points.
 
-    Promises `whole_file=True`. Invalid JSON (perhaps caught half-written), non-UTF-8 bytes or a top level
+    Invalid JSON (perhaps caught half-written), non-UTF-8 bytes or a top level
     that is not an object give one BadLine and `consumed=0`, so the caller reads the file again after its
     next change. `what` names the file kind in the reason.
     """
-    result = ParseResult(whole_file=True)
+    result = ParseResult()
     try:
         document = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -133,3 +133,9 @@ def parse_json_document(data: bytes, what: str) -> ParseResult:
     result.consumed = len(data)
     result.lines = data.count(b"\n")
     return result
+
+
+def total_steps_of(info: dict) -> int | None:
+    """A run's planned length as a whole-file document states it (`total_steps`, else `max_steps`)."""
+    total = info.get("total_steps", info.get("max_steps"))
+    return total if isinstance(total, int) and not isinstance(total, bool) else None

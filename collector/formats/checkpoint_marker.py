@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collector.core.model import BadLine, ParseResult
+from collector.core.model import BadLine, Format, ParseResult, RunInfo
 from collector.formats._common import bad_text
 
 
-def parse(data: bytes, first_line: int = 1) -> ParseResult:
-    """`info["latest_checkpointed_iteration"]` is the step the file names; `whole_file=True`, no points.
+def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
+    """`info["latest_checkpointed_iteration"]` is the step the file names; no points.
 
     An empty file (caught between truncate and write) or text that is not a whole number gives one BadLine
-    and `consumed=0`. `first_line` is accepted for the common signature and unused.
+    and `consumed=0`. `first_line`, `path` and `state` are unused (the common signature).
     """
-    result = ParseResult(whole_file=True)
+    result = ParseResult()
     text = data.decode("utf-8", errors="replace").strip()
     if not (text.isascii() and text.isdigit()):
         reason = "latest_checkpointed_iteration.txt: expected a step number"
@@ -22,3 +22,18 @@ def parse(data: bytes, first_line: int = 1) -> ParseResult:
     result.consumed = len(data)
     result.lines = max(data.count(b"\n"), 1)
     return result
+
+
+def run_info(info: dict) -> RunInfo:
+    """The marker names the newest complete checkpoint's step."""
+    return RunInfo(checkpoint_marker=info.get("latest_checkpointed_iteration"))
+
+
+FORMAT = Format(
+    name="checkpoint_marker",
+    parse=parse,
+    names=("latest_checkpointed_iteration.txt",),
+    whole_document=True,
+    role="meta",
+    run_info=run_info,
+)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 
-from collector.core.model import BadLine, ParseResult
+from collector.core.model import BadLine, Format, ParseResult
 from collector.formats._common import bad_text, complete_lines
 
+# A record somewhere in a file's head: what makes a `.txt` file a console log.
+_HEAD_RECORD = re.compile(rb"step:\s*\d+\s+-\s+[^\s:]+:")
 # Colors and cursor moves (ESC [ ... letter) that terminals, Ray and rich put around text.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "step:12 - " at the start of the line or after a separator (prefixes like "(TaskRunner pid=1) " are common).
@@ -20,14 +22,14 @@ _ITEM_SEPARATOR = re.compile(r"\s+-\s+")
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^(),]+)(?:,.*)?\)$")
 
 
-def parse(data: bytes, first_line: int = 1) -> ParseResult:
+def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
     """Points from the `step:N - key:value - ...` records among the complete lines of `data`.
 
     Promises: only complete lines are consumed; ANSI color codes are removed first; a carriage return
     splits a line into the pieces a terminal would show (progress bars), each read on its own; values in
     e-notation, `nan`, `inf`, `-inf` are read as floats; items whose value is not a number are skipped.
     A line that holds `step:` but is not UTF-8 is reported in `bad`; other undecodable lines are ignored
-    like any non-record output.
+    like any non-record output. `path` and `state` are unused (the common signature).
     """
     lines, consumed = complete_lines(data)
     result = ParseResult(consumed=consumed, lines=len(lines))
@@ -74,3 +76,13 @@ def _number(text: str) -> float | None:
         return float(match.group(1))
     except ValueError:
         return None
+
+
+def looks_like_console(head: bytes) -> bool:
+    """Whether a file's first bytes hold a `step:N - name:` record."""
+    return _HEAD_RECORD.search(head) is not None
+
+
+FORMAT = Format(
+    name="console", parse=parse, names=("*.log", "*.out"), sniffed=("*.txt",), sniff=looks_like_console
+)

@@ -1,14 +1,14 @@
 """CSV histories (`training_history.csv`, `validation_history.csv`, or any CSV with a step or epoch column).
 
 The header is line 1 of the file, but the tailer reads later bytes from an offset: it keeps the header this
-parser returns in `info["header"]` and passes it back as `header=` on every later call.
+parser returns as its `state` and passes it back as `state=` on every later call.
 """
 
 from __future__ import annotations
 
 import csv
 
-from collector.core.model import BadLine, ParseResult
+from collector.core.model import BadLine, Format, ParseResult
 from collector.formats._common import WALL_TIME_KEYS, as_step, bad_text, complete_lines
 
 # The step column, by preference; "epoch" is used only when neither of the others exists.
@@ -16,21 +16,22 @@ STEP_COLUMNS = ("step", "global_step")
 EPOCH_COLUMN = "epoch"
 
 
-def parse(data: bytes, first_line: int = 1, header: list[str] | None = None) -> ParseResult:
+def parse(data: bytes, first_line: int = 1, *, path: str = "", state: list[str] | None = None) -> ParseResult:
     """Points from the complete rows of `data`, a CSV history read from some offset.
 
-    `header`: the column names the caller kept from an earlier call; when None, the first complete line of
-    `data` is read as the header (so pass None only when `data` starts at the file's beginning). The header
-    in force after this call is always returned in `info["header"]` (None if no complete line was seen yet).
+    `state`: the header (column names) the caller kept from an earlier call; when None, the first complete
+    line of `data` is read as the header (so pass None only when `data` starts at the file's beginning). The
+    header in force after this call is always returned as `state` (None if no complete line was seen yet).
     Every numeric column except the step and wall-time columns is a metric named by its header. The step
     comes from `step`, else `global_step`, else `epoch`; in the last case the epoch (a whole number) is also
     a metric `epoch`. Empty cells and text are skipped; `nan`, `inf` are kept. A row with a different number
     of fields than the header, no step, or bad bytes is reported in `bad`. A row repeating the header's
-    step column name starts a new header (a writer that restarted and wrote its header again).
+    step column name starts a new header (a writer that restarted and wrote its header again). `path` is
+    unused.
     """
     lines, consumed = complete_lines(data)
     result = ParseResult(consumed=consumed, lines=len(lines))
-    layout = _Layout(header) if header is not None else None
+    layout = _Layout(state) if state is not None else None
     points = result.points
     line_no = first_line - 1
     for raw in lines:
@@ -72,7 +73,7 @@ def parse(data: bytes, first_line: int = 1, header: list[str] | None = None) -> 
             value = _number(row[index])
             if value is not None:
                 points.add(step, name, value, wall_time)
-    result.info["header"] = layout.names if layout is not None else None
+    result.state = layout.names if layout is not None else None
     return result
 
 
@@ -111,3 +112,13 @@ def _number(cell: str) -> float | None:
         return float(cell)
     except ValueError:
         return None
+
+
+def has_step_column(head: bytes) -> bool:
+    """Whether a CSV's first line names a step column (`step`, `global_step` or `epoch`)."""
+    first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
+    columns = {c.strip().strip('"').lower() for c in first.split(",")}
+    return bool(columns & {*STEP_COLUMNS, EPOCH_COLUMN})
+
+
+FORMAT = Format(name="csv", parse=parse, sniffed=("*.csv",), sniff=has_step_column)

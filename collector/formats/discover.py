@@ -12,32 +12,16 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMATS = (
-    "jsonl",
-    "console",
-    "csv",
-    "hf_trainer_state",
-    "tensorboard",
-    "status",
-    "run_config",
-    "checkpoint_marker",
-)
-# When one run has several views of the same metrics, only the first present here is ingested for points;
-# ingesting both would count every point twice.
-METRICS_PRECEDENCE = ("jsonl", "tensorboard", "hf_trainer_state", "csv", "console")
-META_FORMATS = ("status", "run_config", "checkpoint_marker")
+from collector import formats
 
 # Folders that never hold a run's own metrics: checkpoints, model exports, other tools' state.
 SKIP_DIRS = {"huggingface", "wandb", ".git", "node_modules", "__pycache__"}
 _CHECKPOINT_DIR = re.compile(r"^(global_step_\d+|checkpoint-\d+)$")
 _HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
-_CONSOLE_STEP = re.compile(rb"step:\s*\d+\s+-\s+[^\s:]+:")
-_STEP_COLUMNS = {"step", "global_step", "epoch"}
 
 SNIFF_BYTES = 64 * 1024
 HF_STATE_NAME = "trainer_state.json"
 HF_LOGGING_DIR = "runs"
-MARKER_NAME = "latest_checkpointed_iteration.txt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,37 +56,21 @@ class Run:
 
 
 def classify(path: Path) -> str | None:
-    """The format of one file, from its name and, for `.json`, `.csv` and `.txt`, a peek at its first bytes.
+    """The format of one file, by the registered formats' name patterns and, for a name that needs it, a
+    peek at the file's first 64 KiB (`Format.sniffed`, `Format.sniff`).
 
-    Returns one of `FORMATS`, or None for files runwatch does not read. Never raises (an unreadable file
-    whose name is ambiguous is None).
+    Returns a registered format's name, or None for files runwatch does not read. Never raises (an
+    unreadable file whose name is ambiguous is None).
     """
-    name = path.name
-    if name == "status.json":
-        return "status"
-    if name == "run.json":
-        return "run_config"
-    if name == MARKER_NAME:
-        return "checkpoint_marker"
-    if name == HF_STATE_NAME:
-        return "hf_trainer_state"
-    if name.startswith("events.out.tfevents."):
-        return "tensorboard"
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return "jsonl"
-    if suffix in (".log", ".out"):
-        return "console"
-    if suffix == ".txt":
-        head = _head(path)
-        return "console" if head is not None and _CONSOLE_STEP.search(head) else None
-    if suffix == ".csv":
-        head = _head(path)
-        return "csv" if head is not None and _csv_has_step_column(head) else None
-    if suffix == ".json":
-        head = _head(path)
-        return "hf_trainer_state" if head is not None and b'"log_history"' in head else None
-    return None
+    fmt, maybe = formats.by_name(path)
+    if fmt is not None:
+        return fmt.name
+    if not maybe:
+        return None
+    head = _head(path)
+    if head is None:
+        return None
+    return next((f.name for f in maybe if f.sniff is not None and f.sniff(head)), None)
 
 
 def find_runs(roots: list[Path]) -> list[Run]:
@@ -243,14 +211,20 @@ def _stays_inside(path: Path, real_root: Path) -> bool:
 
 
 def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]]) -> Run:
+    # When one run has several views of the same metrics, only the first in registry order is ingested for
+    # points; ingesting both would count every point twice.
     present = {fmt for _, fmt in files}
-    winner = next((fmt for fmt in METRICS_PRECEDENCE if fmt in present), None)
+    winner = next((f for f in formats.names() if f in present and not _is_meta(f)), None)
     sources = []
     for path, fmt in files:
-        role = "meta" if fmt in META_FORMATS else "metrics" if fmt == winner else "ignored"
+        role = "meta" if _is_meta(fmt) else "metrics" if fmt == winner else "ignored"
         sources.append(Source(path, fmt, role))
-    run_format = winner or next(fmt for fmt in META_FORMATS if fmt in present)
+    run_format = winner or next(f for f in formats.names() if f in present)
     return Run(_rel_id(folder, root), root, folder, run_format, sources)
+
+
+def _is_meta(fmt: str) -> bool:
+    return formats.get(fmt).role == "meta"
 
 
 def _is_hf_output(run: Run) -> bool:
@@ -290,7 +264,7 @@ def _hf_logging_files(output_dir: Path, real_root: Path) -> list[Path]:
 
 def _file_root_runs(path: Path) -> list[Run]:
     fmt = classify(path)
-    if fmt is None or fmt in META_FORMATS:
+    if fmt is None or _is_meta(fmt):
         return []
     return [Run(path.stem, path, path.parent, fmt, [Source(path, fmt, "metrics")], file=path)]
 
@@ -354,9 +328,3 @@ def _head(path: Path) -> bytes | None:
             return f.read(SNIFF_BYTES)
     except OSError:
         return None
-
-
-def _csv_has_step_column(head: bytes) -> bool:
-    first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
-    columns = {c.strip().strip('"').lower() for c in first.split(",")}
-    return bool(columns & _STEP_COLUMNS)

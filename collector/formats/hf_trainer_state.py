@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 
-from collector.core.model import BadLine, ParseResult
-from collector.formats._common import as_step, bad_text, flatten_numbers
+from collector.core.model import BadLine, Format, ParseResult, RunInfo
+from collector.formats._common import as_step, bad_text, flatten_numbers, total_steps_of
 
 # Whole-file facts kept in `info` (None when the file lacks them).
 INFO_KEYS = (
@@ -28,19 +28,20 @@ OPTIONAL_INFO_KEYS = ("metric_for_best_model", "best_global_step", "epoch")
 _CHECKPOINT_STEP = re.compile(r"checkpoint-(\d+)/*$")
 
 
-def parse(data: bytes, first_line: int = 1) -> ParseResult:
+def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
     """Points from every numeric key of every `log_history` entry, named as Hugging Face names them
     (`loss`, `grad_norm`, `learning_rate`, `epoch`, `eval_loss`, `train_runtime`, ...), at the entry's `step`.
 
-    Promises: `whole_file=True`. On a complete document, `consumed` is all of `data`, `lines` its line count,
+    Promises: on a complete document, `consumed` is all of `data`, `lines` its line count,
     and `info` holds `INFO_KEYS` (plus `OPTIONAL_INFO_KEYS` when present) and `best_checkpoint_step`, the N of
     `best_model_checkpoint`'s trailing `checkpoint-N` (the path is from the machine that trained). Bare
     `NaN`/`Infinity` are read as non-finite floats. An entry without a whole-number `step` is reported in
     `bad` (its `line` is the entry's 1-based position in `log_history`). A document that is not valid JSON
     (for example, caught half-written) gives one BadLine and `consumed=0`, so the caller reads it again
-    after its next change; it never raises. `first_line` is accepted for the common signature and unused.
+    after its next change; it never raises. `first_line`, `path` and `state` are unused (the common
+    signature).
     """
-    result = ParseResult(whole_file=True)
+    result = ParseResult()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -94,3 +95,24 @@ def parse(data: bytes, first_line: int = 1) -> ParseResult:
     match = _CHECKPOINT_STEP.search(best) if isinstance(best, str) else None
     info["best_checkpoint_step"] = int(match.group(1)) if match else None
     return result
+
+
+def run_info(info: dict) -> RunInfo:
+    """The run facts of a trainer state: the whole `info` is the run's config, `max_steps` its length."""
+    return RunInfo(config=info, total_steps=total_steps_of(info))
+
+
+def has_log_history(head: bytes) -> bool:
+    """Whether a `.json` file's first bytes name a `log_history` (a renamed trainer_state.json)."""
+    return b'"log_history"' in head
+
+
+FORMAT = Format(
+    name="hf_trainer_state",
+    parse=parse,
+    names=("trainer_state.json",),
+    sniffed=("*.json",),
+    sniff=has_log_history,
+    whole_document=True,
+    run_info=run_info,
+)

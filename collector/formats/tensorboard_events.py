@@ -6,29 +6,20 @@ CRC-32C of the payload. A writer appends whole records, so a read can end inside
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
-from google.protobuf.message import DecodeError
-from tensorboard.compat.proto import event_pb2, types_pb2
 
-from collector.core.model import BadLine, ParseResult
+from collector.core.model import BadLine, Format, ParseResult
 
 _HEADER = 12
 _FOOTER = 4
-_NUMPY_OF_DTYPE = {
-    types_pb2.DT_FLOAT: np.float32,
-    types_pb2.DT_DOUBLE: np.float64,
-    types_pb2.DT_INT32: np.int32,
-    types_pb2.DT_INT64: np.int64,
-    types_pb2.DT_HALF: np.float16,
-    types_pb2.DT_BOOL: np.bool_,
-}
 # Tensor summaries from these plugins hold one number (anything else: images, histograms, text, hparams).
 _SCALAR_PLUGINS = ("", "scalars")
 
 
-def parse(data: bytes, first_line: int = 1) -> ParseResult:
+def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
     """Scalar points from the complete records of `data`, an event file read from a record boundary.
 
     Promises: `consumed` ends on a record boundary (a partial record stays); `lines` counts records and
@@ -36,8 +27,10 @@ def parse(data: bytes, first_line: int = 1) -> ParseResult:
     come from `simple_value` summaries and from scalar tensor summaries (float, double, int, half, bool), at
     the event's step with its wall time; other summaries (images, histograms, text) are skipped. A record
     whose payload checksum fails or that does not decode is reported and skipped. A broken length header is
-    reported and the bytes up to the next valid header are skipped; never raises.
+    reported and the bytes up to the next valid header are skipped; never raises. `path` and `state`
+    are unused (the common signature).
     """
+    event_pb2, _, decode_error = _proto()
     result = ParseResult()
     points = result.points
     pos, size, record = 0, len(data), first_line - 1
@@ -72,7 +65,7 @@ def parse(data: bytes, first_line: int = 1) -> ParseResult:
             continue
         try:
             event = event_pb2.Event.FromString(payload)
-        except DecodeError as err:
+        except decode_error as err:
             result.bad.append(BadLine(record, f"not an Event protobuf: {err}", payload[:32].hex()))
             continue
         if not event.HasField("summary"):
@@ -121,9 +114,33 @@ def _next_header(data: bytes, start: int) -> int | None:
     return None
 
 
+@functools.cache
+def _proto() -> tuple:
+    """TensorBoard's protobuf classes, imported on the first read of an event file (protobuf is slow to load
+    and most runs have no event file): (event_pb2, types_pb2, DecodeError)."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto import event_pb2, types_pb2
+
+    return event_pb2, types_pb2, DecodeError
+
+
+@functools.cache
+def _numpy_of_dtype() -> dict:
+    types_pb2 = _proto()[1]
+    return {
+        types_pb2.DT_FLOAT: np.float32,
+        types_pb2.DT_DOUBLE: np.float64,
+        types_pb2.DT_INT32: np.int32,
+        types_pb2.DT_INT64: np.int64,
+        types_pb2.DT_HALF: np.float16,
+        types_pb2.DT_BOOL: np.bool_,
+    }
+
+
 def _scalar_of(tensor) -> float | None:
     """The single number a TensorProto holds, or None when it holds several, or no number."""
-    dtype = _NUMPY_OF_DTYPE.get(tensor.dtype)
+    types_pb2 = _proto()[1]
+    dtype = _numpy_of_dtype().get(tensor.dtype)
     if dtype is None:
         return None
     count = 1
@@ -145,3 +162,6 @@ def _scalar_of(tensor) -> float | None:
         }[tensor.dtype]
         values = list(field)
     return float(values[0]) if len(values) == 1 else None
+
+
+FORMAT = Format(name="tensorboard", parse=parse, names=("events.out.tfevents.*",))

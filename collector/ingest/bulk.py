@@ -1,9 +1,9 @@
-"""The DuckDB fast path for big verl JSONL backlogs (a mixin of `Ingestor`).
+"""The DuckDB fast path for big verl JSONL backlogs: `BulkReader`, made with a store and a scratch folder.
 
 A file that is all complete lines is read by DuckDB in place, in one statement, while a thread counts its
 lines and values; otherwise its backlog is copied in bounded pieces to a temp file, 64 MiB at a time. Every
-bulk read is checked against what was counted in the bytes and falls back to the Python parser (which
-quarantines bad lines with their numbers) when anything does not add up.
+bulk read is checked against what was counted in the bytes; when anything does not add up it returns None
+and the caller reads the chunk with the Python parser (which quarantines bad lines with their numbers).
 """
 
 from __future__ import annotations
@@ -11,15 +11,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
+import shutil
+import tempfile
 import threading
 import time
 
 import duckdb
 import numpy as np
-import orjson
 
-from collector.store.db import SourceState
+from collector.core.runtime import pid_alive, scratch_path
+from collector.formats import jsonl
+from collector.ingest.segments import SIG_BYTES, read_range
+from collector.store import points as store_points
+from collector.store.db import SourceState, Store
 from collector.store.points import BulkMismatch
 
 # A complete file up to DIRECT_BYTES is read by DuckDB in place; a bigger one (or the rest of a file read
@@ -29,26 +33,53 @@ DIRECT_BYTES = 192 << 20
 BULK_MIN_BYTES = 1 << 20  # a backlog below this goes to the parser: DuckDB's reader costs more than it saves
 BULK_BYTES = 64 << 20
 PIECE_BYTES = 4 << 20
-SIG_BYTES = 32  # bytes before the offset remembered to notice a file rewritten in place
 _QUOTE, _COLON, _NEWLINE = ord('"'), ord(":"), ord("\n")
 
 
-class BulkReads:
-    """The bulk half of `collector.ingest.reader.Ingestor` (uses its store, sources, offsets and callbacks)."""
+@dataclasses.dataclass(slots=True)
+class BulkRead:
+    """What one bulk read committed: the source's new position, the points stored and the highest step."""
 
-    def _bulk_chunk(self, s0: SourceState) -> bool:
-        """Ingest one chunk of a big verl JSONL backlog in its own transaction; True when more is waiting."""
-        s = dataclasses.replace(s0)
-        with self.store.transaction() as cur:
-            st = self._identity(cur, s)
-            if st is None or st.st_size == s.offset:
-                self.sources[s.path] = s
-                return False
+    source: SourceState
+    points: int
+    last_step: int
+    more: bool  # the file has more past the new offset
+
+
+class BulkReader:
+    """Reads chunks of big verl JSONL backlogs into `store` with DuckDB, staging pieces in `scratch`."""
+
+    def __init__(self, store: Store, scratch: str, bulk_bytes: int = BULK_BYTES) -> None:
+        self.store = store
+        self.scratch = scratch
+        self.bulk_bytes = bulk_bytes
+        self._keys: dict[str, list[str]] = {}  # path -> metric names seen under the records' metrics object
+        self._ahead: dict[str, Ahead] = {}  # path -> its next bulk piece, being copied
+
+    def close(self) -> None:
+        """Wait for pieces being copied ahead and remove the scratch folder."""
+        for path in list(self._ahead):
+            self.forget(path)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(self.scratch))  # when no other process's folder is left there
+
+    def forget(self, path: str) -> None:
+        """Drop the piece copied ahead for `path` (its next read goes another way)."""
+        ahead = self._ahead.pop(path, None)
+        if ahead is not None and ahead.thread is not None:
+            ahead.thread.join()
+            _unlink(ahead.chunk)
+
+    def read(self, s: SourceState, st: os.stat_result, after_step: int) -> BulkRead | None:
+        """Read the next chunk of `s` (a file as `st` saw it, past its offset) in its own transaction with
+        the new offset. `after_step` is the run's highest stored step. None when the chunk is not plain
+        verl records (nothing was stored): the caller parses it instead."""
         if s.offset == 0 and st.st_size <= DIRECT_BYTES and _ends_with_newline(s.path, st.st_size):
             # The whole file is complete lines: DuckDB reads it in place, in one statement (no copy, no
             # chunks), while a thread counts its lines and values (DuckDB releases the GIL); the commit
             # checks the counts and that the file did not change meanwhile, else the chunked path runs.
-            head = _read_range(s.path, 0, PIECE_BYTES)
+            head = read_range(s.path, 0, PIECE_BYTES)
             head = head[: head.rfind(b"\n") + 1]
             whole = _Chunk(s.path, direct=True)
             counter = threading.Thread(
@@ -56,24 +87,22 @@ class BulkReads:
             )
             counter.start()
             try:
-                if head and self._bulk_commit(s, st, whole, counter=counter, head=head):
-                    return False
+                done = self._commit(s, st, whole, after_step, counter=counter, head=head) if head else None
             finally:
                 counter.join()
+            if done is not None:
+                return done
         copied = self._next_piece(s, st)
-        if copied is not None:
-            self._copy_ahead(s, st, copied)  # the piece after this one, copied while DuckDB reads this one
-            try:
-                if self._bulk_commit(s, st, copied):
-                    return s.offset < st.st_size
-            finally:
-                _unlink(copied)
-            self._drop_ahead(s.path)
-        # Not plain verl records (or a bad line in there): the Python parser finds and quarantines them.
-        pending: set[str] = set()
-        self.sources[s.path] = s
-        self._read_many([s.path], pending)
-        return bool(pending)
+        if copied is None:
+            return None
+        self._copy_ahead(s, st, copied)  # the piece after this one, copied while DuckDB reads this one
+        try:
+            done = self._commit(s, st, copied, after_step)
+        finally:
+            _unlink(copied)
+        if done is None:
+            self.forget(s.path)
+        return done
 
     def _next_piece(self, s: SourceState, st: os.stat_result) -> _Chunk | None:
         """The complete lines from the source's offset (up to `bulk_bytes`) in a temp file: the copy made
@@ -106,12 +135,6 @@ class BulkReads:
         ahead.thread.start()
         self._ahead[s.path] = ahead
 
-    def _drop_ahead(self, path: str) -> None:
-        ahead = self._ahead.pop(path, None)
-        if ahead is not None and ahead.thread is not None:
-            ahead.thread.join()
-            _unlink(ahead.chunk)
-
     def _copy_complete_lines(
         self,
         path: str,
@@ -124,7 +147,7 @@ class BulkReads:
         """Copy the complete lines of `path[start:start+size]` to the temp file `name` in bounded pieces,
         counting lines and `":` (each verl line has one for "step", one for "data", one per value). With
         `copy=False` only count, into `chunk` (DuckDB then reads `path` itself)."""
-        tmp = os.path.join(self._tmpdir, name)
+        tmp = os.path.join(self.scratch, name)
         chunk = chunk or _Chunk(tmp if copy else path, direct=not copy)
         buf = bytearray(PIECE_BYTES)  # one buffer read into again and again: no 4 MiB allocation a piece
         with open(path, "rb") as src, open(tmp if copy else os.devnull, "wb") as out:
@@ -140,7 +163,7 @@ class BulkReads:
                     chunk.partial_colons += 1  # a `":` split between two pieces
                 # numpy counts ~3x faster than bytes.count, and this runs beside DuckDB's two threads.
                 raw = np.frombuffer(buf, np.uint8, count=n)
-                pairs = _name_ends(raw)
+                pairs = jsonl.json_name_ends(raw)
                 last_nl = buf.rfind(b"\n", 0, n)
                 if last_nl >= 0:
                     before = int(np.searchsorted(pairs, last_nl))
@@ -164,42 +187,42 @@ class BulkReads:
         _unlink(chunk)
         return None
 
-    def _bulk_commit(
+    def _commit(
         self,
         s: SourceState,
         st: os.stat_result,
         chunk: _Chunk,
+        after: int,
         counter: threading.Thread | None = None,
         head: bytes | None = None,
-    ) -> bool:
-        """Insert the chunk with DuckDB's reader in one transaction with the new offset; False (nothing
+    ) -> BulkRead | None:
+        """Insert the chunk with DuckDB's reader in one transaction with the new offset; None (nothing
         changed) when the chunk is not plainly verl. `counter`, when given, is still counting `chunk`;
         `head`, when given, is the complete lines of the chunk's first piece (else read when needed)."""
-        after = self.max_step.get(s.run_id, -(2**62))
         keys = self._keys.get(s.path)
         if keys is None:
             if head is None:
-                head = _read_range(chunk.path, 0, min(PIECE_BYTES, chunk.end))
+                head = read_range(chunk.path, 0, min(PIECE_BYTES, chunk.end))
                 head = head[: head.rfind(b"\n") + 1]
-            first = _keys_of(head.split(b"\n", 1)[0])
+            first = jsonl.verl_names_of_line(head.split(b"\n", 1)[0])
             if first is None:
-                return False
+                return None
             # Metrics logged now and then (validation) are rarely on the first line: learn the keys of the
             # first piece up front, since a miss here costs another read of the whole chunk.
-            keys = sorted(set(first) | _keys_in(head))
+            keys = sorted(set(first) | jsonl.verl_names_in(head))
 
         def expected() -> int:
             if counter is not None:
                 counter.join()
                 if chunk.end != st.st_size:
                     raise _FileChanged("the file does not end with a complete line")
-            return chunk.colons - 2 * chunk.lines
+            return jsonl.verl_values_in(chunk.colons, chunk.lines)
 
         for attempt in range(2):
             new = dataclasses.replace(s)
             try:
                 with self.store.transaction() as cur:
-                    count, high = self.store.bulk_ndjson(cur, new, chunk.path, after, keys, expected)
+                    count, high = store_points.bulk_ndjson(cur, new, chunk.path, after, keys, expected)
                     if chunk.direct and _identity_of(s.path) != (st.st_ino, st.st_size, st.st_mtime_ns):
                         raise _FileChanged("the file changed while DuckDB read it")
                     new.offset += chunk.end
@@ -212,29 +235,18 @@ class BulkReads:
                         self.store.mark_detection_behind(cur, s.run_id, after)
                 break
             except _FileChanged:
-                return False
+                return None
             except BulkMismatch:
                 if attempt:
-                    return False
+                    return None
                 try:  # a metric first seen in this chunk (the first validation): learn the keys, once
-                    keys = self.store.ndjson_keys(chunk.path)
+                    keys = store_points.ndjson_keys(self.store.cursor(), chunk.path)
                 except duckdb.Error:
-                    return False
+                    return None
             except duckdb.Error:
-                return False
+                return None
         self._keys[s.path] = keys
-        s.offset, s.lines, s.tail_sig, s.size, s.mtime = (
-            new.offset,
-            new.lines,
-            new.tail_sig,
-            new.size,
-            new.mtime,
-        )
-        self.sources[s.path] = s
-        if count:
-            self.max_step[s.run_id] = max(after, high)
-            self._notify(self.on_backlog, s.run_id)
-        return True
+        return BulkRead(new, count, max(after, high) if count else after, new.offset < st.st_size)
 
 
 @dataclasses.dataclass(slots=True)
@@ -272,7 +284,7 @@ def _unlink(chunk: _Chunk | None) -> None:
 
 
 def _ends_with_newline(path: str, size: int) -> bool:
-    return size > 0 and _read_range(path, size - 1, 1) == b"\n"
+    return size > 0 and read_range(path, size - 1, 1) == b"\n"
 
 
 def _identity_of(path: str) -> tuple[int, int, int] | None:
@@ -283,44 +295,13 @@ def _identity_of(path: str) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _keys_of(line: bytes) -> list[str] | None:
-    """The metric names of one verl line, or None when it is not one."""
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    data = record.get("data") if isinstance(record, dict) else None
-    return sorted(data) if isinstance(data, dict) and data else None
-
-
-_JSON_KEY = re.compile(rb'"([^"]*)":')
-
-
-def _name_ends(raw: np.ndarray) -> np.ndarray:
-    """The positions i (ascending) of every `":` in the bytes: the end of a JSON name."""
-    colons = np.flatnonzero(raw[1:] == _COLON)  # a ':' at byte i + 1
-    return colons[raw[colons] == _QUOTE]
-
-
-def _keys_in(data: bytes) -> set[str]:
-    """The metric names under "data" in lines of verl records, from every `"name":` of the first line and
-    of each line whose count of them differs from the line before (another kind of record: validation, a
-    save step's timing), ~1 ms a MiB. A wrong name (an escaped quote, a string value) only adds a column
-    that stays empty; a name missed (one metric swapped for another) makes the bulk read's count fail,
-    and then DuckDB learns them."""
-    raw = np.frombuffer(data, np.uint8)
-    ends = np.flatnonzero(raw == _NEWLINE)
-    pairs = _name_ends(raw)
-    per_line = np.diff(np.searchsorted(pairs, ends), prepend=0)
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    changed = np.flatnonzero(np.diff(per_line, prepend=-1))  # the first line, and each change of shape
-    found = set()
-    for i in changed.tolist():
-        found.update(_JSON_KEY.findall(data, int(starts[i]), int(ends[i])))
-    return {k.decode("utf-8", "replace") for k in found} - {"step", "data"}
-
-
-def _read_range(path: str, start: int, size: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(start)
-        return f.read(size)
+def scratch_dir(db) -> str:
+    """A scratch folder of this process beside the database (`DB.ingest/pid-N-*`). Folders of processes
+    no longer alive (a collector killed mid-backfill leaves up to two pieces there) are removed first."""
+    parent = scratch_path(db)
+    parent.mkdir(exist_ok=True)
+    for old in parent.glob("pid-*"):
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"pid-{os.getpid()}-", dir=parent)

@@ -5,39 +5,35 @@ with the format's parser, and commits the points together with the new offset in
 any moment loses and repeats nothing. A file that shrank (truncated), was replaced (new inode: rotation) or was
 rewritten in place starts a new segment from offset 0; what was ingested from the old life stays.
 
-Large backlogs of verl JSONL are read by DuckDB's own JSON reader (several times faster than Python); a chunk
-that it cannot read as plain verl records goes through the Python parser so its bad lines are quarantined
-with their line numbers.
+Large backlogs of verl JSONL are read by DuckDB's own JSON reader (several times faster than Python, see
+`collector.ingest.bulk.BulkReader`); a chunk that it cannot read as plain verl records goes through the Python
+parser so its bad lines are quarantined with their line numbers. What a format is (whole document or lines,
+its parser state, its run facts) comes from its `Format` descriptor only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import duckdb
 
-from collector import formats as parsers
-from collector.core.model import ParseResult, Points
-from collector.core.runtime import pid_alive, scratch_path
+from collector import formats
+from collector.core.model import Format, Points, RunInfo
 from collector.formats import discover
-from collector.ingest.bulk import BULK_BYTES, BULK_MIN_BYTES, SIG_BYTES, Ahead, BulkReads, _read_range
+from collector.ingest import segments
+from collector.ingest.bulk import BULK_BYTES, BULK_MIN_BYTES, BulkReader, scratch_dir
+from collector.ingest.chunk import Cycle, read_chunk
+from collector.store import points as store_points
 from collector.store.db import SourceState, Store
 
 log = logging.getLogger("collector.ingest.reader")
 
 CHUNK_BYTES = 8 << 20  # one Python read of a file; bounds memory while a backlog is parsed in Python
 TXN_BYTES = 16 << 20  # bytes one shared transaction takes in before it commits
-MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is quarantined instead of buffered forever
-# Formats whose parser reads the whole document each time it changes.
-WHOLE_FILE_FORMATS = {"hf_trainer_state", "status", "run_config", "checkpoint_marker"}
 
 PointsCallback = Callable[[str, Points], None]
 
@@ -50,7 +46,7 @@ class Event:
     message: str
 
 
-class Ingestor(BulkReads):
+class Ingestor:
     """Reads the sources of the runs under `roots` into `store`. Not thread-safe: one ingest thread."""
 
     def __init__(
@@ -59,7 +55,7 @@ class Ingestor(BulkReads):
         roots: Iterable[str | Path],
         *,
         on_points: PointsCallback | None = None,
-        on_run_info: Callable[[str, str, dict], None] | None = None,
+        on_run_info: Callable[[str, RunInfo], None] | None = None,
         on_backlog: Callable[[str], None] | None = None,
         chunk_bytes: int = CHUNK_BYTES,
         bulk_bytes: int = BULK_BYTES,
@@ -74,10 +70,7 @@ class Ingestor(BulkReads):
         # a stored backlog and reads it from the store at its own pace.
         self.on_backlog = on_backlog
         self.chunk_bytes = chunk_bytes
-        self.bulk_bytes = bulk_bytes
-        self._keys: dict[str, list[str]] = {}  # verl JSONL path -> metric names seen under "data"
         self._registered: dict[str, tuple] = {}  # run id -> what was last registered for it
-        self._ahead: dict[str, Ahead] = {}  # verl JSONL path -> its next bulk piece, being copied
         self.txn_bytes = txn_bytes
         self.bulk = bulk
         self.sources: dict[str, SourceState] = store.sources()
@@ -85,15 +78,11 @@ class Ingestor(BulkReads):
         self.run_dirs: dict[str, Path] = {}
         self.max_step: dict[str, int] = store.max_steps()
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
-        self._tmpdir = _scratch_dir(store.path)
-        self._parsers: dict[str, Callable[..., ParseResult] | None] = {}
+        self.bulk_reader = BulkReader(store, scratch_dir(store.path), bulk_bytes)
+        self._formats: dict[str, Format | None] = {}
 
     def close(self) -> None:
-        for path in list(self._ahead):
-            self._drop_ahead(path)
-        shutil.rmtree(self._tmpdir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(self._tmpdir))  # when no other process's folder is left there
+        self.bulk_reader.close()
 
     # ---- discovery --------------------------------------------------------------------------------
 
@@ -143,7 +132,7 @@ class Ingestor(BulkReads):
             elif known.run_id != run.id or known.format != source.format:
                 # Same file, new understanding of it (a run id prefixed after a collision): keep the position.
                 fresh = self.store.add_source(run.id, key, source.format)
-                self.sources[key] = dataclasses.replace(fresh, **_position(known))
+                self.sources[key] = dataclasses.replace(fresh, **segments.position(known))
 
     # ---- reading ----------------------------------------------------------------------------------
 
@@ -159,17 +148,17 @@ class Ingestor(BulkReads):
             s = self.sources.get(path)
             if s is None or not self.changed(s):
                 continue
-            if self.bulk and s.format == "jsonl" and self._backlog(s) >= BULK_MIN_BYTES:
+            if self.bulk and s.format == "jsonl" and segments.backlog(s) >= BULK_MIN_BYTES:
                 if self._guarded(lambda s=s: self._bulk_chunk(s), [path]):
                     pending.add(path)
             else:
-                self._drop_ahead(path)  # (a piece copied ahead that the parser reads instead)
+                self.bulk_reader.forget(path)  # (a piece copied ahead that the parser reads instead)
                 shared.append(path)
         budget_paths: list[str] = []
         used = 0
         for path in shared:
             budget_paths.append(path)
-            used += min(self._backlog(self.sources[path]), self.chunk_bytes)
+            used += min(segments.backlog(self.sources[path]), self.chunk_bytes)
             if used >= self.txn_bytes:
                 pending |= self._shared_txn(budget_paths)
                 budget_paths, used = [], 0
@@ -185,21 +174,14 @@ class Ingestor(BulkReads):
 
     def changed(self, s: SourceState) -> bool:
         """Whether the file differs from what was ingested (cheap: one stat)."""
-        try:
-            st = os.stat(s.path)
-        except OSError:
-            return s.state != "deleted"
-        if s.state == "deleted" or (st.st_ino, st.st_dev) != (s.inode, s.device):
-            return True
-        if s.format in WHOLE_FILE_FORMATS:
-            return (st.st_size, st.st_mtime) != (s.size, s.mtime)
-        return st.st_size != s.offset or st.st_mtime != s.mtime
+        fmt = self._format(s.format)
+        return segments.changed(s, fmt is not None and fmt.whole_document)
 
     def moved(self, src: str, dest: str) -> None:
         """A source was renamed (rotation: `metrics.jsonl` -> `metrics.jsonl.1`): read what is left of its old
         life from the new name first, so the lines written just before the rotation are not lost."""
         s = self.sources.get(src)
-        if s is None or s.format in WHOLE_FILE_FORMATS:
+        if s is None or self._whole(s):
             return
         try:
             st = os.stat(dest)
@@ -216,14 +198,26 @@ class Ingestor(BulkReads):
             caught_up = self.sources.pop(dest)
             self.sources[src] = dataclasses.replace(caught_up, path=src)
 
-    def _backlog(self, s: SourceState) -> int:
-        try:
-            st = os.stat(s.path)
-        except OSError:
-            return 0
-        if st.st_ino != s.inode or st.st_size < s.offset:
-            return st.st_size
-        return st.st_size - s.offset
+    def _bulk_chunk(self, s0: SourceState) -> bool:
+        """Ingest one chunk of a big verl JSONL backlog in its own transaction; True when more is waiting."""
+        s = dataclasses.replace(s0)
+        with self.store.transaction() as cur:
+            st = self._identity(cur, s)
+            if st is None or st.st_size == s.offset:
+                self.sources[s.path] = s
+                return False
+        done = self.bulk_reader.read(s, st, self.max_step.get(s.run_id, -(2**62)))
+        if done is None:
+            # Not plain verl records (or a bad line in there): the Python parser finds and quarantines them.
+            pending: set[str] = set()
+            self.sources[s.path] = s
+            self._read_many([s.path], pending)
+            return bool(pending)
+        self.sources[s.path] = done.source
+        if done.points:
+            self.max_step[s.run_id] = done.last_step
+            self._notify(self.on_backlog, s.run_id)
+        return done.more
 
     def _shared_txn(self, paths: list[str]) -> set[str]:
         """One transaction for many small reads; on failure, each path alone so one bad file stays alone."""
@@ -251,31 +245,29 @@ class Ingestor(BulkReads):
     def _read_many(self, paths: list[str], pending: set[str]) -> None:
         """One transaction for the sources' new lines; plain appends of all sources go in as one insert
         (a live cycle over a hundred runs costs a handful of statements, not a hundred times that)."""
-        fresh: dict[str, Points] = {}
         new_states: dict[str, SourceState] = {}
-        infos: list[tuple[str, str, dict]] = []
-        cycle = _Cycle()
+        cycle = Cycle()
         with self.store.transaction() as cur:
             for path in paths:
                 s = dataclasses.replace(self.sources[path])
-                more = self._read_one(cur, s, fresh, infos, cycle)
+                more = self._read_one(cur, s, cycle)
                 new_states[path] = s
                 if more:
                     pending.add(path)
-            self.store.add_points_many(cur, cycle.plain)
+            store_points.add_points_many(cur, cycle.plain)
             self.store.save_sources(cur, cycle.saves)
             self.store.set_runs_progress(cur, cycle.last_steps)
         self.sources.update(new_states)
-        self._after_commit(fresh, infos)
+        self._after_commit(cycle)
 
-    def _after_commit(self, fresh: dict[str, Points], infos: list[tuple[str, str, dict]]) -> None:
+    def _after_commit(self, cycle: Cycle) -> None:
         """Tell detection what the commit added; a failure there is logged and never undoes the ingest."""
-        for run_id, pts in fresh.items():
+        for run_id, pts in cycle.fresh.items():
             if pts:
                 self.max_step[run_id] = max(self.max_step.get(run_id, pts.step[0]), max(pts.step))
                 self._notify(self.on_points, run_id, pts)
-        for run_id, fmt, info in infos:
-            self._notify(self.on_run_info, run_id, fmt, info)
+        for run_id, facts in cycle.infos:
+            self._notify(self.on_run_info, run_id, facts)
 
     def _notify(self, callback: Callable | None, run_id: str, *args: object) -> None:
         if callback is None:
@@ -287,65 +279,14 @@ class Ingestor(BulkReads):
                 "run %s: detection failed on new points; the points are stored, ingest goes on", run_id
             )
 
-    def _read_one(self, cur, s: SourceState, fresh: dict[str, Points], infos: list, cycle: _Cycle) -> bool:
+    def _read_one(self, cur, s: SourceState, cycle: Cycle) -> bool:
         """Read one chunk of one source into the open transaction; returns True when more is waiting."""
         st = self._identity(cur, s)
-        if st is None:
+        fmt = self._format(s.format)
+        if st is None or fmt is None:
             return False
-        whole = s.format in WHOLE_FILE_FORMATS
-        if whole:
-            if (st.st_size, st.st_mtime) == (s.size, s.mtime) and s.offset == st.st_size:
-                return False
-            start, want = 0, st.st_size
-        else:
-            if st.st_size == s.offset:
-                return False
-            start, want = s.offset, min(st.st_size - s.offset, self.chunk_bytes)
-        data = _read_range(s.path, start, want)
-        result = self._parse(s, data, 1 if whole else s.lines + 1)
-        if result is None:
-            return False
-        if not whole and result.consumed == 0 and len(data) >= want and st.st_size - start > want:
-            # One line longer than a chunk: read more of it, up to a limit, then quarantine it.
-            data = _read_range(s.path, start, min(st.st_size - start, MAX_LINE_BYTES))
-            result = self._parse(s, data, s.lines + 1)
-            if result is not None and result.consumed == 0 and len(data) >= MAX_LINE_BYTES:
-                end = data.find(b"\n")
-                self._skip_long_line(cur, s, data, end)
-                return True
-        if result is None:
-            return False
-        run = s.run_id
-        points = result.points
-        overlap = (
-            whole
-            or not points
-            or min(points.step) <= self.max_step.get(run, -(2**62))
-            # A resumed run that appended to its file repeats steps within one read: merge them too.
-            or len(set(zip(points.metric, points.step, strict=True))) != len(points)
-        )
-        if overlap:
-            self.store.add_points(cur, s, result.points, may_overlap=True)
-        else:
-            cycle.plain.append((s, result.points))
-        self._quarantine(cur, s, result)
-        if whole:
-            s.offset, s.lines = st.st_size, result.lines
-        else:
-            s.offset += result.consumed
-            s.lines += result.lines
-            s.tail_sig = (
-                data[max(0, result.consumed - SIG_BYTES) : result.consumed] if result.consumed else s.tail_sig
-            )
-        s.size, s.mtime = st.st_size, st.st_mtime
-        cycle.saves.append(s)
-        if result.points:
-            cycle.last_steps[run] = max(result.points.step)
-            fresh.setdefault(run, Points()).extend(result.points)
-        if result.info:
-            infos.append((run, s.format, result.info))
-            self._store_info(cur, run, s.format, result.info)
-        return not whole and s.offset < st.st_size and result.consumed > 0
+        after = self.max_step.get(s.run_id, -(2**62))
+        return read_chunk(cur, self.store, fmt, s, st, cycle, after, self.chunk_bytes, self._event)
 
     def _identity(self, cur, s: SourceState) -> os.stat_result | None:
         """Stat the file and start a new segment when it is no longer the file the offset belongs to."""
@@ -357,123 +298,34 @@ class Ingestor(BulkReads):
                 self.store.save_source(cur, s)
                 self._event(s.path, "was deleted; what was ingested from it stays")
             return None
-        reason = None
-        if s.format in WHOLE_FILE_FORMATS:
+        if self._whole(s):
             # Replaced atomically on every update (a new inode each time): just read it again.
             s.inode, s.device, s.state = st.st_ino, st.st_dev, "active"
             return st
-        if s.state == "deleted":
-            reason = "appeared again after being deleted"
-        elif s.inode and (st.st_ino, st.st_dev) != (s.inode, s.device):
-            reason = "was replaced by a new file (rotation)"
-        elif st.st_size < s.offset:
-            reason = f"shrank below the ingested offset {s.offset} (truncated)"
-        elif s.offset and s.tail_sig and s.format not in WHOLE_FILE_FORMATS:
-            before = _read_range(s.path, s.offset - len(s.tail_sig), len(s.tail_sig))
-            if before != s.tail_sig:
-                reason = "was rewritten in place"
-        if reason:
-            had = s.offset > 0 or s.state == "deleted"
-            s.offset, s.lines, s.tail_sig, s.state, s.parser_state = 0, 0, b"", "active", None
-            s.size = s.mtime = 0
-            if had:
-                s.segment += 1
-                self._event(
-                    s.path,
-                    f"{reason}: reading it again from the start as segment {s.segment}; "
-                    "earlier points stay, and steps written again replace them",
-                )
+        reason = segments.new_life(s, st)
+        if reason and segments.start_segment(s):
+            self._event(
+                s.path,
+                f"{reason}: reading it again from the start as segment {s.segment}; "
+                "earlier points stay, and steps written again replace them",
+            )
         s.inode, s.device = st.st_ino, st.st_dev
         return st
 
-    def _parse(self, s: SourceState, data: bytes, first_line: int) -> ParseResult | None:
-        parse = self._parser(s.format)
-        if parse is None:
-            return None
-        if s.format != "csv":
-            return parse(data, first_line)
-        # A CSV's header is line 1; reads from a later offset need it back (kept with the source).
-        header = json.loads(s.parser_state) if s.parser_state and s.offset else None
-        result = parse(data, first_line, header=header)
-        if result.info.get("header") is not None:
-            s.parser_state = json.dumps(result.info["header"])
-        result.info = {}
-        return result
-
-    def _parser(self, fmt: str) -> Callable[..., ParseResult] | None:
-        if fmt not in self._parsers:
+    def _format(self, name: str) -> Format | None:
+        if name not in self._formats:
             try:
-                self._parsers[fmt] = parsers.parser_for(fmt)
+                self._formats[name] = formats.get(name)
             except (ImportError, KeyError) as e:
-                self._parsers[fmt] = None
-                log.warning("no parser for format %r (%s): its files are registered but not read", fmt, e)
-        return self._parsers[fmt]
+                self._formats[name] = None
+                log.warning("no parser for format %r (%s): its files are registered but not read", name, e)
+        return self._formats[name]
 
-    def _quarantine(self, cur, s: SourceState, result: ParseResult) -> None:
-        if not result.bad:
-            return
-        self.store.quarantine(cur, s, result.bad)
-        first = result.bad[0]
-        more = f" (and {len(result.bad) - 1} more bad lines)" if len(result.bad) > 1 else ""
-        self._event(s.path, f"line {first.line}: {first.reason}; line quarantined, the rest ingested{more}")
-
-    def _skip_long_line(self, cur, s: SourceState, data: bytes, end: int) -> None:
-        from collector.core.model import BadLine
-
-        skip = end + 1 if end >= 0 else len(data)
-        bad = [
-            BadLine(
-                s.lines + 1, f"line longer than {MAX_LINE_BYTES} bytes", data[:200].decode("utf-8", "replace")
-            )
-        ]
-        self.store.quarantine(cur, s, bad)
-        s.offset += skip
-        s.lines += 1 if end >= 0 else 0
-        s.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
-        self.store.save_source(cur, s)
-        self._event(s.path, f"line {s.lines}: longer than {MAX_LINE_BYTES} bytes; quarantined")
-
-    def _store_info(self, cur, run: str, fmt: str, info: dict) -> None:
-        status = info.get("status", info.get("state")) if fmt == "status" else None
-        total = info.get("total_steps", info.get("max_steps"))
-        self.store.update_run_info(
-            cur,
-            run,
-            status=status if isinstance(status, str) else None,
-            total_steps=total if isinstance(total, int) and not isinstance(total, bool) else None,
-            config=json.dumps(info, default=str) if fmt in ("run_config", "hf_trainer_state") else None,
-            status_info=json.dumps(info, default=str) if fmt == "status" else None,
-        )
+    def _whole(self, s: SourceState) -> bool:
+        fmt = self._format(s.format)
+        return fmt is not None and fmt.whole_document
 
     def _event(self, path: str, message: str) -> None:
         log.warning("%s: %s", path, message)
         self.events.append(Event(path, message))
         del self.events[:-200]
-
-
-@dataclasses.dataclass(slots=True)
-class _Cycle:
-    """What one shared transaction collects to write in a few statements at its end."""
-
-    plain: list[tuple[SourceState, Points]] = dataclasses.field(default_factory=list)
-    saves: list[SourceState] = dataclasses.field(default_factory=list)
-    last_steps: dict[str, int] = dataclasses.field(default_factory=dict)
-
-
-def _position(s: SourceState) -> dict:
-    return {
-        k: getattr(s, k)
-        for k in ("inode", "device", "size", "mtime", "offset", "lines", "segment", "state", "tail_sig")
-    }
-
-
-def _scratch_dir(db: Path) -> str:
-    """A scratch folder of this process beside the database (`DB.ingest/pid-N-*`). Folders of processes
-    no longer alive (a collector killed mid-backfill leaves up to two pieces there) are removed first."""
-    parent = scratch_path(db)
-    parent.mkdir(exist_ok=True)
-    for old in parent.glob("pid-*"):
-        pid = old.name.split("-")[1]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"pid-{os.getpid()}-", dir=parent)

@@ -1,4 +1,5 @@
-"""The DuckDB store: the only module (with its `store_*.py` siblings) that holds SQL.
+"""The DuckDB store: the connection, transactions, runs and sources (with its siblings in `collector/store/`,
+the only place that holds SQL; point writes are the functions of `collector.store.points`).
 
 One file, one connection, a cursor per thread (DuckDB allows one writer process; inside it, cursors share the
 database). Writes go through `Store.transaction()`, which serialises writers with a lock so the ingest loop
@@ -16,19 +17,40 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from collector.core.model import BadLine
-from collector.store.points import PointWrites, SourceState, arrow
+from collector.store.points import arrow
 from collector.store.schema import StoreError, migrate
 
 # DuckDB's buffer pool would take 80% of RAM; the collector stays small (it spills to disk past this).
 MEMORY_LIMIT = "160MB"
 
 
-class Store(PointWrites):
+@dataclass(slots=True)
+class SourceState:
+    """What the store remembers about one file it reads: identity, how far it got, and which life it is in."""
+
+    id: int
+    run_id: str
+    path: str
+    format: str
+    inode: int = 0
+    device: int = 0
+    size: int = 0
+    mtime: float = 0.0
+    offset: int = 0
+    lines: int = 0
+    segment: int = 0
+    state: str = "active"
+    tail_sig: bytes = b""
+    parser_state: str | None = None  # JSON the parser needs back next time (a CSV header)
+
+
+class Store:
     """One DuckDB file. Thread-safe: each thread gets its own cursor; writers take turns."""
 
     def __init__(self, path: str | Path) -> None:

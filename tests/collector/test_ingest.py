@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from collector.ingest import bulk as ingest_bulk
+from collector.ingest import segments
 from collector.ingest.reader import Ingestor
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -351,14 +352,15 @@ def test_the_byte_count_of_a_backlog_does_not_depend_on_where_its_pieces_end(tmp
         json.dumps({"step": i, "data": {"a": i / 3, "b:c": 1.0, 'q"': 2}}).encode() + b"\n" for i in range(40)
     )
     f.write_bytes(body + b'{"step": 40, "data": {"a":')  # a partial last line
-    ing = ingest_bulk.BulkReads()
-    ing._tmpdir = str(tmp_path)
+    store = Store(tmp_path / "t.duckdb")
+    ing = ingest_bulk.BulkReader(store, str(tmp_path))
     for copy in (False, True):
         chunk = ing._copy_complete_lines(str(f), 0, f.stat().st_size, copy)
         assert (chunk.lines, chunk.colons, chunk.end) == (40, body.count(b'":'), len(body))
-        assert chunk.tail == body[-ingest_bulk.SIG_BYTES :]
+        assert chunk.tail == body[-segments.SIG_BYTES :]
         if copy:
             assert Path(chunk.path).read_bytes() == body
+    store.close()
 
 
 @pytest.mark.parametrize("bad_at", [None, 17_000])
@@ -378,7 +380,7 @@ def test_a_backlog_read_in_pieces_copied_ahead_matches_the_file(tmp_path, bad_at
     src = store_read.sources(store, "r")[0]
     assert src["offset"] == f.read_bytes().rindex(b"\n") + 1 and src["lines"] == 40_000
     assert [b["line"] for b in store_read.quarantined(store, "r")] == ([bad_at] if bad_at else [])
-    assert os.listdir(ing._tmpdir) == []  # every piece removed once read
+    assert os.listdir(ing.bulk_reader.scratch) == []  # every piece removed once read
     ing.close()
     assert not Path(f"{tmp_path / 't.duckdb'}.ingest").exists()
     store.close()
@@ -390,6 +392,6 @@ def test_a_scratch_folder_left_by_a_killed_collector_is_removed(tmp_path):
     left.mkdir(parents=True)
     (left / "3-0.jsonl").write_bytes(b"x" * 1000)
     ing = Ingestor(store, [tmp_path])
-    assert not left.exists() and Path(ing._tmpdir).is_dir()
+    assert not left.exists() and Path(ing.bulk_reader.scratch).is_dir()
     ing.close()
     store.close()

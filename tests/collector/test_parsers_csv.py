@@ -31,16 +31,16 @@ def test_rows_become_points_with_the_header_names():
     assert math.isnan(rows[5][2]) and rows[5][:2] == (2, "train/loss")
     assert rows[6] == (2, "train/grad_norm", math.inf, None)
     assert rows[8:] == [(3, "epoch", 1.0, None), (3, "train/loss", 2.0, None), (3, "train/lr", 1e-3, None)]
-    assert result.info["header"] == ["step", "epoch", "train/loss", "train/grad_norm", "train/lr", "note"]
+    assert result.state == ["step", "epoch", "train/loss", "train/grad_norm", "train/lr", "note"]
     assert (result.consumed, result.lines, result.bad) == (len(TRAIN), 4, [])
 
 
 def test_the_header_is_passed_back_for_reads_from_an_offset():
     first = csv_history.parse(TRAIN[: TRAIN.index(b"2,0")])
     rest = TRAIN[first.consumed :]
-    later = csv_history.parse(rest, first_line=1 + first.lines, header=first.info["header"])
+    later = csv_history.parse(rest, first_line=1 + first.lines, state=first.state)
     assert [p[0] for p in points_as_tuples(later)] == [2, 2, 2, 2, 3, 3, 3]
-    assert later.info["header"] == first.info["header"]
+    assert later.state == first.state
     # Without the header, the first row would be taken as one and nothing read: the caller passes it back.
     lost = csv_history.parse(rest, first_line=3)
     assert len(lost.points) == 0
@@ -85,15 +85,15 @@ def test_a_repeated_header_starts_over():
         (2, "loss", 0.5, None),
         (2, "val/loss", 0.7, None),
     ]
-    assert result.info["header"] == ["step", "loss", "val/loss"]
+    assert result.state == ["step", "loss", "val/loss"]
 
 
 def test_no_complete_line_yet_means_no_header_yet():
     result = csv_history.parse(b"step,lo")
-    assert (result.consumed, result.info["header"]) == (0, None)
+    assert (result.consumed, result.state) == (0, None)
 
 
 def test_splitting_the_file_at_every_byte_gives_the_one_shot_result():
-    assert_split_anywhere_equals_one_shot(csv_history.parse, TRAIN + b"oops\n4,2,1.5,1,1,\n", header=None)
-    rows, bad, offset, line = feed_in_pieces(csv_history.parse, TRAIN, [10, 60, 61], header=None)
+    assert_split_anywhere_equals_one_shot(csv_history.parse, TRAIN + b"oops\n4,2,1.5,1,1,\n", state=None)
+    rows, bad, offset, line = feed_in_pieces(csv_history.parse, TRAIN, [10, 60, 61], state=None)
     assert offset == len(TRAIN) and line == 5 and bad == []

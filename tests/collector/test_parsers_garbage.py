@@ -8,8 +8,7 @@ import pytest
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from collector.formats import parser_for
-from collector.formats.discover import FORMATS
+from collector.formats import names, parser_for
 
 SAMPLES = {
     "jsonl": b'{"step":1,"data":{"train/loss":2.5,"x":NaN}}\n{"step":2,"loss":{"actor":1}}\n',
@@ -51,7 +50,7 @@ def tensorboard_sample(folder) -> bytes:
     return path.read_bytes()
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", names())
 def test_damaged_input_never_raises(fmt, tmp_path):
     parse = parser_for(fmt)
     sample = tensorboard_sample(tmp_path) if fmt == "tensorboard" else SAMPLES[fmt]

@@ -30,8 +30,8 @@ def feed_in_pieces(parse: Callable[..., ParseResult], data: bytes, cuts: list[in
         bad.extend((b.line, b.reason) for b in result.bad)
         offset += result.consumed
         line += result.lines
-        if "header" in kwargs or "header" in result.info:
-            kwargs["header"] = result.info.get("header")
+        if "state" in kwargs or result.state is not None:
+            kwargs["state"] = result.state
     return comparable(rows), bad, offset, line
 
 

@@ -55,7 +55,7 @@ def test_every_numeric_key_of_log_history_is_a_point_with_its_hf_name():
         (30, "train_runtime"),
     ]
     assert math.isnan(rows[1][2]) and rows[8][2] == math.inf
-    assert result.whole_file and result.consumed == len(STATE)
+    assert hf_trainer_state.FORMAT.whole_document and result.consumed == len(STATE)
     assert [(b.line, b.reason) for b in result.bad] == [
         (5, "log_history entry 5 has no whole-number step: None")
     ]
@@ -80,7 +80,7 @@ def test_whole_file_facts_go_to_info():
 
 def test_a_half_written_state_is_reported_and_not_consumed():
     result = hf_trainer_state.parse(STATE[:300])
-    assert result.whole_file and result.consumed == 0 and len(result.points) == 0
+    assert result.consumed == 0 and len(result.points) == 0
     assert result.bad[0].reason.startswith("invalid JSON (incomplete write?)")
     assert hf_trainer_state.parse(b"").bad[0].line == 1
     assert hf_trainer_state.parse(b"{\n").bad[0].line == 2
@@ -91,7 +91,8 @@ def test_a_half_written_state_is_reported_and_not_consumed():
 def test_status_and_run_config_are_info_only():
     doc = {"status": "running", "step": 5, "total_steps": 10, "pid": 1, "host": "h", "updated_at": 1.0}
     result = status.parse(json.dumps(doc).encode())
-    assert result.whole_file and result.info == doc and len(result.points) == 0
+    assert status.FORMAT.whole_document and result.info == doc and len(result.points) == 0
+    assert run_config.FORMAT.whole_document and checkpoint_marker.FORMAT.whole_document
     assert result.consumed == len(json.dumps(doc))
     config = {"config": {"trainer": {"total_epochs": 2}}, "versions": {"verl": "0.9.1"}}
     assert run_config.parse(json.dumps(config).encode()).info == config
@@ -109,7 +110,7 @@ def test_checkpoint_marker():
 
 
 def test_every_format_has_a_parser():
-    from collector.formats.discover import FORMATS
+    from collector import formats
 
-    for fmt in FORMATS:
-        assert callable(parser_for(fmt))
+    for fmt in formats.names():
+        assert callable(parser_for(fmt)) and formats.get(fmt).name == fmt

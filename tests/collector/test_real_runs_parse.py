@@ -59,7 +59,9 @@ def test_real_trainer_state_parses_with_every_point(path):
         a == b or (math.isnan(a) and math.isnan(b))
         for (_, _, a), (_, _, b) in zip(got, expected, strict=True)
     )
-    assert result.bad == [] and result.whole_file and result.consumed == path.stat().st_size
+    assert (
+        result.bad == [] and hf_trainer_state.FORMAT.whole_document and result.consumed == path.stat().st_size
+    )
     state = json.loads(path.read_text())
     assert result.info["global_step"] == state["global_step"]
     assert result.info["best_model_checkpoint"] == state["best_model_checkpoint"]

@@ -9,6 +9,7 @@ import pytest
 
 from collector.core.model import BadLine, Points
 from collector.store import alerts as store_alerts
+from collector.store import points as store_points
 from collector.store import read as store_read
 from collector.store.db import Store
 from collector.store.schema import MIGRATIONS, SCHEMA_VERSION, StoreError, migrate, schema_version
@@ -68,8 +69,10 @@ def test_migrating_to_integer_series_keeps_every_point_and_the_runs_go_on(tmp_pa
     # a run goes on after the migration: its series is found again, a new metric gets a new one
     s = store.add_source("a", "/root/a/metrics.jsonl", "jsonl")
     with store.transaction() as cur:
-        store.add_points(cur, s, _points([(6, "train/loss", 0.5), (6, "grad_norm", 1.0)]), may_overlap=False)
-        store.add_points(cur, s, _points([(5, "train/loss", 9.0)]), may_overlap=True)
+        store_points.add_points(
+            cur, s, _points([(6, "train/loss", 0.5), (6, "grad_norm", 1.0)]), may_overlap=False
+        )
+        store_points.add_points(cur, s, _points([(5, "train/loss", 9.0)]), may_overlap=True)
     assert store.rows("SELECT count(*) FROM series")[0][0] == 4
     assert store.rows("SELECT step, value FROM points WHERE run_id = 'a' AND metric = 'train/loss' AND step >= 5 ORDER BY step") == [(5, 9.0), (6, 0.5)]  # fmt: skip
     assert store.rows("SELECT step, value FROM points_replaced") == [(5, 5.0)]
@@ -80,10 +83,12 @@ def test_rewritten_steps_replace_in_queries_and_keep_the_old_life(tmp_path):
     store = Store(tmp_path / "s.duckdb")
     s = _source(store)
     with store.transaction() as cur:
-        store.add_points(cur, s, _points([(st, "loss", 10.0 - st) for st in range(1, 6)]), may_overlap=False)
+        store_points.add_points(
+            cur, s, _points([(st, "loss", 10.0 - st) for st in range(1, 6)]), may_overlap=False
+        )
     s.segment = 1  # the file was truncated: its second life rewrites steps 4 and 5
     with store.transaction() as cur:
-        store.add_points(
+        store_points.add_points(
             cur, s, _points([(4, "loss", 40.0), (5, "loss", 5.0), (6, "loss", 60.0)]), may_overlap=True
         )
 
@@ -100,8 +105,8 @@ def test_same_step_twice_in_one_batch_keeps_the_last(tmp_path):
     store = Store(tmp_path / "s.duckdb")
     s = _source(store)
     with store.transaction() as cur:
-        store.add_points(cur, s, _points([(1, "loss", 1.0), (2, "loss", 2.0)]), may_overlap=False)
-        store.add_points(cur, s, _points([(2, "loss", 3.0), (2, "loss", 4.0)]), may_overlap=True)
+        store_points.add_points(cur, s, _points([(1, "loss", 1.0), (2, "loss", 2.0)]), may_overlap=False)
+        store_points.add_points(cur, s, _points([(2, "loss", 3.0), (2, "loss", 4.0)]), may_overlap=True)
     assert store_read.series(store, "r", "loss")["values"] == [1.0, 4.0]
     assert sorted(o["value"] for o in store_read.replaced_points(store, "r", "loss")) == [2.0, 3.0]
     assert store_read.metric_stats(store, "r")[0]["points"] == 2
@@ -113,7 +118,7 @@ def test_a_transaction_that_fails_leaves_nothing(tmp_path):
     s = _source(store)
     try:
         with store.transaction() as cur:
-            store.add_points(cur, s, _points([(1, "loss", 1.0)]), may_overlap=False)
+            store_points.add_points(cur, s, _points([(1, "loss", 1.0)]), may_overlap=False)
             s.offset = 99
             store.save_source(cur, s)
             raise RuntimeError("crash between the rows and the commit")
@@ -132,7 +137,7 @@ def test_downsampling_keeps_every_spike_and_nan(tmp_path):
     rows[77_000] = (77_001, "loss", float("nan"))
     rows[90_000] = (90_001, "loss", float("inf"))
     with store.transaction() as cur:
-        store.add_points(cur, s, _points(rows), may_overlap=False)
+        store_points.add_points(cur, s, _points(rows), may_overlap=False)
     got = store_read.series(store, "r", "loss", points=1000)
     assert got["downsampled"] and got["total_points"] == 100_000
     assert len(got["steps"]) == 1000
@@ -160,7 +165,7 @@ def test_a_nan_does_not_hide_a_spike_in_its_bucket(tmp_path):
     rows[9] = (10, "grad_norm", 19.28)  # the same bucket of ten steps as the NaN
     rows[20:] = [(st, "grad_norm", float("nan")) for st in range(21, 31)]  # a bucket of NaN only
     with store.transaction() as cur:
-        store.add_points(cur, s, _points(rows), may_overlap=False)
+        store_points.add_points(cur, s, _points(rows), may_overlap=False)
     got = store_read.series(store, "r", "grad_norm", points=3)
     assert got["steps"] == [10, 20, 30] and got["nonfinite"] == [1, 0, 10]
     assert got["max"][:2] == [19.28, 1.0] and got["min"][:2] == [1.0, 1.0]
@@ -218,8 +223,8 @@ def test_reading_a_run_in_slices_returns_every_point_once_across_gaps(tmp_path):
     steps = [*range(1, 101), *range(10_000, 10_051), 2_000_000]  # dense, a gap, a lone far step
     rows = [(st, m, float(st)) for st in steps for m in ("loss", "lr")]
     with store.transaction() as cur:
-        store.add_points(cur, s, _points(rows[:-2] + [(5, "grad", 1.0)]), may_overlap=False)
-        store.add_points(cur, s, _points(rows[-2:]), may_overlap=False)
+        store_points.add_points(cur, s, _points(rows[:-2] + [(5, "grad", 1.0)]), may_overlap=False)
+        store_points.add_points(cur, s, _points(rows[-2:]), may_overlap=False)
     for metrics, want in (
         (None, sorted(rows + [(5, "grad", 1.0)])),
         (["lr"], [r for r in rows if r[1] == "lr"]),

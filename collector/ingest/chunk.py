@@ -1,0 +1,148 @@
+"""One read of one source through its format's parser, into the caller's open transaction.
+
+The incremental path: bytes from the stored offset (from 0 for a whole document), parsed by the format's
+`Format.parse` with the state it carries between reads, stored with the new offset in the same commit;
+bad lines are quarantined with their numbers, a line longer than `MAX_LINE_BYTES` is quarantined whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+
+import duckdb
+
+from collector.core.model import BadLine, Format, ParseResult, Points, RunInfo
+from collector.ingest.segments import SIG_BYTES, read_range
+from collector.store import points as store_points
+from collector.store.db import SourceState, Store
+
+MAX_LINE_BYTES = 64 << 20  # a "line" longer than this is quarantined instead of buffered forever
+
+Report = Callable[[str, str], None]  # (path, what happened and what was done), for a person to read
+
+
+@dataclasses.dataclass(slots=True)
+class Cycle:
+    """What one shared transaction collects: to write in a few statements at its end (plain appends, source
+    positions, runs' last steps), and to tell detection after the commit (new points, run facts)."""
+
+    plain: list[tuple[SourceState, Points]] = dataclasses.field(default_factory=list)
+    saves: list[SourceState] = dataclasses.field(default_factory=list)
+    last_steps: dict[str, int] = dataclasses.field(default_factory=dict)
+    fresh: dict[str, Points] = dataclasses.field(default_factory=dict)
+    infos: list[tuple[str, RunInfo]] = dataclasses.field(default_factory=list)
+
+
+def read_chunk(
+    cur: duckdb.DuckDBPyConnection,
+    store: Store,
+    fmt: Format,
+    s: SourceState,
+    st: os.stat_result,
+    cycle: Cycle,
+    after_step: int,
+    chunk_bytes: int,
+    report: Report,
+) -> bool:
+    """Read the next chunk of `s` (its file as `st` saw it; `after_step` the run's highest stored step)
+    through `fmt`'s parser into the open transaction, advancing `s`; True when more is waiting. Plain
+    appends wait in `cycle` for one insert of the whole cycle; bad lines are quarantined and reported."""
+    whole = fmt.whole_document
+    if whole:
+        if (st.st_size, st.st_mtime) == (s.size, s.mtime) and s.offset == st.st_size:
+            return False
+        start, want = 0, st.st_size
+    else:
+        if st.st_size == s.offset:
+            return False
+        start, want = s.offset, min(st.st_size - s.offset, chunk_bytes)
+    data = read_range(s.path, start, want)
+    result = _parse(fmt, s, data, 1 if whole else s.lines + 1)
+    if not whole and result.consumed == 0 and len(data) >= want and st.st_size - start > want:
+        # One line longer than a chunk: read more of it, up to a limit, then quarantine it.
+        data = read_range(s.path, start, min(st.st_size - start, MAX_LINE_BYTES))
+        result = _parse(fmt, s, data, s.lines + 1)
+        if result.consumed == 0 and len(data) >= MAX_LINE_BYTES:
+            end = data.find(b"\n")
+            _skip_long_line(cur, store, s, data, end, report)
+            return True
+    run = s.run_id
+    points = result.points
+    overlap = (
+        whole
+        or not points
+        or min(points.step) <= after_step
+        # A resumed run that appended to its file repeats steps within one read: merge them too.
+        or len(set(zip(points.metric, points.step, strict=True))) != len(points)
+    )
+    if overlap:
+        store_points.add_points(cur, s, result.points, may_overlap=True)
+    else:
+        cycle.plain.append((s, result.points))
+    _quarantine(cur, store, s, result, report)
+    if whole:
+        s.offset, s.lines = st.st_size, result.lines
+    else:
+        s.offset += result.consumed
+        s.lines += result.lines
+        s.tail_sig = (
+            data[max(0, result.consumed - SIG_BYTES) : result.consumed] if result.consumed else s.tail_sig
+        )
+    s.size, s.mtime = st.st_size, st.st_mtime
+    cycle.saves.append(s)
+    if result.points:
+        cycle.last_steps[run] = max(result.points.step)
+        cycle.fresh.setdefault(run, Points()).extend(result.points)
+    if result.info and fmt.run_info is not None:
+        facts = fmt.run_info(result.info)
+        cycle.infos.append((run, facts))
+        _store_info(cur, store, run, facts)
+    return not whole and s.offset < st.st_size and result.consumed > 0
+
+
+def _parse(fmt: Format, s: SourceState, data: bytes, first_line: int) -> ParseResult:
+    # The state a parser carries between reads (a CSV's header) is kept with the source, as JSON; a read
+    # from offset 0 starts without it.
+    state = json.loads(s.parser_state) if s.parser_state and s.offset else None
+    result = fmt.parse(data, first_line, path=s.path, state=state)
+    if result.state is not None:
+        s.parser_state = json.dumps(result.state)
+    return result
+
+
+def _quarantine(cur, store: Store, s: SourceState, result: ParseResult, report: Report) -> None:
+    if not result.bad:
+        return
+    store.quarantine(cur, s, result.bad)
+    first = result.bad[0]
+    more = f" (and {len(result.bad) - 1} more bad lines)" if len(result.bad) > 1 else ""
+    report(s.path, f"line {first.line}: {first.reason}; line quarantined, the rest ingested{more}")
+
+
+def _skip_long_line(cur, store: Store, s: SourceState, data: bytes, end: int, report: Report) -> None:
+    skip = end + 1 if end >= 0 else len(data)
+    bad = [
+        BadLine(
+            s.lines + 1, f"line longer than {MAX_LINE_BYTES} bytes", data[:200].decode("utf-8", "replace")
+        )
+    ]
+    store.quarantine(cur, s, bad)
+    s.offset += skip
+    s.lines += 1 if end >= 0 else 0
+    s.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
+    store.save_source(cur, s)
+    report(s.path, f"line {s.lines}: longer than {MAX_LINE_BYTES} bytes; quarantined")
+
+
+def _store_info(cur, store: Store, run: str, facts: RunInfo) -> None:
+    store.update_run_info(
+        cur,
+        run,
+        status=facts.status,
+        total_steps=facts.total_steps,
+        config=json.dumps(facts.config, default=str) if facts.config is not None else None,
+        status_info=json.dumps(facts.status_info, default=str) if facts.status_info is not None else None,
+    )

@@ -1,0 +1,79 @@
+"""Which life of a file an offset belongs to: change checks, and the rules that start a new segment.
+
+A file that shrank (truncated), was replaced (new inode: rotation), was deleted and came back, or was
+rewritten in place (the bytes before the offset differ) is read again from offset 0 as a new segment; what
+was ingested from its earlier life stays. A whole document (`Format.whole_document`) is replaced on every
+update and simply read again.
+"""
+
+from __future__ import annotations
+
+import os
+
+from collector.store.db import SourceState
+
+SIG_BYTES = 32  # bytes before the offset remembered to notice a file rewritten in place
+
+
+def read_range(path: str, start: int, size: int) -> bytes:
+    """Up to `size` bytes of `path` from `start`."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(size)
+
+
+def changed(s: SourceState, whole_document: bool) -> bool:
+    """Whether the file differs from what was ingested (cheap: one stat)."""
+    try:
+        st = os.stat(s.path)
+    except OSError:
+        return s.state != "deleted"
+    if s.state == "deleted" or (st.st_ino, st.st_dev) != (s.inode, s.device):
+        return True
+    if whole_document:
+        return (st.st_size, st.st_mtime) != (s.size, s.mtime)
+    return st.st_size != s.offset or st.st_mtime != s.mtime
+
+
+def backlog(s: SourceState) -> int:
+    """Bytes of the file not yet ingested (all of it when it is a new life of the file)."""
+    try:
+        st = os.stat(s.path)
+    except OSError:
+        return 0
+    if st.st_ino != s.inode or st.st_size < s.offset:
+        return st.st_size
+    return st.st_size - s.offset
+
+
+def new_life(s: SourceState, st: os.stat_result) -> str | None:
+    """Why the file `st` describes is no longer the life `s`'s offset belongs to, or None when it is."""
+    if s.state == "deleted":
+        return "appeared again after being deleted"
+    if s.inode and (st.st_ino, st.st_dev) != (s.inode, s.device):
+        return "was replaced by a new file (rotation)"
+    if st.st_size < s.offset:
+        return f"shrank below the ingested offset {s.offset} (truncated)"
+    if s.offset and s.tail_sig:
+        before = read_range(s.path, s.offset - len(s.tail_sig), len(s.tail_sig))
+        if before != s.tail_sig:
+            return "was rewritten in place"
+    return None
+
+
+def start_segment(s: SourceState) -> bool:
+    """Reset `s` to read its file from offset 0; True when a segment was left behind (a new one begins)."""
+    had = s.offset > 0 or s.state == "deleted"
+    s.offset, s.lines, s.tail_sig, s.state, s.parser_state = 0, 0, b"", "active", None
+    s.size = s.mtime = 0
+    if had:
+        s.segment += 1
+    return had
+
+
+def position(s: SourceState) -> dict:
+    """The fields of `s` that say where reading stands (kept when a file is re-registered under a new run)."""
+    return {
+        k: getattr(s, k)
+        for k in ("inode", "device", "size", "mtime", "offset", "lines", "segment", "state", "tail_sig")
+    }
