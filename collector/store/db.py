@@ -19,12 +19,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import duckdb
 
 from collector.core.model import BadLine
-from collector.store.points import arrow
 from collector.store.schema import StoreError, migrate
+
+
+def arrow() -> ModuleType:
+    """pyarrow, imported on first use (a tenth of a second of start-up; a bulk backfill never needs it)."""
+    import pyarrow
+
+    return pyarrow
+
 
 # DuckDB's buffer pool would take 80% of RAM; the collector stays small (it spills to disk past this).
 MEMORY_LIMIT = "160MB"

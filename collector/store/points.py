@@ -11,26 +11,15 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from types import ModuleType
-from typing import TYPE_CHECKING
 
 import duckdb
 
 from collector.core.model import Points
 from collector.formats import jsonl
-
-if TYPE_CHECKING:
-    from collector.store.db import SourceState
+from collector.store.db import SourceState, arrow
 
 # Bits a bulk read may spend on counting repeated steps exactly (steps in its range x metrics): 32 MiB.
 BULK_BITMAP_BITS = 1 << 28
-
-
-def arrow() -> ModuleType:
-    """pyarrow, imported on first use (a tenth of a second of start-up; a bulk backfill never needs it)."""
-    import pyarrow
-
-    return pyarrow
 
 
 class BulkMismatch(ValueError):
