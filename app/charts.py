@@ -18,9 +18,6 @@ SEVERITY_COLORS = {"error": "#d62728", "warn": "#ff7f0e", "info": "#1f77b4"}
 # Plotly's default colour cycle, spelled out so the band can reuse a line's colour with transparency.
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 NONFINITE_TRACE = "NaN/inf"
-# Grad norms between these are what healthy fine-tuning runs show; above the warning line is a spike.
-GRAD_NORM_BAND = (0.1, 10.0)
-GRAD_NORM_WARNING = 100.0
 
 
 def _rgba(hex_color: str, alpha: float) -> str:

@@ -1,15 +1,14 @@
 """Which metrics a run page draws in which panel, from the metric roles the collector names.
 
 Roles (loss, val_loss, grad_norm, lr, ...) come from the API's run detail when it sends them, else from
-`collector.core.roles.role_of`, the collector's own naming function; nothing here judges the values.
+`collector.core.roles.role_of`, the collector's own naming function; nothing here judges the values. A
+panel's normal band and warning line come from the run detail's `decorations` (the run's own thresholds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
-from app.charts import GRAD_NORM_BAND, GRAD_NORM_WARNING
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -30,14 +29,7 @@ class Panel:
 ROLE_PANELS = (
     Panel("Loss", ("loss", "val_loss"), y_title="loss"),
     Panel("Learning rate", ("lr",), y_title="learning rate", smooth=False),
-    Panel(
-        "Gradient norm",
-        ("grad_norm",),
-        y_title="grad norm",
-        normal_band=GRAD_NORM_BAND,
-        warning_line=GRAD_NORM_WARNING,
-        always_log=True,
-    ),
+    Panel("Gradient norm", ("grad_norm",), y_title="grad norm", always_log=True),
     Panel("Time per step", ("step_time",), y_title="seconds", checkpoints=True),
     Panel("Reward", ("reward",), y_title="reward"),
     Panel("KL divergence", ("kl",), y_title="KL"),
@@ -96,11 +88,22 @@ def metrics_by_role(
     return roles
 
 
-def role_panels(roles: dict[str, list[str]]) -> list[Panel]:
-    """The role panels this run has data for, each with its metrics filled in, in the page's order."""
+def role_panels(roles: dict[str, list[str]], decorations: dict | None = None) -> list[Panel]:
+    """The role panels this run has data for, each with its metrics filled in, in the page's order, and
+    with the normal band and warning line the API sent for its role (`decorations`: role -> {normal_band:
+    [low, high], warning_line})."""
     panels = []
     for panel in ROLE_PANELS:
         metrics = tuple(m for role in panel.roles for m in roles.get(role, []))
-        if metrics:
-            panels.append(Panel(**{**panel.__dict__, "metrics": metrics}))
+        if not metrics:
+            continue
+        panel = replace(panel, metrics=metrics)
+        for role in panel.roles:
+            sent = (decorations or {}).get(role) or {}
+            band = sent.get("normal_band")
+            if isinstance(band, list | tuple) and len(band) == 2:
+                panel = replace(panel, normal_band=(float(band[0]), float(band[1])))
+            if isinstance(sent.get("warning_line"), int | float):
+                panel = replace(panel, warning_line=float(sent["warning_line"]))
+        panels.append(panel)
     return panels

@@ -17,6 +17,7 @@ from pathlib import Path
 from collector.advice.recommend import advice_for_run, checkpoint_step
 from collector.core.roles import role_of
 from collector.detect.engine import AlertEvent, detect_series
+from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.formats import parser_for
 
 Series = dict[str, tuple[list[int], list[float]]]
@@ -46,7 +47,7 @@ def analyse(path: Path) -> dict:
     alerts: list[AlertEvent] = detect_series(series, run_info=info, run_id=Path(path).stem)
     evals = {m: list(zip(*series[m], strict=True)) for m in series if role_of(m) in EVAL_ROLES}
     last_step = info.get("global_step") or max((max(s) for s, _ in series.values() if s), default=None)
-    bad = [(a.first_step, a.last_step) for a in alerts if a.rule in ("nonfinite", "grad_spike")]
+    bad = [(a.first_step, a.last_step) for a in alerts if a.rule in UNSAFE_CHECKPOINT_RULES]
     advice = advice_for_run([], evals, bad, info, last_step)
     return {
         "file": Path(path).name,

@@ -33,7 +33,7 @@ if last is not None and total:
 
 names = metric_names(detail.get("metrics"))
 roles = metrics_by_role(names, api_roles(detail.get("metrics")), None)
-panels = role_panels(roles)
+panels = role_panels(roles, detail.get("decorations"))
 
 controls = st.columns([3, 1, 1, 1])
 smoothing = controls[0].slider(

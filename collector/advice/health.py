@@ -1,6 +1,7 @@
 """The run's health checklist: a short list of pass / fail / unknown checks at start, at checkpoints, at the end.
 
-Stable interface: `health_checklist(series, checkpoints, status, run_info, latest_marker=None) -> list[dict]`.
+Stable interface: `health_checklist(series, checkpoints, status, run_info, latest_marker=None, config=None)
+-> list[dict]`; `config` is the run's resolved `DetectConfig` (its grad-norm normal range; None: the defaults).
 `series` is keyed by role (`loss`, `val_loss`, `grad_norm`, `lr`, `step_time`; see
 `collector.core.roles`) with (steps, values) in step order; `checkpoints` are the checkpoint index items
 (step, path, complete, bytes[, inferred]); `status` is status.json's content (or None); `run_info` is run.json
@@ -14,18 +15,18 @@ from __future__ import annotations
 import math
 from statistics import median
 
+from collector.core.facts import run_settings
 from collector.detect.base import fmt
-from collector.detect.schedule import run_facts
+from collector.detect.config import DetectConfig
 
 START_STEPS = 100  # "the first 100 steps"
-GRAD_RANGE = (0.1, 10.0)
 Series = dict[str, tuple[list[int], list[float]]]
 
 
 CHECKS = {  # id -> (phase, title), in checklist order
     "start_loss_falling": ("start", "Loss falls in the first 100 steps"),
     "start_lr_warmup": ("start", "Learning rate rises during warmup"),
-    "start_grad_norm_range": ("start", "grad_norm mostly within 0.1-10 in the first 100 steps"),
+    "start_grad_norm_range": ("start", "grad_norm mostly within {low}-{high} in the first 100 steps"),
     "start_step_time_stable": ("start", "Time per step stable in the first 100 steps"),
     "checkpoint_val_loss": ("checkpoint", "Validation loss not rising at checkpoints"),
     "checkpoint_complete": ("checkpoint", "Every checkpoint complete (huggingface/ folder written)"),
@@ -40,8 +41,9 @@ CHECKS = {  # id -> (phase, title), in checklist order
 }
 
 
-def _item(id_: str, state: str, evidence: str) -> dict:
+def _item(id_: str, state: str, evidence: str, **title_values: str) -> dict:
     phase, title = CHECKS[id_]
+    title = title.format(**title_values) if title_values else title
     return {"id": id_, "phase": phase, "title": title, "state": state, "evidence": evidence}
 
 
@@ -61,13 +63,15 @@ def health_checklist(
     status: dict | None,
     run_info: dict | None,
     latest_marker: int | None = None,
+    config: DetectConfig | None = None,
 ) -> list[dict]:
     """The checklist items, in the order start, checkpoint, end (see the module docstring)."""
-    facts = run_facts(run_info)
+    facts = run_settings(run_info)
+    grad = (config or DetectConfig()).rules.grad_spike
     return [
         _loss_falling(series),
         _lr_warmup(series, facts),
-        _grad_in_range(series),
+        _grad_in_range(series, grad.normal_min, grad.normal_max),
         _step_time_stable(series),
         _val_not_rising(series, checkpoints),
         _checkpoints_complete(checkpoints),
@@ -117,15 +121,17 @@ def _lr_warmup(series: Series, facts: dict) -> dict:
     return _item("start_lr_warmup", "unknown", f"no warmup configured or seen: {seen}")
 
 
-def _grad_in_range(series: Series) -> dict:
+def _grad_in_range(series: Series, low: float, high: float) -> dict:
+    band = {"low": fmt(low), "high": fmt(high)}
     _, values = _first(series, "grad_norm")
     if not values:
         return _item(
             "start_grad_norm_range",
             "unknown",
             "the run logs no grad_norm in its first 100 steps",
+            **band,
         )
-    inside = sum(1 for v in values if v is not None and GRAD_RANGE[0] <= v <= GRAD_RANGE[1])
+    inside = sum(1 for v in values if v is not None and low <= v <= high)
     share = inside / len(values)
     finite = _finite(values)
     spread = f"min {fmt(min(finite))}, max {fmt(max(finite))}" if finite else "no finite value"
@@ -134,6 +140,7 @@ def _grad_in_range(series: Series) -> dict:
         "start_grad_norm_range",
         state,
         f"{inside} of {len(values)} points in range ({share:.0%}); {spread}",
+        **band,
     )
 
 

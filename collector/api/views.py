@@ -8,8 +8,9 @@ import math
 from pathlib import Path
 
 from collector.core.roles import role_of
-from collector.core.runtime import thresholds_path
-from collector.detect.config import ConfigError, DetectConfig, load_config
+from collector.detect.config import DetectConfig
+from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
+from collector.detect.thresholds import thresholds_for
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -35,25 +36,16 @@ def _latest_by_role(stats: list[dict], role: str) -> float | None:
 
 # What checkpoint advice reads besides the checkpoint index: evaluation series and these alerts' steps.
 _EVAL_ROLES = ("val_loss", "val_score", "eval_metric")
-_BAD_RULES = ("nonfinite", "grad_spike")
+_BAD_RULES = tuple(sorted(UNSAFE_CHECKPOINT_RULES))
 # (database, run) -> (what the recommendation was built from, the recommended step): the overview would
 # otherwise rebuild every run's advice (every evaluation series, a TOML read) on every refresh.
 _RECOMMENDED: dict[tuple[str, str], tuple[tuple, int | None]] = {}
 
 
-def _file_stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
 def _recommended_step(store: Store, r: dict, stats: list[dict], signature: tuple | None) -> int | None:
     """The run's recommended checkpoint step, rebuilt only when something advice reads has changed: its
     checkpoint index, bad-step alerts or replaced points (`signature`), its evaluation series' counts and
-    last values, its config, status and latest marker, or either thresholds file."""
-    run_dir = Path(r["path"]) if r["path"] else None
+    last values, its config, status and latest marker, or its resolved thresholds."""
     inputs = (
         signature,
         hash(r["config"]),
@@ -65,8 +57,7 @@ def _recommended_step(store: Store, r: dict, stats: list[dict], signature: tuple
             for s in stats
             if role_of(s["metric"]) in _EVAL_ROLES
         ),
-        _file_stamp(thresholds_path(store.path)),
-        _file_stamp(run_dir / "runwatch.toml") if run_dir is not None else None,
+        _detect_config(store, r["path"]),  # the resolver re-reads a changed runwatch.toml
     )
     key = (str(store.path), r["id"])
     cached = _RECOMMENDED.get(key)
@@ -175,7 +166,15 @@ def run(store: Store, run_id: str) -> dict:
         for s in stats
     ]
     out["sources"] = store_read.sources(store, run_id)
+    out["decorations"] = panel_decorations(_detect_config(store, r["path"]))
     return out
+
+
+def panel_decorations(config: DetectConfig) -> dict[str, dict]:
+    """Role -> what a chart of that role draws beside the data, from the run's resolved thresholds:
+    `normal_band` [low, high] (the healthy range) and `warning_line` (above it is trouble)."""
+    grad = config.rules.grad_spike
+    return {"grad_norm": {"normal_band": [grad.normal_min, grad.normal_max], "warning_line": grad.abs_max}}
 
 
 def _require_run(store: Store, run_id: str) -> None:
@@ -237,13 +236,8 @@ def set_alert_state(store: Store, alert_id: int, state: str, note: str | None) -
 
 
 def _detect_config(store: Store, run_path: str | None) -> DetectConfig:
-    """The thresholds the daemon uses for this run (database file, then the run folder's file)."""
-    run_dir = Path(run_path) if run_path else None
-    run_toml = run_dir / "runwatch.toml" if run_dir is not None and run_dir.is_dir() else None
-    try:
-        return load_config(thresholds_path(store.path), run_toml)
-    except ConfigError:
-        return DetectConfig()  # the daemon logs the bad file; advice falls back to the defaults like it
+    """The thresholds detection uses for this run (the one resolver of `collector.detect.thresholds`)."""
+    return thresholds_for(store.path).for_run(run_path)
 
 
 def checkpoints(store: Store, run_id: str, metric: str | None = None, direction: str | None = None) -> dict:
@@ -268,7 +262,7 @@ def checkpoints(store: Store, run_id: str, metric: str | None = None, direction:
     bad = [
         (a["first_step"], a["last_step"])
         for a in store_alerts.list_alerts(store, run=run_id)
-        if a["rule"] in _BAD_RULES
+        if a["rule"] in UNSAFE_CHECKPOINT_RULES
     ]
     latest = r["latest_marker"]  # verl: what a resume would load, never offered for deletion
     if latest is None and r["format"] == "hf_trainer_state":
@@ -300,10 +294,15 @@ def health(store: Store, run_id: str) -> list[dict]:
         if role in ("loss", "val_loss", "grad_norm", "lr", "step_time") and role not in by_role:
             series = store_read.series(store, run_id, s["metric"], points=5000)
             by_role[role] = (series["steps"], series["values"])
-    config = store_read.parse_json(found[0]["config"])
+    run_info = store_read.parse_json(found[0]["config"])
     status = store_read.parse_json(found[0]["status_info"])
     return health_mod.health_checklist(
-        by_role, store_alerts.checkpoints(store, run_id), status, config, found[0]["latest_marker"]
+        by_role,
+        store_alerts.checkpoints(store, run_id),
+        status,
+        run_info,
+        found[0]["latest_marker"],
+        config=_detect_config(store, found[0]["path"]),
     )
 
 

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 from collector.core.model import Points, RunInfo
-from collector.core.runtime import alerts_log_path, thresholds_path
-from collector.detect.config import ConfigError, DetectConfig, load_config
+from collector.core.runtime import alerts_log_path
+from collector.detect.config import DetectConfig
 from collector.detect.engine import AlertEvent, RunDetector
+from collector.detect.thresholds import thresholds_for
 from collector.ingest.checkpoints import scan_checkpoints
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
@@ -33,6 +34,7 @@ class Detection:
         self.store = store
         self.db = Path(db)
         self.sinks = sinks if sinks is not None else []
+        self.thresholds = thresholds_for(self.db)  # shared with the API: detection and advice agree
         self.detectors: dict[str, RunDetector] = {}
         self.run_dirs: dict[str, Path] = {}
         self.status: dict[str, dict] = {}
@@ -44,12 +46,7 @@ class Detection:
         self._markers_seen: dict[str, int | None] = {}
 
     def _config(self, run: str) -> DetectConfig:
-        run_dir = self.run_dirs.get(run)
-        try:
-            return load_config(thresholds_path(self.db), run_dir / "runwatch.toml" if run_dir else None)
-        except ConfigError as e:
-            log.warning("%s; run %s uses the default thresholds", e, run)
-            return DetectConfig()
+        return self.thresholds.for_run(self.run_dirs.get(run))
 
     def warm_up(self) -> None:
         """Rebuild every stored run's detector from the last points of each metric (after a restart); a run
@@ -79,10 +76,13 @@ class Detection:
                 self.behind[run] = up_to
 
     def detector(self, run: str) -> RunDetector:
-        """The run's detector (created empty on first use)."""
+        """The run's detector (created empty on first use), judging with the run's current thresholds (a
+        changed runwatch.toml applies from the next points on)."""
         found = self.detectors.get(run)
         if found is None:
             found = self.detectors[run] = RunDetector(run, self._config(run), self.run_info.get(run))
+        else:
+            found.set_config(self._config(run))
         return found
 
     def points_added(self, run: str, points: Points) -> None:

@@ -1,9 +1,12 @@
-"""What every rule shares: its verdict type, a bounded robust window, and number formatting for messages.
+"""What every rule shares: the `Rule` contract, its verdict type, a bounded robust window, and number
+formatting for messages.
 
-A rule is a small object fed one finite point at a time (`feed(step, value, run)`); it answers with a
-`Finding` (the condition holds at this point), `None` (the condition does not hold: counts towards closing
-an open episode) or `HOLD` (no verdict here: too little history, an excluded step). It keeps bounded state
-and does no I/O. `rewind(step)` forgets what it saw at `step` and later (a rewritten or resumed file).
+A rule (`Rule`) is a small object fed one finite point at a time (`feed(step, value, facts)`, `facts` the
+run's `RunFacts`); it answers with a `Finding` (the condition holds at this point), `None` (the condition
+does not hold: counts towards closing an open episode) or `HOLD` (no verdict here: too little history, an
+excluded step). It keeps bounded state and does no I/O. `rewind(step)` forgets what it saw at `step` and
+later (a rewritten or resumed file). Its class says whether its episodes make a checkpoint saved inside
+them unsafe to keep (`unsafe_checkpoint`).
 """
 
 from __future__ import annotations
@@ -13,8 +16,20 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import ClassVar, Protocol
 
-HOLD = object()  # "no verdict at this point": neither opens nor clears an episode
+from collector.core.facts import RunFacts
+from collector.core.severity import Severity
+
+
+class Hold(Enum):
+    """The one "no verdict at this point" value: neither opens nor clears an episode."""
+
+    HOLD = "hold"
+
+
+HOLD = Hold.HOLD
 
 MAD_TO_SIGMA = 1.4826  # scales the median absolute deviation to a normal sigma
 
@@ -23,7 +38,7 @@ MAD_TO_SIGMA = 1.4826  # scales the median absolute deviation to a normal sigma
 class Finding:
     """The condition of a rule holds at one point."""
 
-    severity: str
+    severity: Severity
     value: float | None
     message: str
     evidence: dict = field(default_factory=dict)
@@ -36,6 +51,21 @@ class Finding:
     at_step: int | None = None
     # a spike: the episode reports its highest point (value, step, message), not its latest
     peak: bool = False
+
+
+Verdict = Finding | Hold | None
+
+
+class Rule(Protocol):
+    """One detector on one metric (see the module docstring)."""
+
+    rule_id: str  # the alert's rule name
+    clear_after: int  # verdicts of None in a row that close an open episode
+    unsafe_checkpoint: ClassVar[bool]  # a checkpoint saved inside one of its episodes is not one to keep
+
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict: ...
+
+    def rewind(self, step: int) -> None: ...
 
 
 class Window:

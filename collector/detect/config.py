@@ -39,7 +39,8 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-SEVERITIES = ("info", "warn", "error")
+from collector.core.severity import SEVERITIES
+
 CUSTOM_OPS = (">", ">=", "<", "<=", "==", "!=", "falling", "rising")
 
 
@@ -64,7 +65,13 @@ class GradSpikeRule:
     fresh_min_points: int = 20
     z: float = 8.0  # robust z-score (MAD scaled to sigma) above the median
     ratio: float = 3.5  # and at least this many times the median
-    abs_max: float = 100.0  # above this for `abs_for` points is a spike whatever the baseline
+    abs_max: float = (
+        100.0  # above this for `abs_for` points is a spike whatever the baseline (the chart's warning line)
+    )
+    normal_min: float = (
+        0.1  # healthy fine-tuning grad norms lie between these (the chart's normal band, health)
+    )
+    normal_max: float = 10.0
     abs_for: int = 3
     sustained_points: int = 5  # spike points in one episode that make it an error
     loss_jump_window: int = 10  # a loss spike within this many points after makes it an error
@@ -142,6 +149,7 @@ class KlSpikeRule:
     min_history: int = 5
     z: float = 8.0
     ratio: float = 5.0
+    error_after_points: int = 5  # points above `max_value` in one episode that make it an error
     clear_after: int = 3
 
 
@@ -167,6 +175,8 @@ class StepTimeSpikeRule:
     abs_max_seconds: float = 30.0  # over 30 s is a spike when the usual step is much shorter
     abs_ratio: float = 1.5
     warn_ratio: float = 10.0  # a single slow step is a notice (info); this many times the median, a warning
+    warn_after_points: int = 3  # slow steps in one episode that make a notice a warning...
+    error_after_points: int = 20  # ...and an error
     clear_after: int = 3
 
 

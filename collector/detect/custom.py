@@ -9,7 +9,9 @@ from __future__ import annotations
 import operator
 from fnmatch import fnmatchcase
 
-from collector.detect.base import Finding, fmt
+from collector.core.facts import RunFacts
+from collector.core.severity import Severity
+from collector.detect.base import Finding, Verdict, fmt
 from collector.detect.config import CustomRule
 
 _OPS = {
@@ -30,6 +32,8 @@ def custom_matches(rule: CustomRule, metric: str) -> bool:
 class CustomThreshold:
     """One user rule on one metric."""
 
+    unsafe_checkpoint = False
+
     def __init__(self, metric: str, rule: CustomRule) -> None:
         self.metric, self.rule = metric, rule
         self.rule_id = f"custom:{rule.id}"
@@ -42,7 +46,7 @@ class CustomThreshold:
         self.count = 0
         self.previous = None
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         rule = self.rule
         if rule.op == "falling":
             holds = self.previous is not None and value < self.previous
@@ -61,7 +65,7 @@ class CustomThreshold:
             return None
         condition = rule.op if rule.op in ("falling", "rising") else f"{rule.op} {fmt(rule.value)}"
         return Finding(
-            rule.severity,
+            Severity(rule.severity),
             value,
             f"{self.metric} {condition} for {self.count} points (since step {self.first}, now {fmt(value)} at step "
             f"{step}): custom rule {rule.id!r}." + (f" {rule.message}" if rule.message else ""),

@@ -27,26 +27,17 @@ Stable interface (the collector calls this; see docs/architecture.md):
 from __future__ import annotations
 
 from collections import deque
-from math import isfinite, log
+from math import isfinite
 from statistics import median
 
+from collector.core.facts import RunFacts
 from collector.core.model import Points
 from collector.core.roles import role_of, value_scale
-from collector.detect.base import HOLD
+from collector.detect.base import HOLD, Rule
 from collector.detect.config import DetectConfig
-from collector.detect.custom import CustomThreshold, custom_matches
 from collector.detect.episodes import AlertEvent, Episodes
-from collector.detect.runlevel import nonfinite_finding, stall_finding
-from collector.detect.schedule import LrAnomaly, run_facts
-from collector.detect.spikes import GradSpike, KlSpike, LossSpike, StepTimeSpike
-from collector.detect.trends import (
-    LossPlateau,
-    NoLearningGrad,
-    NoLearningLoss,
-    RewardCollapse,
-    RewardStdCollapse,
-    ValLossRise,
-)
+from collector.detect.rules import rules_for
+from collector.detect.runlevel import NONFINITE, STALLED, nonfinite_finding, stall_finding
 
 __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
@@ -61,11 +52,9 @@ class _Metric:
 
     __slots__ = ("rules", "judged", "nonfinite_key", "role", "scale", "last_step", "recent", "fed", "noted")
 
-    def __init__(self, metric: str, rules: list, role: str | None, scale: float) -> None:
-        self.rules = rules
-        # (rule, its episode key, clear_after) built once: a backfill judges millions of points
-        self.judged = [(rule, (rule.rule_id, metric), rule.clear_after) for rule in rules]
-        self.nonfinite_key = ("nonfinite", metric)
+    def __init__(self, metric: str, rules: list[Rule], role: str | None, scale: float) -> None:
+        self.set_rules(metric, rules)
+        self.nonfinite_key = (NONFINITE, metric)
         self.role = role
         self.scale = scale
         # whether the run-level facts read this metric's values (loss level, lr, step times, eval steps)
@@ -74,6 +63,11 @@ class _Metric:
         self.recent: dict[int, float] = {}
         self.fed = 0
 
+    def set_rules(self, metric: str, rules: list[Rule]) -> None:
+        self.rules = rules
+        # (rule, its episode key, clear_after) built once: a backfill judges millions of points
+        self.judged = [(rule, (rule.rule_id, metric), rule.clear_after) for rule in rules]
+
 
 class RunDetector:
     """Incremental detection for one run. Pure: no I/O, no clock."""
@@ -81,22 +75,11 @@ class RunDetector:
     def __init__(self, run_id: str, config: DetectConfig | None = None, run_info: dict | None = None) -> None:
         self.run_id = run_id
         self.config = config or DetectConfig()
-        self.facts: dict = {}
-        self._rhythm: tuple[int, ...] = ()  # save and eval frequencies in steps (from the run info)
-        self.is_rl = False
-        self.checkpoint_steps: set[int] = set()
-        self.eval_steps: deque[int] = deque(maxlen=256)
-        self._eval_counts: dict[int, int] = {}
         self._metrics: dict[str, _Metric] = {}
         self.episodes = Episodes(run_id)
-        self._train_loss: deque[float] = deque(maxlen=self.config.rules.val_loss_rise.train_window)
-        self._lr_now: float | None = None
-        self._lr_peak = 0.0
-        self._val_best: tuple[int, float] | None = None
+        # what the rules know of the run beyond their metric; filled here, read by the rules
+        self.facts = RunFacts(self.config.rules.val_loss_rise.train_window, self.episodes.open_by_key)
         self._replay = False
-        # True when the first training loss sits at ln(vocab size): a model trained from a fresh
-        # initialisation (None: not known)
-        self.fresh_init: bool | None = None
         self.last_step: int | None = None
         self._last_wall: float | None = None
         self._intervals: deque[float] = deque(maxlen=50)
@@ -109,53 +92,21 @@ class RunDetector:
 
     def set_run_info(self, run_info: dict) -> None:
         """Take run settings (scheduler, warmup, total steps, vocab size, save/eval frequency) from run info."""
-        self.facts = run_facts(run_info)
-        self._rhythm = tuple(f for f in (self.facts.get("save_freq"), self.facts.get("test_freq")) if f)
-        if any(k in str(run_info.get("algorithm", "")).lower() for k in ("ppo", "grpo", "adv_estimator")):
-            self.is_rl = True
+        self.facts.set_run_info(run_info)
 
     def note_checkpoints(self, steps: list[int]) -> None:
         """Remember steps with a saved checkpoint: a slow step there is the save, not trouble."""
-        self.checkpoint_steps.update(int(s) for s in steps)
+        self.facts.note_checkpoints(steps)
 
-    def is_save_or_eval_step(self, step: int) -> bool:
-        """Whether `step` (or the step before it) saved a checkpoint or ran validation."""
-        for s in (step, step - 1):
-            if s in self.checkpoint_steps or s in self._eval_counts:
-                return True
-            for freq in self._rhythm:
-                if s > 0 and s % freq == 0:
-                    return True
-        return False
-
-    def _note_eval_step(self, step: int) -> None:
-        # the last 256 evaluation points, with a count per step so that membership is a dict lookup
-        evals, counts = self.eval_steps, self._eval_counts
-        if len(evals) == evals.maxlen:
-            old = evals[0]
-            if counts[old] == 1:
-                del counts[old]
-            else:
-                counts[old] -= 1
-        evals.append(step)
-        counts[step] = counts.get(step, 0) + 1
-
-    def train_loss_level(self) -> float | None:
-        """Median of the last few training-loss points (None before any)."""
-        return median(self._train_loss) if self._train_loss else None
-
-    def lr_fraction(self) -> float | None:
-        """The current lr as a fraction of its peak so far (None when the run logs no lr)."""
-        if self._lr_now is None or self._lr_peak <= 0:
-            return None
-        return self._lr_now / self._lr_peak
-
-    def val_best_step(self) -> int | None:
-        """The step of the lowest validation loss so far (None before any)."""
-        return self._val_best[0] if self._val_best else None
-
-    def episode_open(self, rule: str, metric: str) -> bool:
-        return self.episodes.is_open((rule, metric))
+    def set_config(self, config: DetectConfig) -> None:
+        """Judge from now on with these thresholds (a runwatch.toml changed). Open episodes stay open; each
+        metric's rules start afresh, so their windows refill from the next points before they judge."""
+        if config is self.config or config == self.config:
+            return
+        self.config = config
+        self.facts.set_train_window(config.rules.val_loss_rise.train_window)
+        for metric, state in self._metrics.items():
+            state.set_rules(metric, rules_for(metric, state.role, config))
 
     def resume_episodes(self, alerts: list[dict]) -> None:
         """Reattach episodes the store still holds open (after a restart), as dicts with rule, severity,
@@ -179,8 +130,9 @@ class RunDetector:
         points spikes); non-finite values are still reported.
         """
         self._replay = replay
-        if not self.is_rl:
-            self.is_rl = any(role_of(m) in _RL_ROLES for m in set(points.metric))
+        facts = self.facts
+        if not facts.is_rl:
+            facts.is_rl = any(role_of(m) in _RL_ROLES for m in set(points.metric))
         fed = False
         metrics = self._metrics
         is_open = self.episodes.open_by_key  # misses only matter to open episodes: skip the call otherwise
@@ -191,8 +143,9 @@ class RunDetector:
         ):
             state = metrics.get(metric)
             if state is None:
+                role = role_of(metric)
                 state = metrics[metric] = _Metric(
-                    metric, self._rules_for(metric), role_of(metric), value_scale(metric)
+                    metric, rules_for(metric, role, self.config), role, value_scale(metric)
                 )
             if state.last_step is not None and step <= state.last_step:
                 seen = state.recent.get(step)
@@ -217,19 +170,19 @@ class RunDetector:
             if state.judged or state.noted:  # most logged metrics (mfu, tokens, memory) have no rule
                 self._judge(metric, state, step, value)
         if fed:
-            self.episodes.close(("stalled", ""))  # points arrived: the run is moving again
+            self.episodes.close((STALLED, ""))  # points arrived: the run is moving again
         return self.episodes.flush()
 
     def tick(self, now: float, status: dict | None, last_point_wall: float | None) -> list[AlertEvent]:
         """Time-based rules: `stalled` when the status says running but no point came for far too long."""
         cfg = self.config.rules.stalled
-        key = ("stalled", "")
+        key = (STALLED, "")
         state = str((status or {}).get("status", (status or {}).get("state", ""))).lower()
         finding = None
         if cfg.enabled and state == "running" and last_point_wall is not None:
             last = self.last_step
             pause = last is not None and (
-                self.is_save_or_eval_step(last) or self.is_save_or_eval_step(last + 1)
+                self.facts.is_save_or_eval_step(last) or self.facts.is_save_or_eval_step(last + 1)
             )
             finding = stall_finding(cfg, now - last_point_wall, self._usual_interval(), pause, last)
         if finding is None:
@@ -256,59 +209,27 @@ class RunDetector:
             self._step_gaps.append(step - self.last_step)
         self.last_step = step
 
-    def _rules_for(self, metric: str) -> list:
-        rules = self.config.rules
-        role = role_of(metric)
-        found: list = []
-        by_role = {
-            "grad_norm": ((GradSpike, rules.grad_spike), (NoLearningGrad, rules.no_learning)),
-            "loss": (
-                (LossSpike, rules.loss_spike),
-                (NoLearningLoss, rules.no_learning),
-                (LossPlateau, rules.loss_plateau),
-            ),
-            "val_loss": ((ValLossRise, rules.val_loss_rise),),
-            "lr": ((LrAnomaly, rules.lr_anomaly),),
-            "step_time": ((StepTimeSpike, rules.step_time_spike),),
-            "kl": ((KlSpike, rules.kl_spike),),
-            "reward": ((RewardCollapse, rules.reward_collapse),),
-            "reward_std": ((RewardStdCollapse, rules.reward_collapse),),
-        }
-        for cls, cfg in by_role.get(role or "", ()):
-            if cfg.enabled:
-                found.append(cls(metric, cfg))
-        found.extend(CustomThreshold(metric, c) for c in self.config.custom if custom_matches(c, metric))
-        return found
-
     def _judge(self, metric: str, state: _Metric, step: int, value: float) -> None:
         """Feed one finite point to the metric's rules and turn their verdicts into episodes."""
         episodes = self.episodes
         is_open = episodes.open_by_key
         if state.scale != 1.0:
             value *= state.scale
+        facts = self.facts
         if state.noted:  # the run-level facts other rules read: loss level, lr, step times, evaluations
             role = state.role
             if role == "loss":
-                self._train_loss.append(value)
-                if self.fresh_init is None and self.facts.get("vocab_size", 0) > 1:
-                    uniform = log(self.facts["vocab_size"])
-                    self.fresh_init = (
-                        abs(value - uniform) <= self.config.rules.no_learning.ln_vocab_rel * uniform
-                    )
+                facts.note_train_loss(value, self.config.rules.no_learning.ln_vocab_rel)
             elif role == "lr":
-                self._lr_now = value
-                if value > self._lr_peak:
-                    self._lr_peak = value
+                facts.note_lr(value)
             elif role == "step_time":
                 self._step_times.append(value)
             elif role in ("val_loss", "val_score", "eval_metric"):
-                self._note_eval_step(step)
-                if role == "val_loss" and (self._val_best is None or value < self._val_best[1]):
-                    self._val_best = (step, value)
+                facts.note_eval(step, value if role == "val_loss" else None)
         state.fed += 1
         warming = self._replay and state.fed <= REPLAY_WARMUP
         for rule, key, clear_after in state.judged:
-            verdict = rule.feed(step, value, self)
+            verdict = rule.feed(step, value, facts)
             if warming or verdict is HOLD:
                 continue
             if verdict is None:

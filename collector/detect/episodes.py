@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from collector.core.severity import Severity
 from collector.detect.base import Finding
-
-SEVERITY_RANK = {"info": 0, "warn": 1, "error": 2}
 
 
 @dataclass(slots=True)
@@ -20,7 +19,7 @@ class AlertEvent:
     """One state of one alert episode; the store upserts on (run, rule, metric, first_step)."""
 
     rule: str
-    severity: str  # "info" | "warn" | "error"
+    severity: Severity
     metric: str
     first_step: int
     last_step: int
@@ -35,7 +34,7 @@ class AlertEvent:
         return {
             "run": self.run,
             "rule": self.rule,
-            "severity": self.severity,
+            "severity": str(self.severity),
             "metric": self.metric,
             "first_step": self.first_step,
             "last_step": self.last_step,
@@ -113,21 +112,25 @@ class Episodes:
                 event.message = finding.message + episode.note
                 event.value = finding.value if episode.peak is None else episode.peak
                 event.evidence = {**event.evidence, **finding.evidence}
-            if SEVERITY_RANK[finding.severity] > SEVERITY_RANK[event.severity]:
+            if finding.severity.rank > event.severity.rank:
                 event.severity = finding.severity
             if finding.error_after_points is not None:
                 episode.error_after = finding.error_after_points
             if finding.warn_after_points is not None:
                 episode.warn_after = finding.warn_after_points
-        if episode.warn_after is not None and episode.hits >= episode.warn_after and event.severity == "info":
-            event.severity = "warn"
+        if (
+            episode.warn_after is not None
+            and episode.hits >= episode.warn_after
+            and event.severity == Severity.INFO
+        ):
+            event.severity = Severity.WARN
             event.evidence["escalated"] = f"sustained for {episode.hits} points"
         if (
             episode.error_after is not None
             and episode.hits >= episode.error_after
-            and event.severity != "error"
+            and event.severity != Severity.ERROR
         ):
-            event.severity = "error"
+            event.severity = Severity.ERROR
             event.evidence["escalated"] = f"sustained for {episode.hits} points"
         event.evidence["points"] = episode.hits
         self._touch(event)
@@ -168,7 +171,7 @@ class Episodes:
             if key in self.open_by_key:
                 continue
             evidence = alert.get("evidence") if isinstance(alert.get("evidence"), dict) else {}
-            event = AlertEvent(key[0], str(alert.get("severity", "warn")), key[1], int(alert["first_step"]),
+            event = AlertEvent(key[0], Severity(str(alert.get("severity", "warn"))), key[1], int(alert["first_step"]),
                                int(alert.get("last_step") or alert["first_step"]), alert.get("value"),
                                str(alert.get("message", "")), True, dict(evidence), self.run_id)  # fmt: skip
             peak = evidence.get("peak")
@@ -190,8 +193,8 @@ class Episodes:
     def _mark_error(
         self, event: AlertEvent, loss_metric: str, step: int, episode: _Episode | None = None
     ) -> None:
-        if event.severity != "error":
-            event.severity = "error"
+        if event.severity != Severity.ERROR:
+            event.severity = Severity.ERROR
             event.evidence["escalated"] = f"followed by a {loss_metric} jump at step {step}"
             note = f" The loss jumped right after (step {step}): the spike damaged the weights."
             event.message += note

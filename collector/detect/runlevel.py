@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collector.core.severity import Severity
 from collector.detect.base import Finding, fmt
 from collector.detect.config import StalledRule
+
+NONFINITE = "nonfinite"
+STALLED = "stalled"
+# rules without a per-metric window whose episodes make a checkpoint saved inside them unsafe to keep
+UNSAFE_RUN_LEVEL_RULES = frozenset({NONFINITE})
 
 
 def nonfinite_finding(metric: str, step: int, value: float) -> Finding:
     """NaN or Inf in any metric: always an error."""
     return Finding(
-        "error",
+        Severity.ERROR,
         value,
         f"{metric} is {fmt(value)} at step {step}. Likely causes: fp16 overflow (with a dynamic loss scaler a "
         f"few at the start are skipped steps; more mean the scale collapsed), lr too high, a bad batch "
@@ -29,7 +35,7 @@ def stall_finding(
         limit *= cfg.save_factor
     if silence <= limit:
         return None
-    severity = "error" if silence > cfg.error_factor * limit else "warn"
+    severity = Severity.ERROR if silence > cfg.error_factor * limit else Severity.WARN
     usual_text = f"the usual {fmt(usual)} s between points" if usual else "no known step interval"
     return Finding(
         severity,

@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from collector.detect.base import HOLD, Finding, Window, fmt, median_of_sorted, robust_z
+from collector.core.facts import RunFacts
+from collector.core.severity import Severity
+from collector.detect.base import HOLD, Finding, Verdict, Window, fmt, median_of_sorted, robust_z
 from collector.detect.config import GradSpikeRule, KlSpikeRule, LossSpikeRule, StepTimeSpikeRule
 
 
@@ -17,6 +19,7 @@ class GradSpike:
     """grad_norm far above its robust baseline, above an absolute ceiling for several points, or vanishing."""
 
     rule_id = "grad_spike"
+    unsafe_checkpoint = True
 
     def __init__(self, metric: str, cfg: GradSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -32,12 +35,12 @@ class GradSpike:
         self.above_abs = self.vanishing = self.spikes = 0
         self.recent.clear()
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
         self.above_abs = self.above_abs + 1 if value > cfg.abs_max else 0
         enough = len(self.window.vals) >= cfg.min_history
         mid = self.window.median() if enough else 0.0
-        verdict = self._verdict(step, value, enough, mid, run)
+        verdict = self._verdict(step, value, enough, mid, facts)
         spike = isinstance(verdict, Finding) and verdict.evidence.get("kind") != "vanishing"
         if not isinstance(verdict, Finding):
             self.window.add(step, value)  # flagged points stay out of the baseline they are judged against
@@ -53,20 +56,18 @@ class GradSpike:
                 self.spikes -= self.recent[0][2]
         return verdict
 
-    def _finding_its_feet(self, step: int, run: object) -> bool:
+    def _finding_its_feet(self, step: int, facts: RunFacts) -> bool:
         """Whether a freshly initialised model is still in its first, naturally jumpy steps."""
-        warmup = run.facts.get("warmup_steps") if hasattr(run, "facts") else None
+        warmup = facts.settings.get("warmup_steps")
         if warmup:
             return step <= warmup
         return len(self.window) < self.cfg.fresh_min_points
 
-    def _verdict(
-        self, step: int, value: float, enough: bool, mid: float, run: object
-    ) -> Finding | None | object:
+    def _verdict(self, step: int, value: float, enough: bool, mid: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
         if self.above_abs >= cfg.abs_for:
             return Finding(
-                "error",
+                Severity.ERROR,
                 value,
                 f"{self.metric} peaked at {fmt(value)} at step {step}, above {fmt(cfg.abs_max)} for "
                 f"{cfg.abs_for} or more logged points in a row: the updates are exploding. Likely causes: learning rate too high, "
@@ -75,7 +76,7 @@ class GradSpike:
                 {"ceiling": cfg.abs_max, "points_above": self.above_abs},
                 peak=True,
             )
-        if not enough or (getattr(run, "fresh_init", False) and self._finding_its_feet(step, run)):
+        if not enough or (facts.fresh_init and self._finding_its_feet(step, facts)):
             return HOLD
         # the MAD is worked out only for a point far enough above the median to be a spike
         high = value > cfg.ratio * mid
@@ -84,7 +85,7 @@ class GradSpike:
         if high and z >= cfg.z:
             self.vanishing = 0
             return Finding(
-                "warn",
+                Severity.WARN,
                 value,
                 f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid if mid else float('inf'))}x "
                 f"its median {fmt(mid)} (robust z {fmt(z)}). Likely causes: a bad or unusually long batch, "
@@ -104,7 +105,7 @@ class GradSpike:
             self.vanishing += 1
             if self.vanishing >= cfg.vanish_for:
                 return Finding(
-                    "warn",
+                    Severity.WARN,
                     value,
                     f"{self.metric} = {fmt(value)} at step {step}, over {fmt(cfg.vanish_ratio)}x below its recent "
                     f"median {fmt(mid)} for {self.vanishing} points: gradients are vanishing. Likely causes: "
@@ -122,6 +123,7 @@ class LossSpike:
     far above its best."""
 
     rule_id = "loss_spike"
+    unsafe_checkpoint = False
 
     def __init__(self, metric: str, cfg: LossSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -145,8 +147,8 @@ class LossSpike:
         self.level.extend(self.window.values()[-self.level.maxlen :])
         self.rising = 0
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
-        if getattr(run, "is_rl", False):
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        if facts.is_rl:
             return HOLD  # in RL runs "loss" is a policy loss: neither spikes nor trends mean much
         cfg = self.cfg
         enough = len(self.window.vals) >= cfg.min_history
@@ -177,7 +179,7 @@ class LossSpike:
         z = (value - mid) / max(sigma, 0.01 * abs(mid), 1e-12) if big else 0.0
         if big and z >= cfg.z:
             return Finding(
-                "warn",
+                Severity.WARN,
                 value,
                 f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid if mid else float('inf'))}x "
                 f"its recent median {fmt(mid)} (robust z {fmt(z)}, a jump of {fmt(jump)}). Likely causes: a gradient spike just before, a bad batch, lr too high. "
@@ -204,7 +206,7 @@ class LossSpike:
             self.rising += stride
             if self.rising >= cfg.diverge_for:
                 return Finding(
-                    "error",
+                    Severity.ERROR,
                     value,
                     f"{self.metric} is diverging: block medians {fmt(blocks[0])} -> {fmt(blocks[1])} -> "
                     f"{fmt(blocks[2])} to step {step}, far above its best {fmt(best)} at step {self.best_step}. "
@@ -228,6 +230,7 @@ class KlSpike:
     """KL to the reference policy above an absolute ceiling or far above its baseline (RL)."""
 
     rule_id = "kl_spike"
+    unsafe_checkpoint = False
 
     def __init__(self, metric: str, cfg: KlSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -237,7 +240,7 @@ class KlSpike:
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
         enough = len(self.window.vals) >= cfg.min_history
         mid = self.window.median() if enough else 0.0
@@ -248,12 +251,12 @@ class KlSpike:
         )
         if value > cfg.max_value:
             return Finding(
-                "warn",
+                Severity.WARN,
                 value,
                 f"{self.metric} peaked at {fmt(value)} at step {step}, above {fmt(cfg.max_value)}: the policy "
                 f"drifted far from the reference. {advice}",
                 {"threshold": cfg.max_value},
-                error_after_points=5,
+                error_after_points=cfg.error_after_points,
                 peak=True,
             )
         if not enough or not (mid > 0 and value > cfg.ratio * mid):
@@ -262,7 +265,7 @@ class KlSpike:
         z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
         if z >= cfg.z:
             return Finding(
-                "warn",
+                Severity.WARN,
                 value,
                 f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid)}x its median {fmt(mid)}. "
                 f"{advice}",
@@ -276,6 +279,7 @@ class StepTimeSpike:
     """Time per step far above its median, judged one step late so a validation at that step is known."""
 
     rule_id = "step_time_spike"
+    unsafe_checkpoint = False
 
     def __init__(self, metric: str, cfg: StepTimeSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -289,16 +293,16 @@ class StepTimeSpike:
         if self.pending is not None and self.pending[0] >= step:
             self.pending = None
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         # a validation record for step N is written after step N's timing: judge N when N+1 arrives
         pending, self.pending = self.pending, (step, value)
         if pending is None:
             return HOLD
-        return self._judge(*pending, run)
+        return self._judge(*pending, facts)
 
-    def _judge(self, step: int, value: float, run: object) -> Finding | None | object:
+    def _judge(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
-        excused = run.is_save_or_eval_step(step) if hasattr(run, "is_save_or_eval_step") else False
+        excused = facts.is_save_or_eval_step(step)
         if excused:
             return HOLD  # saving a checkpoint or validating makes this step slow by design
         enough = len(self.window.vals) >= cfg.min_history
@@ -318,7 +322,7 @@ class StepTimeSpike:
             if periodic:
                 return HOLD  # slow every N steps (epoch ends, periodic logging or saving): the run's rhythm
             # one slow step is a notice; ten times the usual, or a run that stays slow, is a warning
-            severity = "warn" if mid > 0 and value >= cfg.warn_ratio * mid else "info"
+            severity = Severity.WARN if mid > 0 and value >= cfg.warn_ratio * mid else Severity.INFO
             return Finding(
                 severity,
                 value,
@@ -327,8 +331,8 @@ class StepTimeSpike:
                 f"machine, data loading stalls, memory swapping, a slow filesystem. Check the machine's load, "
                 f"the data loader workers and free memory.",
                 {"baseline_median": mid, "z": z, "abs_max_seconds": cfg.abs_max_seconds},
-                warn_after_points=3,
-                error_after_points=20,
+                warn_after_points=cfg.warn_after_points,
+                error_after_points=cfg.error_after_points,
                 at_step=step,
                 peak=True,
             )

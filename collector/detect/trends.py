@@ -11,11 +11,14 @@ import math
 from collections import deque
 from statistics import median
 
+from collector.core.facts import RunFacts
+from collector.core.severity import Severity
 from collector.detect.base import (
     HOLD,
     MAD_TO_SIGMA,
     Finding,
     Streak,
+    Verdict,
     deviations_sorted,
     fmt,
     median_of_sorted,
@@ -32,6 +35,7 @@ class ValLossRise:
     """Validation loss above its best for `patience` evaluations in a row while the training loss still falls."""
 
     rule_id = "val_loss_rise"
+    unsafe_checkpoint = False
     clear_after = 1  # one evaluation back near the best ends the episode
 
     def __init__(self, metric: str, cfg: ValLossRiseRule) -> None:
@@ -48,8 +52,8 @@ class ValLossRise:
             self.worse.pop()
             self.above -= 1
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
-        train_now = run.train_loss_level() if hasattr(run, "train_loss_level") else None
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        train_now = facts.train_loss_level()
         if self.best is None or value < self.best:
             self.best, self.best_step, self.train_at_best = value, step, train_now
             self.worse.clear()
@@ -75,7 +79,7 @@ class ValLossRise:
             else "(no training loss to compare)"
         )
         return Finding(
-            "warn",
+            Severity.WARN,
             value,
             f"{self.metric} has been above its best {fmt(self.best)} (step {self.best_step}) for "
             f"{self.above} evaluations, now {fmt(value)} at step {step} (+{rise:.1%}) {train_text}: the model "
@@ -103,6 +107,7 @@ class LossPlateau:
     """
 
     rule_id = "loss_plateau"
+    unsafe_checkpoint = False
 
     def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -127,8 +132,8 @@ class LossPlateau:
         self.medians.clear()
         self.flat = 0
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
-        if getattr(run, "is_rl", False):
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        if facts.is_rl:
             return HOLD
         cfg = self.cfg
         self.steps.append(step)
@@ -170,20 +175,18 @@ class LossPlateau:
         self.flat += 1
         if self.flat < cfg.hold_checks:
             return HOLD
-        if hasattr(run, "episode_open") and (
-            run.episode_open("no_learning", self.metric) or run.episode_open("loss_spike", self.metric)
-        ):
+        if facts.episode_open("no_learning", self.metric) or facts.episode_open("loss_spike", self.metric):
             return HOLD  # a loss that does not move at all is no_learning; one recovering from a spike is not flat
-        lr_fraction = run.lr_fraction() if hasattr(run, "lr_fraction") else None
+        lr_fraction = facts.lr_fraction()
         if lr_fraction is not None and lr_fraction < cfg.end_lr_fraction:
             return HOLD  # flat at the end of a decayed schedule is convergence, not a plateau
         steps = self.steps
         since = steps[len(steps) - half]
-        val_best = run.val_best_step() if hasattr(run, "val_best_step") else None
+        val_best = facts.val_best_step()
         if val_best is not None and val_best >= steps[len(steps) - 2 * half]:
             return HOLD  # the validation loss still improves: the model still learns what matters
         return Finding(
-            "info",
+            Severity.INFO,
             value,
             f"{self.metric} has not improved over the last {half} logged points: median {fmt(now)} from step "
             f"{since} to {step}, no lower than {fmt(best[1])}, the median of the {half} points to step {best[0]}. "
@@ -220,7 +223,7 @@ class _ZeroStreak:
     def finding(self, value: float, points: int, since: int) -> Finding:
         raise NotImplementedError
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         if not self.is_zero(value):
             self.zeros.reset()
             return None
@@ -234,6 +237,7 @@ class NoLearningGrad(_ZeroStreak):
     """grad_norm at (or within a hair of) zero for `for_points` points in a row."""
 
     rule_id = "no_learning"
+    unsafe_checkpoint = False
 
     def is_zero(self, value: float) -> bool:
         return not abs(value) > self.cfg.zero_grad  # written so, a NaN counts as before
@@ -243,7 +247,7 @@ class NoLearningGrad(_ZeroStreak):
 
     def finding(self, value: float, points: int, since: int) -> Finding:
         return Finding(
-            "error",
+            Severity.ERROR,
             value,
             f"{self.metric} = {fmt(value)} for {points} logged points in a row (since step {since}): "
             f"nothing is being learned. Likely causes: no trainable parameters (LoRA adapters not attached, all "
@@ -258,6 +262,7 @@ class NoLearningLoss:
     """A training loss that does not move at all, or sits at ln(vocab size) (uniform guessing)."""
 
     rule_id = "no_learning"
+    unsafe_checkpoint = False
 
     def __init__(self, metric: str, cfg: NoLearningRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -274,13 +279,13 @@ class NoLearningLoss:
         self.recent_steps.clear()
         self.at_uniform = self.flat_points = 0
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
-        if getattr(run, "is_rl", False):
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        if facts.is_rl:
             return HOLD
         cfg = self.cfg
         self.recent.append(value)
         self.recent_steps.append(step)
-        vocab = run.facts.get("vocab_size") if hasattr(run, "facts") else None
+        vocab = facts.settings.get("vocab_size")
         if vocab and vocab > 1:
             uniform = math.log(vocab)
             if abs(value - uniform) <= cfg.ln_vocab_rel * uniform:
@@ -290,7 +295,7 @@ class NoLearningLoss:
                 self.at_uniform = 0
             if self.at_uniform >= cfg.ln_vocab_after:
                 return Finding(
-                    "error",
+                    Severity.ERROR,
                     value,
                     f"{self.metric} = {fmt(value)} at step {step}, stuck at ln(vocab size {vocab}) = {fmt(uniform)} "
                     f"for {self.at_uniform} points: the model predicts every token as equally likely. Likely causes: "
@@ -322,7 +327,7 @@ class NoLearningLoss:
             else ""
         )
         return Finding(
-            "error",
+            Severity.ERROR,
             value,
             f"{self.metric} has not moved from {fmt(value)} for {self.flat_points} logged points (steps "
             f"{self.flat_since}-{step}){zero}. "
@@ -337,6 +342,7 @@ class RewardCollapse:
     """The reward's rolling median falling well below its best for `patience` points (RL)."""
 
     rule_id = "reward_collapse"
+    unsafe_checkpoint = False
 
     def __init__(self, metric: str, cfg: RewardCollapseRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -352,7 +358,7 @@ class RewardCollapse:
         self.recent.clear()
         self.falling = 0
 
-    def feed(self, step: int, value: float, run: object) -> Finding | None | object:
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
         self.recent.append(value)
         if len(self.recent) < self.recent.maxlen:
@@ -375,7 +381,7 @@ class RewardCollapse:
         if self.falling < cfg.patience:
             return HOLD
         return Finding(
-            "warn",
+            Severity.WARN,
             value,
             f"{self.metric} is trending down: rolling median {fmt(rolling)} at step {step}, below its best "
             f"{fmt(self.best)} (step {self.best_step}) for {self.falling} points. Likely causes: policy collapse "
@@ -395,6 +401,7 @@ class RewardStdCollapse(_ZeroStreak):
     """Reward spread at zero: every sample in a group got the same reward, so there is no learning signal."""
 
     rule_id = "reward_collapse"
+    unsafe_checkpoint = False
 
     def is_zero(self, value: float) -> bool:
         return not value > self.cfg.std_zero
@@ -404,7 +411,7 @@ class RewardStdCollapse(_ZeroStreak):
 
     def finding(self, value: float, points: int, since: int) -> Finding:
         return Finding(
-            "warn",
+            Severity.WARN,
             value,
             f"{self.metric} = {fmt(value)} for {points} points (since step {since}): every sampled "
             f"response gets the same reward, so the advantages are zero and the policy stops learning. Likely "

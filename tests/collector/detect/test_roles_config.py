@@ -135,7 +135,7 @@ def test_example_file_ships_the_rl_early_stop_rules():
 
 
 def test_run_facts_skip_verl_placeholders_and_prefer_shallow_keys():
-    from collector.detect.schedule import run_facts
+    from collector.core.facts import run_settings as run_facts
 
     info = {
         "optim": {

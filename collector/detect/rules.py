@@ -1,0 +1,60 @@
+"""The rule table: which rules judge a metric of each role, listed once.
+
+Stable interface:
+
+- `RULES_BY_ROLE`: role -> the rule classes that judge its metrics, each with the `[rules.NAME]` section of
+  `DetectConfig` that sets its thresholds. A new rule is one class (see `collector.detect.base.Rule`) and one
+  entry here.
+- `rules_for(metric, role, config) -> list[Rule]`: fresh rule objects for one metric (enabled rules of its
+  role, then the user's custom rules that match its name).
+- `UNSAFE_CHECKPOINT_RULES`: the rule ids whose episodes make a checkpoint saved inside them one not to keep
+  (advice and the report read this instead of naming rules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from collector.detect.base import Rule
+from collector.detect.config import DetectConfig
+from collector.detect.custom import CustomThreshold, custom_matches
+from collector.detect.runlevel import UNSAFE_RUN_LEVEL_RULES
+from collector.detect.schedule import LrAnomaly
+from collector.detect.spikes import GradSpike, KlSpike, LossSpike, StepTimeSpike
+from collector.detect.trends import (
+    LossPlateau,
+    NoLearningGrad,
+    NoLearningLoss,
+    RewardCollapse,
+    RewardStdCollapse,
+    ValLossRise,
+)
+
+RULES_BY_ROLE: Mapping[str, tuple[tuple[type[Rule], str], ...]] = MappingProxyType(
+    {
+        "grad_norm": ((GradSpike, "grad_spike"), (NoLearningGrad, "no_learning")),
+        "loss": ((LossSpike, "loss_spike"), (NoLearningLoss, "no_learning"), (LossPlateau, "loss_plateau")),
+        "val_loss": ((ValLossRise, "val_loss_rise"),),
+        "lr": ((LrAnomaly, "lr_anomaly"),),
+        "step_time": ((StepTimeSpike, "step_time_spike"),),
+        "kl": ((KlSpike, "kl_spike"),),
+        "reward": ((RewardCollapse, "reward_collapse"),),
+        "reward_std": ((RewardStdCollapse, "reward_collapse"),),
+    }
+)
+
+UNSAFE_CHECKPOINT_RULES: frozenset[str] = UNSAFE_RUN_LEVEL_RULES | frozenset(
+    cls.rule_id for entries in RULES_BY_ROLE.values() for cls, _ in entries if cls.unsafe_checkpoint
+)
+
+
+def rules_for(metric: str, role: str | None, config: DetectConfig) -> list[Rule]:
+    """Fresh rule objects for `metric`: its role's enabled rules, then the custom rules matching its name."""
+    found: list[Rule] = []
+    for cls, section in RULES_BY_ROLE.get(role or "", ()):
+        cfg = getattr(config.rules, section)
+        if cfg.enabled:
+            found.append(cls(metric, cfg))
+    found.extend(CustomThreshold(metric, c) for c in config.custom if custom_matches(c, metric))
+    return found
