@@ -19,17 +19,11 @@ from types import MappingProxyType
 from collector.detect.base import Rule
 from collector.detect.config import DetectConfig
 from collector.detect.custom import CustomThreshold, custom_matches
+from collector.detect.rl import RewardCollapse, RewardStdCollapse
 from collector.detect.runlevel import UNSAFE_RUN_LEVEL_RULES
 from collector.detect.schedule import LrAnomaly
 from collector.detect.spikes import GradSpike, KlSpike, LossSpike, StepTimeSpike
-from collector.detect.trends import (
-    LossPlateau,
-    NoLearningGrad,
-    NoLearningLoss,
-    RewardCollapse,
-    RewardStdCollapse,
-    ValLossRise,
-)
+from collector.detect.trends import LossPlateau, NoLearningGrad, NoLearningLoss, ValLossRise
 
 RULES_BY_ROLE: Mapping[str, tuple[tuple[type[Rule], str], ...]] = MappingProxyType(
     {
