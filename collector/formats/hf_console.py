@@ -1,0 +1,181 @@
+"""The Hugging Face Trainer's console log: the dicts it prints between tqdm progress bars.
+
+    {'loss': 0.538, 'grad_norm': 0.23, 'learning_rate': 1.7e-05, 'epoch': 0.11}
+     10%|█         | 20/181 [03:20<26:49, 10.00s/it]
+    {'eval_loss': 0.417, 'eval_runtime': 44.5, 'epoch': 0.55}
+    {'train_runtime': 1810.4, 'train_samples_per_second': 0.8, 'train_loss': 0.4859, 'epoch': 1.0}
+
+The dicts carry no step. When the progress bar moves between every two logged dicts (stdout and stderr
+written in order), a dict's step is the bar's count when it was printed; when the dicts come in clumps
+(stdout block-buffered apart from the bar's stderr), the step is the dict's position times `logging_steps`
+(1 when the log does not say). The file decides which at its first logged dict, by what comes next: the
+training bar moving (steps from the bar) or another dict (steps by order); until the file says, that dict is
+held back (not consumed). With no training bar before it, or one already finished, it is order at once.
+"""
+
+from __future__ import annotations
+
+import re
+
+from collector.core.model import Format, ParseResult, RunInfo
+from collector.formats._common import complete_lines
+from collector.formats._printed import dict_numbers, may_be_error, note_error
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# tqdm's bar: ` 10%|█         | 20/181 [03:20<26:49, 10.00s/it]`.
+_BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
+_LOGGING_STEPS = re.compile(r"logging_steps\s*[=:]\s*(\d+)")
+TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "reward")
+
+
+def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
+    """Points from the logged dicts among the complete lines of `data` (see the module docstring for steps).
+
+    Every number in a dict is a point named by its key (quoted numbers, `nan`, `inf`, numpy scalars too);
+    an evaluation dict (`eval_*` keys) is stored at the step of the training log before it; the final
+    `train_runtime` dict at the last step, and it sets `info["completed"]`. tqdm bars and other output are
+    not bad lines. `info`: `total_steps` and `current_step` from the training bar, `step_source` ("bar" or
+    "order"), `completed`, and `error` ({"line", "text"}: a traceback's exception line or a launcher's kill
+    message) when one came after the last logged dict (None once the run logs again). `state` (JSON)
+    carries the bar, the dict count and the decision between reads.
+    """
+    st = _State(state)
+    lines, consumed = complete_lines(data)
+    result = ParseResult(consumed=consumed, lines=len(lines))
+    pieces = list(_pieces(lines, first_line))
+    points = result.points
+    for index, (line_no, start, piece) in enumerate(pieces):
+        brace = piece.find("{'")
+        for bar in _BAR.finditer(piece if brace < 0 else piece[:brace]):
+            _note_bar(int(bar.group(1)), int(bar.group(2)), st)
+        if brace < 0:
+            st.error = note_error(piece, line_no, st.error)
+            if "logging_steps" in piece:
+                _note_logging_steps(piece, st)
+            continue
+        values = dict_numbers(piece[brace:])
+        kind = _kind(values)
+        if kind == "train":
+            if st.mode is None:
+                st.mode = _decide(st, pieces[index + 1 :])
+                if st.mode is None:
+                    # The first logged dict waits until the file shows whether the bar moves with the dicts.
+                    result.consumed, result.lines = start, line_no - first_line
+                    break
+            st.logged += 1
+            step = st.logged * st.logging_steps
+            if st.mode == "bar" and st.bar is not None:
+                step = st.bar if st.last_step is None or st.bar > st.last_step else st.last_step + 1
+            st.last_step = step
+        elif kind is not None:
+            step = st.last_step if st.last_step is not None else (st.bar or 0)
+            st.completed = st.completed or kind == "summary"
+        else:
+            continue
+        st.error = None
+        for name, value in values.items():
+            points.add(step, name, value)
+    result.state = st.to_json()
+    result.info = {
+        "total_steps": st.total,
+        "current_step": st.bar if st.total is not None else st.last_step,
+        "step_source": st.mode,
+        "completed": st.completed,
+        "error": None if st.error is None else {"line": st.error["line"], "text": st.error["text"]},
+    }
+    return result
+
+
+def _pieces(lines: list[bytes], first_line: int):
+    """(line number, byte offset of the line, text) of every terminal piece worth a look: a line's pieces
+    between carriage returns, as a terminal would show them (tqdm redraws its bar with `\\r`)."""
+    offset = 0
+    for line_no, raw in enumerate(lines, start=first_line):
+        start, offset = offset, offset + len(raw) + 1
+        if b"{'" not in raw and b"|" not in raw and not may_be_error(raw) and b"logging_steps" not in raw:
+            continue
+        text = raw.decode("utf-8", errors="replace")
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        for piece in text.split("\r"):
+            yield line_no, start, piece
+
+
+class _State:
+    """What a read hands to the next: the bar, the dict count, the decision, the last step."""
+
+    FIELDS = ("bar", "total", "mode", "logged", "last_step", "logging_steps", "completed", "error")
+
+    def __init__(self, state: object) -> None:
+        saved = state if isinstance(state, dict) else {}
+        self.bar: int | None = saved.get("bar")
+        self.total: int | None = saved.get("total")
+        self.mode: str | None = saved.get("mode")  # "bar" | "order" | None (not decided yet)
+        self.logged: int = saved.get("logged", 0)  # training dicts read so far
+        self.last_step: int | None = saved.get("last_step")
+        self.logging_steps: int = saved.get("logging_steps", 1)
+        self.completed: bool = saved.get("completed", False)
+        self.error: dict | None = saved.get("error")  # {"line", "text", "traceback"}
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+
+def _decide(st: _State, ahead: list[tuple[int, int, str]]) -> str | None:
+    """At the first training dict: "bar" when the training bar moves before the next training dict,
+    "order" when another dict comes first (or there is no bar to follow); None while the data does not say."""
+    if st.bar is None or (st.total is not None and st.bar >= st.total):
+        return "order"  # no training bar, or one that finished before any dict: the dicts came at the end
+    for _, _, piece in ahead:
+        brace = piece.find("{'")
+        for bar in _BAR.finditer(piece if brace < 0 else piece[:brace]):
+            if int(bar.group(2)) == st.total and int(bar.group(1)) != st.bar:
+                return "bar"
+        if brace >= 0 and _kind(dict_numbers(piece[brace:])) == "train":
+            return "order"
+    return None
+
+
+def _note_bar(count: int, total: int, st: _State) -> None:
+    # The training bar is the one in progress when the first dict is logged; evaluation bars have their own
+    # total and are ignored after that.
+    if st.logged and st.total is not None and total != st.total:
+        return
+    st.bar, st.total = count, total
+
+
+def _kind(values: dict[str, float]) -> str | None:
+    if "train_runtime" in values:
+        return "summary"
+    if any(key.startswith("eval_") for key in values):
+        return "eval"
+    if any(key in values for key in TRAIN_KEYS):
+        return "train"
+    return None
+
+
+def _note_logging_steps(text: str, st: _State) -> None:
+    match = _LOGGING_STEPS.search(text)
+    if match and st.logged == 0 and int(match.group(1)) > 0:
+        st.logging_steps = int(match.group(1))
+
+
+def sniff(head: bytes) -> bool:
+    """Whether a console log's first 64 KiB hold an HF Trainer logged dict (`{'loss': ...` and kin)."""
+    return any(marker in head for marker in (b"{'loss':", b"{'eval_loss':", b"{'train_runtime':"))
+
+
+def run_info(info: dict) -> RunInfo:
+    """Total steps from the training bar; `completed` once the final summary dict was printed."""
+    status = "completed" if info.get("completed") else None
+    facts = {k: info[k] for k in ("current_step", "step_source", "error") if info.get(k) is not None}
+    return RunInfo(status=status, total_steps=info.get("total_steps"), status_info=facts or None)
+
+
+FORMAT = Format(
+    name="hf_console",
+    parse=parse,
+    sniffed=("*.log", "*.out", "*.txt", "output.log"),
+    sniff=sniff,
+    run_info=run_info,
+)

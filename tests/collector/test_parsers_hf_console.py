@@ -1,0 +1,127 @@
+"""The HF Trainer console log: dicts between tqdm bars, steps from the bar when it moves with them, else order."""
+
+from __future__ import annotations
+
+import math
+
+from collector.formats import hf_console
+from tests.collector.test_parsers_support import comparable, points_as_tuples
+
+
+def bar(count: int, total: int) -> str:
+    done = count * 10 // total
+    return f"{count * 100 // total:3d}%|{'█' * done}{' ' * (10 - done)}| {count}/{total} [00:{count:02d}<00:10,  1.00s/it]"
+
+
+def aligned_log() -> bytes:
+    """stdout and stderr in order: the bar moves to each logged step, then the dict is printed."""
+    out = ["***** Running training *****", "  Total optimization steps = 6"]
+    out.append(
+        "\r".join(bar(i, 6) for i in range(0, 3))
+        + "\r{'loss': 2.5, 'grad_norm': 1.5, 'learning_rate': 1e-05, 'epoch': 0.33}"
+    )
+    # evaluation: its own bar (another total), then the eval dict, attached to step 2
+    out.append("\r".join(bar(i, 4) for i in range(0, 5)))
+    out.append("{'eval_loss': 2.75, 'eval_runtime': 1.5, 'epoch': 0.33}")
+    out.append(
+        "\r".join(bar(i, 6) for i in range(3, 5))
+        + "\r{'loss': nan, 'grad_norm': inf, 'learning_rate': 5e-06, 'epoch': 0.67}"
+    )
+    out.append(
+        "\r".join(bar(i, 6) for i in range(5, 7))
+        + "\r{'loss': 1.5, 'grad_norm': 0.5, 'learning_rate': 0.0, 'epoch': 1.0}"
+    )
+    out.append("{'train_runtime': 12.5, 'train_samples_per_second': 4.0, 'train_loss': 2.0, 'epoch': 1.0}")
+    out.append(bar(6, 6))
+    return ("\n".join(out) + "\n").encode()
+
+
+def clumped_log() -> bytes:
+    """stdout block-buffered: the bar runs ahead, the dicts come later in a clump (TRL quoted values)."""
+    out = ["\r".join(bar(i, 30) for i in range(0, 12))]
+    out += [
+        f"{{'loss': '{1.0 - i / 10:.4f}', 'grad_norm': '0.25', 'learning_rate': '1e-05', 'epoch': '{i / 10}'}}"
+        for i in range(1, 4)
+    ]
+    out.append("{'eval_loss': 0.5, 'epoch': 0.3}")
+    out.append("\r".join(bar(i, 30) for i in range(12, 31)))
+    out.append("{'pad_token_id': 2}")  # config output in the same shape: not a metrics dict
+    out.append("{'train_runtime': '75.5', 'train_loss': '0.8', 'epoch': '1.0'}")
+    return ("\n".join(out) + "\n").encode()
+
+
+def feed(data: bytes, cuts: list[int]) -> tuple:
+    """Read `data` as the tailer does, growing to each cut, handing the state back each time."""
+    offset, line, rows, state, info = 0, 1, [], None, {}
+    for end in [*cuts, len(data)]:
+        result = hf_console.parse(data[offset:end], line, state=state)
+        rows += points_as_tuples(result)
+        offset += result.consumed
+        line += result.lines
+        state, info = result.state, result.info
+    return comparable(rows), offset, info
+
+
+def test_aligned_dicts_take_the_bar_count_and_evals_join_their_step():
+    rows, offset, info = feed(aligned_log(), [])
+    by_step = {}
+    for step, name, value, _ in rows:
+        by_step.setdefault(step, {})[name] = value
+    assert sorted(by_step) == [2, 4, 6]
+    assert by_step[2]["loss"] == 2.5 and by_step[2]["eval_loss"] == 2.75
+    assert by_step[4]["loss"] == "NaN" and by_step[4]["grad_norm"] == math.inf
+    assert by_step[6]["train_loss"] == 2.0 and by_step[6]["train_runtime"] == 12.5
+    assert info["step_source"] == "bar" and info["total_steps"] == 6 and info["current_step"] == 6
+    assert info["completed"] is True and info["error"] is None
+    assert offset == len(aligned_log())
+
+
+def test_clumped_dicts_are_numbered_in_order_and_quoted_numbers_are_read():
+    rows, _, info = feed(clumped_log(), [])
+    losses = [(step, value) for step, name, value, _ in rows if name == "loss"]
+    assert losses == [(1, 0.9), (2, 0.8), (3, 0.7)]
+    assert [(s, v) for s, n, v, _ in rows if n == "eval_loss"] == [(3, 0.5)]
+    assert [(s, v) for s, n, v, _ in rows if n == "train_loss"] == [(3, 0.8)]
+    assert not any(n == "pad_token_id" for _, n, _, _ in rows)
+    assert info["step_source"] == "order" and info["total_steps"] == 30 and info["completed"] is True
+
+
+def test_logging_steps_printed_in_the_log_spaces_the_ordered_steps():
+    data = b"logging_steps=10,\n" + clumped_log()
+    rows, _, _ = feed(data, [])
+    assert sorted({s for s, n, _, _ in rows if n == "loss"}) == [10, 20, 30]
+
+
+def test_a_traceback_after_the_last_dict_is_the_runs_error_until_it_logs_again():
+    tail = b'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\nRuntimeError: CUDA error: an illegal memory access\n'
+    data = aligned_log().replace(b"{'train_runtime'", b"{'x': 1}\n{'nothing'") + tail
+    _, _, info = feed(data, [])
+    assert info["error"] == {"line": 13, "text": "RuntimeError: CUDA error: an illegal memory access"}
+    assert info["completed"] is False
+    again = data + bar(6, 6).encode() + b"\r{'loss': 1.0, 'epoch': 1.0}\n"
+    assert feed(again, [])[2]["error"] is None
+    assert hf_console.run_info(info).status is None  # failure is the detector's call, from the facts
+    assert hf_console.run_info(feed(aligned_log(), [])[2]).status == "completed"
+
+
+def test_a_launcher_kill_message_is_an_error():
+    data = b"{'loss': 0.69, 'grad_norm': 24.8, 'learning_rate': 5e-06, 'epoch': 0.0}\n[launch.py:328:sigkill_handler] Main process received SIGINT, exiting\n"
+    _, _, info = feed(data, [])
+    assert info["error"]["line"] == 2 and "SIGINT" in info["error"]["text"]
+
+
+def test_the_first_dict_waits_for_the_decision_then_split_anywhere_equals_one_read():
+    for data in (aligned_log(), clumped_log()):
+        whole = feed(data, [])
+        first_dict = data.index(b"{'loss'")
+        held = hf_console.parse(data[: data.index(b"\n", first_dict) + 1])
+        assert all(n != "loss" for n in held.points.metric) and held.consumed <= first_dict
+        for cut in range(0, len(data) + 1, 7):
+            assert feed(data, [cut]) == whole, cut
+        ends = [i + 1 for i, b in enumerate(data) if b == ord("\n")]
+        assert feed(data, ends) == whole
+
+
+def test_sniff_wants_an_hf_dict():
+    assert hf_console.sniff(aligned_log()) and hf_console.sniff(clumped_log())
+    assert not hf_console.sniff(b"step:1 - train/loss:1.0\n")
