@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 
 from collector.core.model import BadLine, ParseResult
 
@@ -96,12 +97,26 @@ def flatten_numbers(
 
 
 def wall_time_of(record: dict) -> float | None:
-    """Seconds since the epoch named by a record's wall-time field, if it has a numeric one."""
+    """Seconds since the epoch named by a record's wall-time field: a number, or an ISO 8601 string."""
     for key in WALL_TIME_KEYS:
         value = record.get(key)
         if value is not None and type(value) in (int, float):
             return float(value)
+        if type(value) is str:
+            return iso_seconds(value)
     return None
+
+
+def iso_seconds(text: str) -> float | None:
+    """Seconds since the epoch of an ISO 8601 time (`2026-11-24T07:00:00Z`, with or without an offset; one
+    without is read as UTC), or None when `text` is not one."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 def parse_json_document(data: bytes, what: str) -> ParseResult:
