@@ -1,0 +1,60 @@
+"""MLflow's file store: metric files (`timestamp value step` lines, name from the path), params and tags."""
+
+from __future__ import annotations
+
+import math
+
+from collector.formats import mlflow_entry, mlflow_metric
+from tests.collector.test_parsers_support import comparable, points_as_tuples
+
+RUN = "/data/mlruns/0/4f1c2e/"
+LINES = b"1732431600000 2.5 0\n1732431601000 2.25 1\n1732431602500 nan 2\n1732431603000 -inf 3\n"
+
+
+def test_metric_lines_become_points_named_by_the_path():
+    result = mlflow_metric.parse(LINES, path=RUN + "metrics/train/loss")
+    assert comparable(points_as_tuples(result)) == [
+        (0, "train/loss", 2.5, 1732431600.0),
+        (1, "train/loss", 2.25, 1732431601.0),
+        (2, "train/loss", "NaN", 1732431602.5),
+        (3, "train/loss", -math.inf, 1732431603.0),
+    ]
+    assert result.bad == [] and result.consumed == len(LINES) and result.lines == 4
+
+
+def test_a_bad_line_costs_itself_and_a_partial_line_waits():
+    data = b"1732431600000 2.5 0\nhello world\n1732431601000 x 1\n1732431602000 1.5 2\n1732431603000 1."
+    result = mlflow_metric.parse(data, 10, path=RUN + "metrics/loss")
+    assert [(b.line, b.reason) for b in result.bad] == [
+        (11, "not a `timestamp value step` line"),
+        (12, "not a `timestamp value step` line"),
+    ]
+    assert [(s, v) for s, _, v, _ in points_as_tuples(result)] == [(0, 2.5), (2, 1.5)]
+    assert result.consumed == data.rindex(b"\n") + 1
+
+
+def test_split_anywhere_equals_one_read():
+    path = RUN + "metrics/loss"
+    whole = comparable(points_as_tuples(mlflow_metric.parse(LINES, path=path)))
+    for cut in range(len(LINES) + 1):
+        first = mlflow_metric.parse(LINES[:cut], path=path)
+        second = mlflow_metric.parse(LINES[first.consumed :], 1 + first.lines, path=path)
+        assert comparable(points_as_tuples(first) + points_as_tuples(second)) == whole
+
+
+def test_sniff_and_names():
+    assert mlflow_metric.sniff(LINES)
+    assert not mlflow_metric.sniff(b"loss,step\n1.0,1\n")
+    assert mlflow_metric.name_under("/x/mlruns/1/abc/metrics/eval/acc", "metrics") == "eval/acc"
+    assert mlflow_metric.name_under("/x/other/loss", "metrics") is None
+
+
+def test_params_and_tags_are_configuration():
+    param = mlflow_entry.parse(b"0.0001", path=RUN + "params/learning_rate")
+    tag = mlflow_entry.parse(b"sft-7b\n", path=RUN + "tags/mlflow.runName")
+    assert param.info == {"params": {"learning_rate": "0.0001"}} and len(param.points) == 0
+    assert tag.info == {"tags": {"mlflow.runName": "sft-7b"}}
+    assert mlflow_entry.entry_info(param.info).config == {"params.learning_rate": "0.0001"}
+    assert (
+        mlflow_entry.parse(b"\xff\xfe", path=RUN + "params/x").bad[0].reason.startswith("param x: non-UTF-8")
+    )
