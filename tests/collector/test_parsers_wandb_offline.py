@@ -1,0 +1,69 @@
+"""W&B offline run files: a real one written by wandb (offline, in a subprocess), read whole and as it grows."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from collector.formats import wandb_offline
+from tests.collector.test_parsers_support import comparable, points_as_tuples
+
+WRITER = textwrap.dedent(
+    """
+    import sys, wandb
+    run = wandb.init(project="demo", dir=sys.argv[1], config={"lr": 1e-4, "model": {"name": "tiny"}})
+    for step in range(40):
+        run.log({"train/loss": 2.0 - step * 0.01, "train/lr": 1e-4, "nested": {"a": step}, "note": "x"}, step=step)
+    run.log({"val/loss": float("nan")}, step=39)
+    run.finish(exit_code=int(sys.argv[2]))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def offline_file(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wandb")
+    env = os.environ | {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    subprocess.run([sys.executable, "-c", WRITER, str(out), "3"], env=env, check=True, timeout=120)
+    (found,) = out.glob("wandb/offline-run-*/run-*.wandb")
+    return found
+
+
+def test_history_records_become_points_with_their_step_and_wall_time(offline_file):
+    result = wandb_offline.parse(offline_file.read_bytes())
+    assert result.bad == [] and result.consumed == offline_file.stat().st_size
+    loss = [(s, v) for s, n, v, _ in points_as_tuples(result) if n == "train/loss"]
+    assert loss == [(s, 2.0 - s * 0.01) for s in range(40)]
+    assert {n for n in result.points.metric} == {"train/loss", "train/lr", "nested/a", "val/loss"}
+    val = [(s, v) for s, n, v, _ in points_as_tuples(result) if n == "val/loss"]
+    assert len(val) == 1 and val[0][0] == 39 and math.isnan(val[0][1])
+    assert all(w is not None and w > 1.7e9 for w in result.points.wall_time)
+    assert result.info["config"] == {"lr": 1e-4, "model": {"name": "tiny"}}
+    assert result.info["exit_code"] == 3 and result.info["project"] == "demo"
+    info = wandb_offline.run_info(result.info)
+    assert info.status == "failed" and info.status_info == {"exit_code": 3}
+
+
+def test_read_as_it_grows_equals_one_read(offline_file):
+    data = offline_file.read_bytes()
+    whole = comparable(points_as_tuples(wandb_offline.parse(data)))
+    for cut in range(0, len(data) + 1, 97):
+        rows, offset, chunk, state = [], 0, 1, None
+        for end in (cut, len(data)):
+            result = wandb_offline.parse(data[offset:end], chunk, state=state)
+            assert result.bad == []
+            rows += points_as_tuples(result)
+            offset, chunk, state = offset + result.consumed, chunk + result.lines, result.state
+        assert offset == len(data) and comparable(rows) == whole, cut
+
+
+def test_a_file_that_is_not_a_wandb_file_is_one_bad_record():
+    result = wandb_offline.parse(b"version https://git-lfs.github.com/spec/v1\n" + b"x" * 100)
+    assert len(result.bad) == 1 and "not a W&B run file" in result.bad[0].reason and result.consumed == 0
+    assert wandb_offline.sniff(b":W&B\xe1\xbe\x00") and not wandb_offline.sniff(b"{}")
