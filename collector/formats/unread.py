@@ -1,0 +1,88 @@
+"""Why a file under a watched root is not read: the reason a person sees beside the file on its run.
+
+Pure: a file's name, size and first bytes in, a sentence out. Discovery calls `reason_not_read` for every
+file no format claims, and `pointer_reason` before it trusts a name (a Git LFS pointer committed in place
+of `events.out.tfevents.*` or `trainer_state.json` is not that file).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+ANNEX_MARKERS = (b"/annex/objects/", b"#$# git-annex")
+# Pointer files are a few hundred bytes: only files this small are looked at for one.
+POINTER_MAX_BYTES = 1024
+LFS_REASON = "Git LFS pointer, not the file: run git lfs pull"
+ANNEX_REASON = "git-annex pointer, not the file: run git annex get"
+# Files people keep beside runs that are not run files (code, docs, configs, images, archives).
+NOT_RUN_SUFFIXES = {
+    ".py",
+    ".sh",
+    ".md",
+    ".rst",
+    ".ipynb",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".cfg",
+    ".ini",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".svg",
+    ".pdf",
+    ".html",
+    ".gitignore",
+    ".gitattributes",
+    ".lock",
+    ".zip",
+    ".gz",
+    ".tar",
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".model",
+    ".pkl",
+    ".npy",
+    ".npz",
+    ".parquet",
+    ".arrow",
+}
+NOT_RUN_NAMES = {"LICENSE", "README", "Makefile", "Dockerfile", ".DS_Store", "requirements.txt"}
+
+
+def pointer_reason(head: bytes) -> str | None:
+    """The reason a file is a stand-in for another (a Git LFS or git-annex pointer), or None."""
+    if head.startswith(LFS_POINTER):
+        return LFS_REASON
+    if len(head) <= POINTER_MAX_BYTES and any(marker in head for marker in ANNEX_MARKERS):
+        return ANNEX_REASON
+    return None
+
+
+def reason_not_read(path: PurePath, size: int, head: bytes) -> str:
+    """Why runwatch does not read this file, for a file no format claims (its first bytes in `head`):
+    empty, a pointer, not a run file (code, docs, images, model weights), binary, or an unknown format."""
+    if size == 0:
+        return "empty"
+    pointer = pointer_reason(head)
+    if pointer is not None:
+        return pointer
+    if path.name in NOT_RUN_NAMES or path.suffix.lower() in NOT_RUN_SUFFIXES:
+        return "not a run file"
+    if b"\x00" in head[:8192]:
+        return "binary, not a format runwatch reads"
+    return "unknown format: no metrics shape runwatch reads"
+
+
+def zero_points_warning(lines: int, points: int) -> str | None:
+    """The warning for a metrics file that gave no point from its non-empty lines (None when it gave some
+    or has none): every line was read and none held a metric runwatch understands."""
+    if points or not lines:
+        return None
+    noun = "line" if lines == 1 else "lines"
+    return f"0 points from {lines} non-empty {noun}: none holds a metric runwatch reads in this format"
