@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from collector import formats
 from collector.core.roles import role_of
 from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.detect.thresholds import thresholds_for
+from collector.formats import unread
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -165,9 +167,21 @@ def run(store: Store, run_id: str) -> dict:
         }
         for s in stats
     ]
-    out["sources"] = store_read.sources(store, run_id)
+    out["sources"] = [_with_warning(s) for s in store_read.sources(store, run_id)]
+    out["skipped_files"] = [
+        {k: f[k] for k in ("path", "reason", "bytes")} for f in store_read.skipped_files(store, run_id)
+    ]
     out["decorations"] = panel_decorations(_detect_config(store, r["path"]))
     return out
+
+
+def _with_warning(source: dict) -> dict:
+    """A source with `warning`: the sentence for a file whose lines gave no point (None otherwise)."""
+    metrics_file = (
+        formats.get(source["format"]).role == "metrics" if source["format"] in formats.names() else False
+    )
+    lines = source["lines"] if metrics_file and source["state"] != "deleted" else 0
+    return source | {"warning": unread.zero_points_warning(lines, source["points"])}
 
 
 def panel_decorations(config: DetectConfig) -> dict[str, dict]:

@@ -99,3 +99,6 @@ class Format:
     whole_document: bool = False
     role: str = "metrics"
     run_info: Callable[[dict], RunInfo] | None = None
+    # A console or export copy of metrics (a console log, a CSV): read only when its run has no other
+    # metrics file, whose values it would repeat.
+    copy: bool = False

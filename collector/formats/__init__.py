@@ -11,8 +11,11 @@ How to add a format (the whole contract):
    the file name patterns that are the format by name (`names`), the patterns that need a look at the first
    64 KiB (`sniffed` with `sniff(head) -> bool`), `whole_document` (re-read from 0 on every change),
    `role` ("metrics" or "meta") and `run_info(info) -> RunInfo` when its `info` says something about the run.
-3. Add the module's name to `MODULES` below: the order is the precedence when one run folder holds several
-   metrics formats (only the first is ingested for points), and the order in which names are matched.
+3. Add the module's name to `MODULES` below: the order is the precedence when files of one run log the same
+   (metric, step): a run's files are read in the reverse of this order (and, within a format, oldest
+   modification first), so the later-read value wins. A format with `copy=True` (console logs, CSV
+   exports) is read only when its run has no other metrics file. A name without a wildcard beats a pattern,
+   and a positive sniff beats a pattern name match (`trainer_log.jsonl` content in a `*.jsonl`).
 4. Tests: `tests/collector/test_parsers_<name>.py` (a real or self-written sample; split-anywhere reads
    equal one read), and a sample in `tests/collector/test_parsers_garbage.py` (the fuzz covers every
    registered format and fails until it has one).
@@ -31,14 +34,21 @@ from collector.core.model import Format, ParseResult
 
 # Format modules, metrics formats first in the order they win over one another, then the meta formats.
 MODULES = (
-    "jsonl",
-    "tensorboard_events",
     "hf_trainer_state",
+    "hf_tensorboard",
+    "tensorboard_events",
+    "jsonl",
+    "wandb_offline",
+    "mlflow_metric",
+    "llamafactory_log",
     "csv_history",
     "console",
+    "hf_console",
     "status",
+    "platform_status",
     "run_config",
     "checkpoint_marker",
+    "mlflow_entry",
 )
 
 
@@ -70,11 +80,20 @@ def parser_for(name: str) -> Callable[..., ParseResult]:
 
 
 def by_name(path: PurePath) -> tuple[Format | None, list[Format]]:
-    """The format `path` is by its name alone (None if none), and the formats it may be after a sniff."""
-    for fmt in registry().values():
-        if any(_matches(path, p) for p in fmt.names):
-            return fmt, []
-    return None, [f for f in registry().values() if any(_matches(path, p) for p in f.sniffed)]
+    """The format `path` is by its name alone (None if none), and the formats it may be after a sniff
+    (none when the name is an exact one, such as `trainer_state.json`: nothing overrides it)."""
+    exact = [f for f in registry().values() if any("*" not in p and _matches(path, p) for p in f.names)]
+    if exact:
+        return exact[0], []
+    named = next((f for f in registry().values() if any(_matches(path, p) for p in f.names)), None)
+    sniffed = [f for f in registry().values() if f is not named and any(_matches(path, p) for p in f.sniffed)]
+    return named, sniffed
+
+
+def rank(name: str) -> int:
+    """The precedence of format `name` (0 first): a run's files are read from the highest rank down."""
+    order = list(registry())
+    return order.index(name) if name in order else len(order)
 
 
 def _matches(path: PurePath, pattern: str) -> bool:

@@ -84,5 +84,10 @@ def looks_like_console(head: bytes) -> bool:
 
 
 FORMAT = Format(
-    name="console", parse=parse, names=("*.log", "*.out"), sniffed=("*.txt",), sniff=looks_like_console
+    name="console",
+    parse=parse,
+    names=("*.log", "*.out"),
+    sniffed=("*.txt",),
+    sniff=looks_like_console,
+    copy=True,
 )

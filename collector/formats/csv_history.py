@@ -11,8 +11,18 @@ import csv
 from collector.core.model import BadLine, Format, ParseResult
 from collector.formats._common import WALL_TIME_KEYS, as_step, bad_text, complete_lines
 
-# The step column, by preference; "epoch" is used only when neither of the others exists.
-STEP_COLUMNS = ("step", "global_step")
+# The step column, by preference (W&B exports name it `_step` or `trainer/global_step`, Megatron-style logs
+# `iteration`/`iter`, DeepSpeed-style ones `opt_step` before `micro_step`); "epoch" only when none exists.
+STEP_COLUMNS = (
+    "step",
+    "global_step",
+    "trainer/global_step",
+    "_step",
+    "opt_step",
+    "iteration",
+    "iter",
+    "micro_step",
+)
 EPOCH_COLUMN = "epoch"
 
 
@@ -23,7 +33,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: list[str] 
     line of `data` is read as the header (so pass None only when `data` starts at the file's beginning). The
     header in force after this call is always returned as `state` (None if no complete line was seen yet).
     Every numeric column except the step and wall-time columns is a metric named by its header. The step
-    comes from `step`, else `global_step`, else `epoch`; in the last case the epoch (a whole number) is also
+    comes from the first of `STEP_COLUMNS` present, else `epoch`; in the last case the epoch (a whole number) is also
     a metric `epoch`. Empty cells and text are skipped; `nan`, `inf` are kept. A row with a different number
     of fields than the header, no step, or bad bytes is reported in `bad`. A row repeating the header's
     step column name starts a new header (a writer that restarted and wrote its header again). `path` is
@@ -115,10 +125,10 @@ def _number(cell: str) -> float | None:
 
 
 def has_step_column(head: bytes) -> bool:
-    """Whether a CSV's first line names a step column (`step`, `global_step` or `epoch`)."""
+    """Whether a CSV's first line names a step column (one of `STEP_COLUMNS`, or `epoch`)."""
     first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
     columns = {c.strip().strip('"').lower() for c in first.split(",")}
     return bool(columns & {*STEP_COLUMNS, EPOCH_COLUMN})
 
 
-FORMAT = Format(name="csv", parse=parse, sniffed=("*.csv",), sniff=has_step_column)
+FORMAT = Format(name="csv", parse=parse, sniffed=("*.csv",), sniff=has_step_column, copy=True)

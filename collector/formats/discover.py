@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector import formats
+from collector.formats import unread
 
 # Folders that never hold a run's own metrics: checkpoints, model exports, other tools' state.
 SKIP_DIRS = {"huggingface", "wandb", ".git", "node_modules", "__pycache__"}
-_CHECKPOINT_DIR = re.compile(r"^(global_step_\d+|checkpoint-\d+)$")
+_CHECKPOINT_DIR = re.compile(r"^(global_step_\d+|checkpoint-\d+|last-checkpoint)$")
 _HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
 SNIFF_BYTES = 64 * 1024
@@ -45,6 +46,8 @@ class Run:
     format: str
     sources: list[Source] = field(default_factory=list)
     file: Path | None = None  # set when the run is one file by itself (its `dir` is that file's folder)
+    # Files of the run's folder that are not read, each with the reason a person sees (see `unread`).
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def path(self) -> Path:
@@ -63,14 +66,13 @@ def classify(path: Path) -> str | None:
     unreadable file whose name is ambiguous is None).
     """
     fmt, maybe = formats.by_name(path)
-    if fmt is not None:
-        return fmt.name
     if not maybe:
-        return None
+        return fmt.name if fmt is not None else None
     head = _head(path)
     if head is None:
-        return None
-    return next((f.name for f in maybe if f.sniff is not None and f.sniff(head)), None)
+        return fmt.name if fmt is not None else None
+    sniffed = next((f.name for f in maybe if f.sniff is not None and f.sniff(head)), None)
+    return sniffed or (fmt.name if fmt is not None else None)
 
 
 def find_runs(roots: list[Path]) -> list[Run]:
@@ -81,8 +83,9 @@ def find_runs(roots: list[Path]) -> list[Run]:
     its stem when the root is that file. When ids from different roots collide, each gets its root's folder
     name as a prefix (`rootname/id`). Does not descend into checkpoint folders (`global_step_*`,
     `checkpoint-*`), `huggingface/`, `wandb/`, hidden folders, `node_modules`, `__pycache__`, nor follow
-    symlinked folders. An HF Trainer output folder's `runs/*/events.out.tfevents.*` are "ignored" sources of
-    that run (the same metrics as its trainer_state.json), not runs of their own.
+    symlinked folders. An HF Trainer output folder's `runs/*/events.out.tfevents.*` are sources of that run
+    (format `hf_tensorboard`: its live view), not runs of their own. Each run lists the files of its folder
+    it does not read, with the reason (`Run.skipped`).
     """
     found: list[Run] = []
     for root in roots:
@@ -152,6 +155,8 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     except OSError:
         return []
     files: list[tuple[Path, str]] = []
+    skipped: list[tuple[Path, str]] = []
+    claimed = None  # a format a skipped file's name claims (a pointer in place of an event file)
     hf_checkpoints: list[tuple[int, Path]] = []
     for entry in entries:
         try:
@@ -159,12 +164,19 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             is_dir = not is_file and entry.is_dir(follow_symlinks=False)
             if is_file and entry.is_symlink() and not _stays_inside(Path(entry.path), real_root):
                 continue  # a link out of the watched root: runwatch reads only what it was given
+            size = entry.stat().st_size if is_file else 0
         except OSError:
             continue
         if is_file:
-            fmt = classify(Path(entry.path))
-            if fmt is not None:
-                files.append((Path(entry.path), fmt))
+            path = Path(entry.path)
+            fmt = classify(path)
+            pointer = _pointer(path, size)
+            if fmt is not None and pointer is None:
+                files.append((path, fmt))
+                continue
+            claimed = claimed or fmt
+            reason = pointer or unread.reason_not_read(path, size, _head(path, 8192) or b"" if size else b"")
+            skipped.append((path, reason))
         elif is_dir and (match := _HF_CHECKPOINT_DIR.match(entry.name)):
             state = Path(entry.path) / HF_STATE_NAME
             if state.is_file() and _stays_inside(state, real_root):
@@ -188,12 +200,15 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
         # HF Trainer output folder without a top-level state: its newest checkpoint's state is the history.
         folder_files.append((max(hf_checkpoints)[1], "hf_trainer_state"))
 
-    if any(fmt != "checkpoint_marker" for _, fmt in folder_files):
-        run = _folder_run(folder, root, folder_files)
+    if any(fmt != "checkpoint_marker" for _, fmt in folder_files) or (claimed and not runs):
+        run = _folder_run(folder, root, folder_files, claimed)
         if _is_hf_output(run):
+            # The HF Trainer's own TensorBoard logging: the run's live view (trainer_state.json is written
+            # only at saves), read into the trainer_state's metric names (see `hf_tensorboard`).
             run.sources.extend(
-                Source(path, "tensorboard", "ignored") for path in _hf_logging_files(folder, real_root)
+                Source(path, "hf_tensorboard", "metrics") for path in _hf_logging_files(folder, real_root)
             )
+        run.skipped = [*_copies_not_read(run), *skipped]
         runs.insert(0, run)
     return runs
 
@@ -210,17 +225,42 @@ def _stays_inside(path: Path, real_root: Path) -> bool:
     return _real(path).is_relative_to(real_root)
 
 
-def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]]) -> Run:
-    # When one run has several views of the same metrics, only the first in registry order is ingested for
-    # points; ingesting both would count every point twice.
-    present = {fmt for _, fmt in files}
-    winner = next((f for f in formats.names() if f in present and not _is_meta(f)), None)
+def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]], claimed: str | None = None) -> Run:
+    # Every metrics file of a run is read (one value per (metric, step) is the store's rule), except copies
+    # (console logs, CSV exports) when the run has another metrics file: they would repeat its values.
+    # Without another metrics file, the best-ranked copy format is read (a CSV history over a console log).
+    metrics = {fmt for _, fmt in files if not _is_meta(fmt)}
+    read = {fmt for fmt in metrics if not formats.get(fmt).copy}
+    if not read and metrics:
+        read = {min(metrics, key=formats.rank)}
     sources = []
     for path, fmt in files:
-        role = "meta" if _is_meta(fmt) else "metrics" if fmt == winner else "ignored"
+        role = "meta" if _is_meta(fmt) else "metrics" if fmt in read else "ignored"
         sources.append(Source(path, fmt, role))
-    run_format = winner or next(f for f in formats.names() if f in present)
+    read = sorted({s.format for s in sources if s.role == "metrics"}, key=formats.rank)
+    present = sorted({fmt for _, fmt in files}, key=formats.rank)
+    run_format = (read or present or [claimed])[0]
     return Run(_rel_id(folder, root), root, folder, run_format, sources)
+
+
+def _copies_not_read(run: Run) -> list[tuple[Path, str]]:
+    read = [s.path.name for s in run.sources if s.role == "metrics"]
+    return [
+        (
+            s.path,
+            f"a {s.format} copy of the metrics in {', '.join(read[:2])}: not read, to count each value once",
+        )
+        for s in run.sources
+        if s.role == "ignored"
+    ]
+
+
+def _pointer(path: Path, size: int) -> str | None:
+    """Why a small file is not itself but a pointer (Git LFS, git-annex), or None."""
+    if size > unread.POINTER_MAX_BYTES:
+        return None
+    head = _head(path, unread.POINTER_MAX_BYTES)
+    return unread.pointer_reason(head) if head else None
 
 
 def _is_meta(fmt: str) -> bool:
@@ -322,9 +362,9 @@ def _skipped_dir(name: str) -> bool:
     return name in SKIP_DIRS or name.startswith(".") or bool(_CHECKPOINT_DIR.match(name))
 
 
-def _head(path: Path) -> bytes | None:
+def _head(path: Path, size: int = SNIFF_BYTES) -> bytes | None:
     try:
         with open(path, "rb") as f:
-            return f.read(SNIFF_BYTES)
+            return f.read(size)
     except OSError:
         return None

@@ -178,4 +178,5 @@ FORMAT = Format(
     sniffed=("*.log", "*.out", "*.txt", "output.log"),
     sniff=sniff,
     run_info=run_info,
+    copy=True,
 )

@@ -80,9 +80,9 @@ def reason_not_read(path: PurePath, size: int, head: bytes) -> str:
 
 
 def zero_points_warning(lines: int, points: int) -> str | None:
-    """The warning for a metrics file that gave no point from its non-empty lines (None when it gave some
-    or has none): every line was read and none held a metric runwatch understands."""
+    """The warning for a metrics file that gave no point from the lines (records) it has (None when it gave
+    some, or has no line yet): every line was read and none held a metric runwatch reads."""
     if points or not lines:
         return None
     noun = "line" if lines == 1 else "lines"
-    return f"0 points from {lines} non-empty {noun}: none holds a metric runwatch reads in this format"
+    return f"0 points from {lines} {noun}: none holds a metric runwatch reads in this format"

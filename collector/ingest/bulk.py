@@ -229,6 +229,7 @@ class BulkReader:
                     new.lines += chunk.lines
                     new.tail_sig = chunk.tail
                     new.size, new.mtime = st.st_size, st.st_mtime
+                    new.points += count
                     self.store.save_source(cur, new)
                     if count:
                         self.store.update_run_info(cur, s.run_id, last_step=high, last_point_at=time.time())

@@ -79,6 +79,11 @@ def read_chunk(
         or len(set(zip(points.metric, points.step, strict=True))) != len(points)
     )
     if overlap:
+        # This run's plain appends read earlier in the transaction go in first, so the merge sees them.
+        mine = [batch for batch in cycle.plain if batch[0].run_id == run]
+        if mine:
+            store_points.add_points_many(cur, mine)
+            cycle.plain = [batch for batch in cycle.plain if batch[0].run_id != run]
         store_points.add_points(cur, s, result.points, may_overlap=True)
     else:
         cycle.plain.append((s, result.points))
@@ -92,6 +97,7 @@ def read_chunk(
             data[max(0, result.consumed - SIG_BYTES) : result.consumed] if result.consumed else s.tail_sig
         )
     s.size, s.mtime = st.st_size, st.st_mtime
+    s.points += len(result.points)
     cycle.saves.append(s)
     if result.points:
         cycle.last_steps[run] = max(result.points.step)
@@ -118,6 +124,13 @@ def _quarantine(cur, store: Store, s: SourceState, result: ParseResult, report: 
         return
     store.quarantine(cur, s, result.bad)
     first = result.bad[0]
+    if not result.points and len(result.bad) >= result.lines:
+        report(
+            s.path,
+            f"0 points: all {len(result.bad)} lines read were bad and are quarantined "
+            f"(line {first.line}: {first.reason})",
+        )
+        return
     more = f" (and {len(result.bad) - 1} more bad lines)" if len(result.bad) > 1 else ""
     report(s.path, f"line {first.line}: {first.reason}; line quarantined, the rest ingested{more}")
 

@@ -115,12 +115,14 @@ class Ingestor:
             str(run.path),
             run.format,
             tuple((str(x.path), x.format, x.role) for x in run.sources),
+            tuple((str(path), reason) for path, reason in run.skipped),
         )
         if self._registered.get(run.id) == known:
             return  # the periodic rescan sees the same run: nothing to write
         self._registered[run.id] = known
         self.run_dirs[run.id] = run.dir
         self.store.upsert_run(run.id, str(run.root), str(run.path), run.format)
+        self.store.set_skipped_files(run.id, [(str(p), why, _size(p)) for p, why in run.skipped])
         for source in run.sources:
             key = str(source.path)
             self.roles[key] = source.role
@@ -144,10 +146,16 @@ class Ingestor:
         """
         pending: set[str] = set()
         shared: list[str] = []
-        for path in dict.fromkeys(paths):
+        busy: set[str] = set()  # runs with a source that this call will not read to its end
+        for path in self._in_precedence_order(paths):
             s = self.sources.get(path)
             if s is None or not self.changed(s):
                 continue
+            if s.run_id in busy:
+                pending.add(path)  # a later-ranked file of the run waits until the earlier one is read
+                continue
+            if segments.backlog(s) > self.chunk_bytes and not self._whole(s):
+                busy.add(s.run_id)
             if self.bulk and s.format == "jsonl" and segments.backlog(s) >= BULK_MIN_BYTES:
                 if self._guarded(lambda s=s: self._bulk_chunk(s), [path]):
                     pending.add(path)
@@ -165,6 +173,19 @@ class Ingestor:
         if budget_paths:
             pending |= self._shared_txn(budget_paths)
         return pending
+
+    def _in_precedence_order(self, paths: Iterable[str]) -> list[str]:
+        """`paths` in the order their values should be written: by run, the lowest-precedence format first
+        (see `formats.MODULES`), and within a format the least recently modified file first, so that when
+        files of a run log the same (metric, step) the later-written (or better) value is the one kept."""
+
+        def key(path: str) -> tuple:
+            s = self.sources.get(path)
+            if s is None:
+                return ("", 0, 0.0, path)
+            return (s.run_id, -formats.rank(s.format), _mtime(path), path)
+
+        return sorted(dict.fromkeys(paths), key=key)
 
     def ingest_all(self, paths: Iterable[str] | None = None) -> None:
         """Read every source (or `paths`) to its current end."""
@@ -285,7 +306,8 @@ class Ingestor:
         fmt = self._format(s.format)
         if st is None or fmt is None:
             return False
-        after = self.max_step.get(s.run_id, -(2**62))
+        # Points of this run already read in this transaction count as stored (one value per step).
+        after = max(self.max_step.get(s.run_id, -(2**62)), cycle.last_steps.get(s.run_id, -(2**62)))
         return read_chunk(cur, self.store, fmt, s, st, cycle, after, self.chunk_bytes, self._event)
 
     def _identity(self, cur, s: SourceState) -> os.stat_result | None:
@@ -329,3 +351,17 @@ class Ingestor:
         log.warning("%s: %s", path, message)
         self.events.append(Event(path, message))
         del self.events[:-200]
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -56,6 +56,7 @@ class SourceState:
     state: str = "active"
     tail_sig: bytes = b""
     parser_state: str | None = None  # JSON the parser needs back next time (a CSV header)
+    points: int = 0  # points the file gave so far (all its lives): 0 from many lines is a warning
 
 
 class Store:
@@ -135,6 +136,15 @@ class Store:
                 [run_id, root, path, fmt, now, now],
             )
 
+    def set_skipped_files(self, run_id: str, files: list[tuple[str, str, int]]) -> None:
+        """Replace the run's list of files it does not read: (path, reason, bytes) each."""
+        with self.transaction() as cur:
+            cur.execute("DELETE FROM skipped_files WHERE run_id = ?", [run_id])
+            if files:
+                cur.executemany(
+                    "INSERT INTO skipped_files VALUES (?, ?, ?, ?)", [[run_id, *f] for f in files]
+                )
+
     def update_run_info(
         self,
         cur: duckdb.DuckDBPyConnection,
@@ -181,9 +191,12 @@ class Store:
         """Every source the store knows, by path."""
         rows = self.rows(
             """SELECT id, run_id, path, format, inode, device, size, mtime, byte_offset, lines, segment,
-                      state, tail_sig, parser_state FROM sources"""
+                      state, tail_sig, parser_state, points FROM sources"""
         )
-        return {r[2]: SourceState(*r[:12], tail_sig=bytes(r[12] or b""), parser_state=r[13]) for r in rows}
+        return {
+            r[2]: SourceState(*r[:12], tail_sig=bytes(r[12] or b""), parser_state=r[13], points=r[14] or 0)
+            for r in rows
+        }
 
     def add_source(self, run_id: str, path: str, fmt: str) -> SourceState:
         """Register a file of a run (offset 0, segment 0); returns its state."""
@@ -202,7 +215,7 @@ class Store:
         """Write a source's identity and offset, inside the transaction that wrote the rows it covers."""
         cur.execute(
             """UPDATE sources SET inode = ?, device = ?, size = ?, mtime = ?, byte_offset = ?, lines = ?,
-               segment = ?, state = ?, tail_sig = ?, parser_state = ?, updated_at = ? WHERE id = ?""",
+               segment = ?, state = ?, tail_sig = ?, parser_state = ?, points = ?, updated_at = ? WHERE id = ?""",
             [
                 s.inode,
                 s.device,
@@ -214,6 +227,7 @@ class Store:
                 s.state,
                 s.tail_sig,
                 s.parser_state,
+                s.points,
                 time.time(),
                 s.id,
             ],
@@ -234,6 +248,7 @@ class Store:
             "segment",
             "state",
             "parser_state",
+            "points",
         )
         pa = arrow()
         columns = {f: [getattr(x, f) for x in states] for f in fields}
@@ -243,7 +258,7 @@ class Store:
             cur.execute(
                 """UPDATE sources SET inode = t.inode, device = t.device, size = t.size, mtime = t.mtime,
                    byte_offset = t."offset", lines = t.lines, segment = t.segment, state = t.state,
-                   tail_sig = t.tail_sig, parser_state = t.parser_state, updated_at = ?
+                   tail_sig = t.tail_sig, parser_state = t.parser_state, points = t.points, updated_at = ?
                    FROM rw_sources t WHERE sources.id = t.id""",
                 [time.time()],
             )

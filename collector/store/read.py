@@ -228,13 +228,22 @@ def recent_points(store: Store, run: str, per_metric: int, up_to: int | None = N
 
 
 def sources(store: Store, run: str | None = None) -> list[dict]:
-    """Sources with their offsets, segments and quarantined-line counts."""
+    """Sources with their offsets, segments, the points they gave and quarantined-line counts."""
     where, params = ("WHERE s.run_id = ?", [run]) if run is not None else ("", [])
     return store.dicts(
         f"""SELECT s.id, s.run_id AS run, s.path, s.format, s.byte_offset AS offset, s.lines, s.segment, s.state,
+                   coalesce(s.points, 0) AS points,
                    (SELECT count(*) FROM quarantine q WHERE q.source_id = s.id) AS bad_lines
             FROM sources s {where} ORDER BY s.path""",
         params,
+    )
+
+
+def skipped_files(store: Store, run: str | None = None) -> list[dict]:
+    """Files under runs' folders that are not read: `run`, `path`, `reason`, `bytes`."""
+    where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(
+        f"SELECT run_id AS run, path, reason, bytes FROM skipped_files {where} ORDER BY run_id, path", params
     )
 
 

@@ -85,6 +85,13 @@ MIGRATIONS: list[list[str]] = [
             SELECT s.run_id, s.metric, p.step, p.value, p.wall_time, p.source_id, p.segment, p.series
             FROM point_rows p JOIN series s ON p.series = s.id""",
     ],
+    # v6: nothing dropped in silence: how many points each source gave (a file of lines that gave none is a
+    # warning), and the files under a run's folder that are not read, with the reason.
+    [
+        "ALTER TABLE sources ADD COLUMN points BIGINT DEFAULT 0",
+        "UPDATE sources SET points = (SELECT count(*) FROM point_rows p WHERE p.source_id = sources.id)",
+        "CREATE TABLE skipped_files (run_id VARCHAR, path VARCHAR, reason VARCHAR, bytes BIGINT)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

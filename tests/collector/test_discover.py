@@ -79,10 +79,12 @@ def test_precedence_between_metrics_formats(tmp_path):
     write(tmp_path / "log" / "console.log")
     runs = {r.id: r for r in find_runs([tmp_path])}
     assert sorted(runs) == ["csv", "hf", "log", "tb"]
+    # Every metrics file of a run is read (the store keeps one value per step), copies aside.
     assert roles(runs["tb"]) == {
         "events.out.tfevents.1.h": ("tensorboard", "metrics"),
-        "trainer_state.json": ("hf_trainer_state", "ignored"),
+        "trainer_state.json": ("hf_trainer_state", "metrics"),
     }
+    assert runs["tb"].format == "hf_trainer_state"
     assert roles(runs["hf"])["history.csv"] == ("csv", "ignored")
     assert roles(runs["csv"]) == {
         "training_history.csv": ("csv", "metrics"),
@@ -169,7 +171,7 @@ def test_hf_output_folder_reads_the_newest_checkpoint_state_until_a_top_level_on
     assert [s.path for s in run.metrics_sources()] == [out / "trainer_state.json"]
 
 
-def test_hf_tensorboard_logging_is_a_duplicate_view_of_the_output_folder_run(tmp_path):
+def test_hf_tensorboard_logging_is_read_into_the_output_folder_run(tmp_path):
     out = tmp_path / "output"
     write(out / "checkpoint-10" / "trainer_state.json", HF_STATE)
     events = write(out / "runs" / "Nov22_10-00-00_host" / "events.out.tfevents.1.host")
@@ -178,7 +180,7 @@ def test_hf_tensorboard_logging_is_a_duplicate_view_of_the_output_folder_run(tmp
     assert sorted(runs) == ["output", "tb-only/runs/x"]
     assert roles(runs["output"]) == {
         "checkpoint-10/trainer_state.json": ("hf_trainer_state", "metrics"),
-        "runs/Nov22_10-00-00_host/events.out.tfevents.1.host": ("tensorboard", "ignored"),
+        "runs/Nov22_10-00-00_host/events.out.tfevents.1.host": ("hf_tensorboard", "metrics"),
     }
     assert run_for_path(events, [tmp_path]).id == "output"
     tb_only = tmp_path / "tb-only" / "runs" / "x" / "events.out.tfevents.2.host"

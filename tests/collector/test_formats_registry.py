@@ -69,4 +69,6 @@ def test_each_format_says_what_its_info_means_for_the_run():
         "status",
         "run_config",
         "checkpoint_marker",
+        "platform_status",
+        "mlflow_entry",
     }

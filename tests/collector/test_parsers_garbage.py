@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -18,7 +19,16 @@ SAMPLES = {
     "status": b'{"status": "running", "step": 3}',
     "run_config": b'{"config": {"a": 1}}',
     "checkpoint_marker": b"12\n",
+    "llamafactory_log": b'{"current_steps": 5, "total_steps": 10, "loss": 2.5, "lr": 1e-05, "epoch": 0.5}\n'
+    b'{"current_steps": 10, "total_steps": 10, "loss": NaN, "eval_loss": null, "percentage": 100.0}\n',
+    "hf_console": b" 50%|#####     | 1/2 [00:01<00:01]\r{'loss': 2.5, 'grad_norm': nan, 'epoch': 0.5}\n"
+    b"100%|##########| 2/2 [00:02<00:00]\r{'loss': '1.5', 'epoch': 1.0}\n{'train_runtime': 2.0, 'epoch': 1.0}\n",
+    "platform_status": b'{"job_id": "j", "status": "running", "current_step": 3, "updated_at": "2026-11-24T07:00:00Z"}',
+    "mlflow_metric": b"1732431600000 2.5 1\n1732431601000 nan 2\n",
+    "mlflow_entry": b"0.0001\n",
 }
+# Formats whose parser reads the metric (or param) name from the file's path.
+PATHS = {"mlflow_metric": "/r/mlruns/0/abc/metrics/train/loss", "mlflow_entry": "/r/mlruns/0/abc/params/lr"}
 
 
 def mutations(data: bytes, rng: random.Random):
@@ -50,10 +60,32 @@ def tensorboard_sample(folder) -> bytes:
     return path.read_bytes()
 
 
+def wandb_sample() -> bytes:
+    """A W&B run file framed by hand as wandb writes it: its header, then two history records, one chunk each."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
+    for step in (1, 2):
+        record = wandb_internal_pb2.Record()
+        for key, value in (("_step", str(step)), ("train/loss", str(0.5 * step))):
+            record.history.item.add(key=key, value_json=value)
+        payload = record.SerializeToString()
+        out += struct.pack("<IHB", 0, len(payload), 1) + payload
+    return bytes(out)
+
+
+def sample_of(fmt: str, folder) -> bytes:
+    if fmt in ("tensorboard", "hf_tensorboard"):
+        return tensorboard_sample(folder)
+    return wandb_sample() if fmt == "wandb_offline" else SAMPLES[fmt]
+
+
 @pytest.mark.parametrize("fmt", names())
 def test_damaged_input_never_raises(fmt, tmp_path):
-    parse = parser_for(fmt)
-    sample = tensorboard_sample(tmp_path) if fmt == "tensorboard" else SAMPLES[fmt]
+    parse = functools.partial(parser_for(fmt), path=PATHS.get(fmt, ""))
+    sample = sample_of(fmt, tmp_path)
     clean = parse(sample, 1)
     assert clean.bad == [] and clean.consumed == len(sample) and (len(clean.points) > 0 or clean.info)
     rng = random.Random(f"runwatch-{fmt}")
@@ -69,5 +101,5 @@ def test_damaged_input_never_raises(fmt, tmp_path):
         if fmt in ("jsonl", "console", "csv"):
             assert result.lines == data[: result.consumed].count(b"\n")
             assert all(1 <= b.line <= result.lines for b in result.bad)
-    if fmt != "console":  # a console log ignores what is not a record, by design
+    if fmt not in ("console", "hf_console", "mlflow_entry"):  # they ignore what is not a record, by design
         assert reported > 0, "the damage never produced a reported bad record: the fuzz is not biting"
