@@ -13,6 +13,7 @@ _ITEM = re.compile(r"'([^']+)':\s*'?([^,'{}]+?)'?\s*(?=[,}])")
 # A numpy or torch scalar as Python prints it: np.float64(1.5), np.int32(2), tensor(2., device='cuda:0').
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^(),]+)(?:,.*)?\)$")
 TRACEBACK = "Traceback (most recent call last)"
+IGNORED = "Exception ignored in"
 # A line that ends a job on its own: launcher kill messages, as DeepSpeed and torchrun print them.
 _FATAL = re.compile(
     r"(received SIG[A-Z]+|got signal|Killed|CUDA out of memory|exits with return code = [1-9])"
@@ -48,19 +49,38 @@ def number(text: str) -> float | None:
 
 def may_be_error(raw: bytes) -> bool:
     """A cheap test on a raw line before `note_error` looks at it."""
-    return b"Error" in raw or b"Traceback" in raw or b"SIG" in raw or b"signal" in raw or b"Killed" in raw
+    return any(
+        word in raw
+        for word in (b"Error", b"Exception", b"Traceback", b"SIG", b"signal", b"Killed", b"memory")
+    )
 
 
 def note_error(text: str, line_no: int, error: dict | None) -> dict | None:
     """The error a console log ends with so far, given its next line: a traceback (named by its last
     exception line) or a launcher's kill message; `error` unchanged for any other line.
 
-    The error is `{"line", "text", "traceback"}`; the caller drops it when the run logs metrics again.
+    The error is `{"line", "text", "traceback", "ignored"}`; `ignored` marks a traceback Python printed under
+    `Exception ignored in ...` (a shutdown-time complaint, not the job failing). The caller drops the error
+    when the run logs metrics again, and reports it only when not `ignored` (see `reported`).
     """
     text = text.strip()
     in_traceback = error is not None and error["traceback"]
-    if text.startswith(TRACEBACK) or (in_traceback and _EXCEPTION_LINE.match(text)):
-        return {"line": line_no, "text": bad_text(text), "traceback": True}
+    ignored = error is not None and error.get("ignored", False)
+    if text.startswith(IGNORED):
+        return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": True}
+    if text.startswith(TRACEBACK):
+        # A traceback right after `Exception ignored in` belongs to it.
+        keep = ignored and line_no - error["line"] <= 2
+        return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": keep}
+    if in_traceback and _EXCEPTION_LINE.match(text):
+        return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": ignored}
     if _FATAL.search(text):
-        return {"line": line_no, "text": bad_text(text), "traceback": False}
+        return {"line": line_no, "text": bad_text(text), "traceback": False, "ignored": False}
     return error
+
+
+def reported(error: dict | None) -> dict | None:
+    """The error as a run fact (`{"line", "text"}`), or None when there is none or it was ignored."""
+    if error is None or error.get("ignored"):
+        return None
+    return {"line": error["line"], "text": error["text"]}

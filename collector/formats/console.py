@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-from collector.core.model import BadLine, Format, ParseResult
+from collector.core.model import BadLine, Format, ParseResult, RunInfo
 from collector.formats._common import bad_text, complete_lines
+from collector.formats._printed import dict_numbers, may_be_error, note_error, number, reported
 
 # A record somewhere in a file's head: what makes a `.txt` file a console log.
 _HEAD_RECORD = re.compile(rb"step:\s*\d+\s+-\s+[^\s:]+:")
@@ -18,26 +19,49 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "step:12 - " at the start of the line or after a separator (prefixes like "(TaskRunner pid=1) " are common).
 _RECORD = re.compile(r"(?:^|(?<=[\s\]\)|>:]))step:\s*(\d+)\s+-\s+(.*)$")
 _ITEM_SEPARATOR = re.compile(r"\s+-\s+")
-# A numpy or torch scalar as Python prints it: np.float32(1.5), tensor(2., device='cuda:0').
-_WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^(),]+)(?:,.*)?\)$")
+# verl's validation dicts, printed with pprint before and after training.
+_VALIDATION = re.compile(r"(?:Initial|Final) validation metrics: \{")
+# verl's training bar: `Training Progress:  17%|█▋  | 2/12 [22:35<1:51:07, 666.75s/it]`.
+_PROGRESS = re.compile(r"Training Progress:.*?\|\s*(\d+)/(\d+)\s*\[")
+# Ray's prefix on a worker's output line: `(TaskRunner pid=44095) `.
+_RAY_PREFIX = re.compile(r"^\s*\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s?")
+# A pprint string fragment that opens with its own quote: `"np.float64(0.5), 'key': "` or `'np.float64(6.97)}'`.
+_FRAGMENT = re.compile(r"""^["'](np\.|tensor\(|[-\d.]|'|nan|inf|[A-Za-z_]\w*\()""")
+_MAX_DICT_LINES = 200
 
 
 def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
-    """Points from the `step:N - key:value - ...` records among the complete lines of `data`.
+    """Points from the `step:N - key:value - ...` records among the complete lines of `data`, and from verl's
+    `Initial validation metrics: {...}` (at the step before training: the last step seen, else 0) and
+    `Final validation metrics: {...}` (at the last step seen) dicts, which pprint may spread over lines.
 
-    Promises: only complete lines are consumed; ANSI color codes are removed first; a carriage return
-    splits a line into the pieces a terminal would show (progress bars), each read on its own; values in
-    e-notation, `nan`, `inf`, `-inf` are read as floats; items whose value is not a number are skipped.
-    A line that holds `step:` but is not UTF-8 is reported in `bad`; other undecodable lines are ignored
-    like any non-record output. `path` and `state` are unused (the common signature).
+    Promises: only complete lines are consumed (and a validation dict only once its closing `}` is there);
+    ANSI color codes are removed first; a carriage return splits a line into the pieces a terminal would
+    show (progress bars), each read on its own; values in e-notation, `nan`, `inf`, `-inf` and numpy/torch
+    scalars are read as floats; items whose value is not a number are skipped. A line that holds `step:` but
+    is not UTF-8 is reported in `bad`; other undecodable lines are ignored like any non-record output.
+    `info`: `total_steps` and `current_step` from verl's `Training Progress: N/M` bar, `error` as in
+    `hf_console` (a traceback or kill message after the last record). `state` carries the last step, the
+    bar and the error between reads; `path` is unused.
     """
+    saved = state if isinstance(state, dict) else {}
+    last_step, total, current = saved.get("last_step"), saved.get("total"), saved.get("current")
+    error = saved.get("error")
     lines, consumed = complete_lines(data)
     result = ParseResult(consumed=consumed, lines=len(lines))
     points = result.points
     line_no = first_line - 1
-    for raw in lines:
+    offset = 0
+    index = 0
+    while index < len(lines):
+        raw = lines[index]
+        index += 1
         line_no += 1
-        if b"step:" not in raw:
+        start, offset = offset, offset + len(raw) + 1
+        wanted = b"step:" in raw or b"validation metrics" in raw or b"Training Progress" in raw
+        if not wanted:
+            if may_be_error(raw):
+                error = note_error(raw.decode("utf-8", errors="replace"), line_no, error)
             continue
         try:
             text = raw.decode("utf-8")
@@ -46,41 +70,84 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
             continue
         if "\x1b" in text:
             text = _ANSI.sub("", text)
+        if (found := _VALIDATION.search(text)) is not None:
+            # The dict may go on over the next lines (pprint): gather them up to its closing brace.
+            body, taken = _dict_text(text[found.end() - 1 :], lines[index:])
+            if body is None:
+                result.consumed, result.lines = start, line_no - first_line
+                break
+            index, line_no = index + taken, line_no + taken
+            offset += sum(len(lines[i]) + 1 for i in range(index - taken, index))
+            step = 0 if last_step is None else last_step
+            for name, value in dict_numbers(body).items():
+                points.add(step, name, value)
+            error = None
+            continue
         for piece in text.split("\r"):
+            if (bar := _PROGRESS.search(piece)) is not None:
+                current, total = int(bar.group(1)), int(bar.group(2))
             match = _RECORD.search(piece.rstrip())
             if match is None:
                 continue
             step = int(match.group(1))
+            last_step, error = step, None
             for item in _ITEM_SEPARATOR.split(match.group(2)):
                 name, sep, raw_value = item.partition(":")
                 name = name.strip()
                 if not sep or not name:
                     continue
-                value = _number(raw_value)
+                value = number(raw_value)
                 if value is not None:
                     points.add(step, name, value)
+    result.state = {"last_step": last_step, "total": total, "current": current, "error": error}
+    result.info = {
+        "total_steps": total,
+        "current_step": current if current is not None else last_step,
+        "error": reported(error),
+    }
     return result
 
 
-def _number(text: str) -> float | None:
-    """A printed number: `1e-05`, `nan`, `-inf`, or a numpy/torch scalar's repr (`np.float32(1.5)`,
-    `tensor(2.)`), which verl prints for values it did not convert to Python floats."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    match = _WRAPPED.match(text.strip())
-    if match is None:
-        return None
-    try:
-        return float(match.group(1))
-    except ValueError:
-        return None
+def _dict_text(first: str, following: list[bytes]) -> tuple[str | None, int]:
+    """A printed dict starting at `first`'s `{`, with as many of the `following` lines as it spans, each
+    without the Ray prefix and pprint's string quotes; (None, 0) while its end is not there yet."""
+    parts = [_unquoted(first)]
+    depth = first.count("{") - first.count("}")
+    taken = 0
+    while depth > 0:
+        if taken >= len(following):
+            return None, 0
+        if taken >= _MAX_DICT_LINES:
+            break  # a brace that never closes: read what there is rather than hold the file forever
+        line = _RAY_PREFIX.sub("", _ANSI.sub("", following[taken].decode("utf-8", errors="replace")))
+        taken += 1
+        parts.append(_unquoted(line))
+        depth += line.count("{") - line.count("}")
+    return "".join(parts), taken
+
+
+def _unquoted(line: str) -> str:
+    """One line of a dict as pprint splits a long repr: a string literal (`"...'key': "`), maybe opening or
+    closing the call's parentheses; its text without the quotes."""
+    line = line.strip().removeprefix("(").strip()
+    if line.endswith(")") and line[-2:-1] in ("'", '"'):
+        line = line[:-1]
+    if line[:1] in ("'", '"') and not line.startswith(("'", '"'), 1) and _FRAGMENT.match(line):
+        line = line[1:]
+    if line[-1:] in ("'", '"') and not line.endswith("}"):
+        line = line[:-1]
+    return line
 
 
 def looks_like_console(head: bytes) -> bool:
     """Whether a file's first bytes hold a `step:N - name:` record."""
     return _HEAD_RECORD.search(head) is not None
+
+
+def run_info(info: dict) -> RunInfo:
+    """Total steps from verl's training bar; the step it shows and the error the log ends with, as facts."""
+    facts = {k: info[k] for k in ("current_step", "error") if info.get(k) is not None}
+    return RunInfo(total_steps=info.get("total_steps"), status_info=facts or None)
 
 
 FORMAT = Format(
@@ -89,5 +156,6 @@ FORMAT = Format(
     names=("*.log", "*.out"),
     sniffed=("*.txt",),
     sniff=looks_like_console,
+    run_info=run_info,
     copy=True,
 )

@@ -19,7 +19,7 @@ import re
 
 from collector.core.model import Format, ParseResult, RunInfo
 from collector.formats._common import complete_lines
-from collector.formats._printed import dict_numbers, may_be_error, note_error
+from collector.formats._printed import dict_numbers, may_be_error, note_error, reported
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # tqdm's bar: ` 10%|█         | 20/181 [03:20<26:49, 10.00s/it]`.
@@ -81,7 +81,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         "current_step": st.bar if st.total is not None else st.last_step,
         "step_source": st.mode,
         "completed": st.completed,
-        "error": None if st.error is None else {"line": st.error["line"], "text": st.error["text"]},
+        "error": reported(st.error),
     }
     return result
 

@@ -164,4 +164,12 @@ def _scalar_of(tensor) -> float | None:
     return float(values[0]) if len(values) == 1 else None
 
 
-FORMAT = Format(name="tensorboard", parse=parse, names=("events.out.tfevents.*",))
+def sniff(head: bytes) -> bool:
+    """Whether a file starts with an event file's first record (its `brain.Event:N` file-version event)."""
+    return b"brain.Event:" in head[:64]
+
+
+# Copies of event files renamed on the way (`<prefix>-events.out.tfevents.*`) are known by their first record.
+FORMAT = Format(
+    name="tensorboard", parse=parse, names=("events.out.tfevents.*",), sniffed=("*tfevents*",), sniff=sniff
+)

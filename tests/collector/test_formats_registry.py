@@ -63,7 +63,7 @@ def test_each_format_says_what_its_info_means_for_the_run():
     assert formats.get("hf_trainer_state").run_info(hf) == RunInfo(config=hf, total_steps=50)
     marker = formats.get("checkpoint_marker")
     assert marker.run_info(marker.parse(b"120\n").info) == RunInfo(checkpoint_marker=120)
-    assert all(formats.get(f).run_info is None for f in ("jsonl", "csv", "console", "tensorboard"))
+    assert all(formats.get(f).run_info is None for f in ("jsonl", "csv", "tensorboard"))
     assert {f for f in formats.names() if formats.get(f).whole_document} == {
         "hf_trainer_state",
         "status",

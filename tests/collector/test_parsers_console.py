@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 
 from collector.formats import console
-from tests.collector.test_parsers_support import assert_split_anywhere_equals_one_shot, points_as_tuples
+from tests.collector.test_parsers_support import (
+    assert_split_anywhere_equals_one_shot,
+    comparable,
+    points_as_tuples,
+)
 
 LOG = (
     b"Loading model from /models/tiny ...\n"
@@ -72,3 +76,68 @@ def test_partial_last_line_waits():
 
 def test_splitting_the_log_at_every_byte_gives_the_one_shot_result():
     assert_split_anywhere_equals_one_shot(console.parse, LOG + b"\xc3(step:9 - a:1\n")
+
+
+# verl's validation dicts and training bar, in the shapes its console shows (written here): a pprint split over
+# Ray-prefixed lines with numpy reprs, a one-line final dict, the progress bar, and a shutdown-time traceback.
+RAY = "\x1b[36m(TaskRunner pid=4409)\x1b[0m "
+VERL_LOG = "\n".join(
+    [
+        RAY + "Training Progress:   0%|          | 0/3 [00:00<?, ?it/s]",
+        RAY + "(\"Initial validation metrics: {'val-aux/reward/mean@1': \"",
+        RAY + " \"np.float64(0.25), 'val-core/acc/mean@1': np.float64(0.5), \"",
+        RAY + " \"'val-aux/num_turns/min': np.int32(2), 'val-aux/num_turns/mean': \"",
+        RAY + " 'np.float64(6.97)}')",
+        RAY + "step:1 - actor/pg_loss:np.float64(0.1) - critic/score/mean:0.5",
+        RAY + "Training Progress:  33%|###3      | 1/3 [00:10<00:20, 10.0s/it]",
+        RAY + "step:2 - actor/pg_loss:0.2 - critic/score/mean:0.75",
+        RAY + "Training Progress:  67%|######6   | 2/3 [00:20<00:10, 10.0s/it]",
+        "Final validation metrics: {'val/loss': 0.0058, 'val/acc': 0.9}",
+        "Exception ignored in: <function ResourceTracker.__del__ at 0x7f>",
+        "Traceback (most recent call last):",
+        '  File "resource_tracker.py", line 1, in __del__',
+        "AttributeError: '_thread.RLock' object has no attribute '_recursion_count'",
+        "",
+    ]
+).encode()
+
+
+def feed_console(data: bytes, cuts: list[int]) -> tuple:
+    offset, line, rows, state, info = 0, 1, [], None, {}
+    for end in [*cuts, len(data)]:
+        result = console.parse(data[offset:end], line, state=state)
+        rows += points_as_tuples(result)
+        offset, line, state, info = offset + result.consumed, line + result.lines, result.state, result.info
+    return comparable(rows), offset, info
+
+
+def test_verl_validation_dicts_and_training_bar():
+    rows, offset, info = feed_console(VERL_LOG, [])
+    assert offset == len(VERL_LOG)
+    assert [(s, n, v) for s, n, v, _ in rows if s == 0] == [
+        (0, "val-aux/reward/mean@1", 0.25),
+        (0, "val-core/acc/mean@1", 0.5),
+        (0, "val-aux/num_turns/min", 2.0),
+        (0, "val-aux/num_turns/mean", 6.97),
+    ]
+    assert [(s, n, v) for s, n, v, _ in rows if n.startswith("val/")] == [
+        (2, "val/loss", 0.0058),
+        (2, "val/acc", 0.9),
+    ]
+    assert info["total_steps"] == 3 and info["current_step"] == 2
+    assert info["error"] is None  # a traceback under "Exception ignored in" is not the job failing
+    assert console.run_info(info).total_steps == 3
+
+
+def test_a_crash_after_the_last_record_is_the_error_and_a_split_dict_waits_for_its_end():
+    crashed = VERL_LOG.replace(b"Exception ignored in: <function ResourceTracker.__del__ at 0x7f>\n", b"")
+    assert feed_console(crashed, [])[2]["error"] == {
+        "line": 13,
+        "text": "AttributeError: '_thread.RLock' object has no attribute '_recursion_count'",
+    }
+    whole = feed_console(VERL_LOG, [])
+    ends = [i + 1 for i, b in enumerate(VERL_LOG) if b == ord("\n")]
+    for cut in ends:
+        assert feed_console(VERL_LOG, [cut]) == whole, cut
+    held = console.parse(VERL_LOG[: ends[2]])  # the Initial dict's first two lines only
+    assert held.consumed == ends[0] and "val-aux/reward/mean@1" not in held.points.metric
