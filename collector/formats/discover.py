@@ -68,7 +68,7 @@ def classify(path: Path) -> str | None:
     fmt, maybe = formats.by_name(path)
     if not maybe:
         return fmt.name if fmt is not None else None
-    head = _head(path)
+    head = _head(path, tail=True)
     if head is None:
         return fmt.name if fmt is not None else None
     sniffed = next((f.name for f in maybe if f.sniff is not None and f.sniff(head)), None)
@@ -362,9 +362,16 @@ def _skipped_dir(name: str) -> bool:
     return name in SKIP_DIRS or name.startswith(".") or bool(_CHECKPOINT_DIR.match(name))
 
 
-def _head(path: Path, size: int = SNIFF_BYTES) -> bytes | None:
+def _head(path: Path, size: int = SNIFF_BYTES, tail: bool = False) -> bytes | None:
+    """The first `size` bytes of a file, and with `tail` its last `size` too (a console log shows what
+    wrote it late: an HF Trainer's first logged dict can come after 100 KiB of set-up output)."""
     try:
         with open(path, "rb") as f:
-            return f.read(size)
+            head = f.read(size)
+            if tail and len(head) == size:
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(size, end - size))
+                head += b"\n" + f.read(size)
+            return head
     except OSError:
         return None

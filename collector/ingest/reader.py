@@ -132,9 +132,14 @@ class Ingestor:
             if known is None:
                 self.sources[key] = self.store.add_source(run.id, key, source.format)
             elif known.run_id != run.id or known.format != source.format:
-                # Same file, new understanding of it (a run id prefixed after a collision): keep the position.
+                # Same file, new understanding of it: a run id prefixed after a collision keeps the position;
+                # a new format (a log whose first HF dict just came) reads the file again from the start.
                 fresh = self.store.add_source(run.id, key, source.format)
-                self.sources[key] = dataclasses.replace(fresh, **segments.position(known))
+                if known.format == source.format:
+                    fresh = dataclasses.replace(fresh, **segments.position(known))
+                else:
+                    fresh = dataclasses.replace(fresh, segment=known.segment + 1, points=known.points)
+                self.sources[key] = fresh
 
     # ---- reading ----------------------------------------------------------------------------------
 
