@@ -164,15 +164,35 @@ def _ingest(args: argparse.Namespace) -> int:
         collector.ingest_once()
         after = store_read.point_count(collector.store)
         runs = sorted(collector.ingestor.run_dirs)
+        not_read = _not_read(collector.store, set(runs))
     finally:
         collector.close()
     seconds = time.perf_counter() - started
     summary = {"runs": runs, "points_added": after - before, "points": after, "seconds": round(seconds, 3)}
     if args.json:
-        print(json.dumps(summary))
-    else:
-        print(f"ingested {len(runs)} run(s): {after - before} new points ({after} stored) in {seconds:.2f} s")
+        print(json.dumps(summary | {"not_read": not_read}))
+        return 0
+    print(f"ingested {len(runs)} run(s): {after - before} new points ({after} stored) in {seconds:.2f} s")
+    for run, files in not_read.items():
+        print(f"{run}: {len(files)} file(s) not read or read without a point")
+        for f in files:
+            print(f"  {f['path']}: {f['reason']}")
     return 0
+
+
+def _not_read(store, runs: set[str]) -> dict[str, list[dict]]:
+    """Per run, the files it does not read (with the reason) and those read that gave no point."""
+    from collector.api.views import source_warning
+
+    out: dict[str, list[dict]] = {}
+    for f in store_read.skipped_files(store):
+        if f["run"] in runs:
+            out.setdefault(f["run"], []).append({"path": f["path"], "reason": f["reason"]})
+    for source in store_read.sources(store):
+        warning = source_warning(source)
+        if source["run"] in runs and warning:
+            out.setdefault(source["run"], []).append({"path": source["path"], "reason": warning})
+    return dict(sorted(out.items()))
 
 
 def _query(args: argparse.Namespace) -> Any:

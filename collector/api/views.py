@@ -167,7 +167,7 @@ def run(store: Store, run_id: str) -> dict:
         }
         for s in stats
     ]
-    out["sources"] = [_with_warning(s) for s in store_read.sources(store, run_id)]
+    out["sources"] = [s | {"warning": source_warning(s)} for s in store_read.sources(store, run_id)]
     out["skipped_files"] = [
         {k: f[k] for k in ("path", "reason", "bytes")} for f in store_read.skipped_files(store, run_id)
     ]
@@ -175,13 +175,12 @@ def run(store: Store, run_id: str) -> dict:
     return out
 
 
-def _with_warning(source: dict) -> dict:
-    """A source with `warning`: the sentence for a file whose lines gave no point (None otherwise)."""
-    metrics_file = (
-        formats.get(source["format"]).role == "metrics" if source["format"] in formats.names() else False
-    )
+def source_warning(source: dict) -> str | None:
+    """The sentence for a metrics file whose lines gave no point (None when it gave some, or is not one)."""
+    fmt = source["format"]
+    metrics_file = fmt in formats.names() and formats.get(fmt).role == "metrics"
     lines = source["lines"] if metrics_file and source["state"] != "deleted" else 0
-    return source | {"warning": unread.zero_points_warning(lines, source["points"])}
+    return unread.zero_points_warning(lines, source["points"])
 
 
 def panel_decorations(config: DetectConfig) -> dict[str, dict]:

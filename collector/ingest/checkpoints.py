@@ -15,6 +15,14 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collector.ingest.checkpoint_places import (
+    HF_STATE,
+    LAST_CHECKPOINT,
+    checkpoint_folders,
+    hf_settings,
+    other_run,
+)
+
 MARKER_NAME = "latest_checkpointed_iteration.txt"
 _VERL_DIR = re.compile(r"^global_step_(\d+)$")
 _HF_DIR = re.compile(r"^checkpoint-(\d+)$")
@@ -42,10 +50,15 @@ class CheckpointIndex:
 
     checkpoints: list[Checkpoint] = field(default_factory=list)
     latest_marker: int | None = None
+    # HF checkpoints in the folder that another run wrote (step, path, why): never this run's to offer.
+    other_runs: list[tuple[int, Path, str]] = field(default_factory=list)
 
 
 def scan_checkpoints(run_dir: Path) -> CheckpointIndex:
-    """Index the checkpoint folders directly under `run_dir`, sorted by step.
+    """Index the run's checkpoint folders, sorted by step: those directly under `run_dir`, in the folder its
+    config names and in verl's `checkpoints/<project>/<experiment>/` tree under it (see `checkpoint_places`),
+    and `last-checkpoint/` at the step its trainer_state.json names (unless that `checkpoint-N/` is there too).
+    HF checkpoints another run wrote into the same output folder are left out (listed in `other_runs`).
 
     verl `global_step_N/` is complete when its `huggingface/` folder (or `actor/huggingface/`, as verl's RL
     trainer writes it) holds `config.json`, a tokenizer (`tokenizer.json` or `tokenizer_config.json`) and whole
@@ -56,27 +69,61 @@ def scan_checkpoints(run_dir: Path) -> CheckpointIndex:
     `pytorch_model*.bin` / `adapter_model.bin` is a complete zip archive. A missing or unreadable `run_dir`
     gives an empty index; never raises on what it finds.
     """
-    index = CheckpointIndex(latest_marker=_read_marker(run_dir / MARKER_NAME))
+    index = CheckpointIndex()
+    for folder in checkpoint_folders(run_dir):
+        if index.latest_marker is None:
+            index.latest_marker = _read_marker(folder / MARKER_NAME)
+        _scan_folder(folder, index)
+    _drop_other_runs(run_dir, index)
+    index.checkpoints.sort(key=lambda c: (c.step, c.kind))
+    return index
+
+
+def _scan_folder(folder: Path, index: CheckpointIndex) -> None:
+    """Add the checkpoint folders directly under `folder` (a step already indexed is kept once)."""
     try:
-        entries = list(os.scandir(run_dir))
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
-        return index
+        return
+    seen = {(c.step, c.kind) for c in index.checkpoints}
     for entry in entries:
         if not entry.is_dir(follow_symlinks=False):
             continue
         path = Path(entry.path)
         if match := _VERL_DIR.match(entry.name):
-            problem = _verl_problem(path)
-            kind = "verl"
+            step, kind = int(match.group(1)), "verl"
         elif match := _HF_DIR.match(entry.name):
-            problem = _hf_problem(path)
-            kind = "hf"
+            step, kind = int(match.group(1)), "hf"
+        elif entry.name == LAST_CHECKPOINT:
+            settings = hf_settings(path / HF_STATE)
+            step, kind = (settings or {}).get("global_step"), "hf"
+            if type(step) is not int:
+                continue
         else:
             continue
-        step = int(match.group(1))
+        if (step, kind) in seen:
+            continue  # last-checkpoint/ is the Hub's copy of a checkpoint-N/ still there
+        seen.add((step, kind))
+        problem = _verl_problem(path) if kind == "verl" else _hf_problem(path)
         index.checkpoints.append(Checkpoint(step, path, _total_bytes(path), problem is None, kind, problem))
-    index.checkpoints.sort(key=lambda c: (c.step, c.kind))
-    return index
+
+
+def _drop_other_runs(run_dir: Path, index: CheckpointIndex) -> None:
+    """Leave out HF checkpoints another run wrote into the same output folder (see `checkpoint_places`):
+    the run's own settings are its top-level trainer_state.json's, else its most recent checkpoint's."""
+    hf = [c for c in index.checkpoints if c.kind == "hf" and (c.path / HF_STATE).is_file()]
+    if len(hf) < 2 and not (run_dir / HF_STATE).is_file():
+        return
+    top = run_dir / HF_STATE
+    reference = (
+        top if top.is_file() else max(hf, key=lambda c: (c.path / HF_STATE).stat().st_mtime).path / HF_STATE
+    )
+    own = hf_settings(reference)
+    for c in hf:
+        why = other_run(own, hf_settings(c.path / HF_STATE))
+        if why is not None:
+            index.checkpoints.remove(c)
+            index.other_runs.append((c.step, c.path, why))
 
 
 def _verl_problem(folder: Path) -> str | None:
@@ -180,6 +227,13 @@ def _total_bytes(folder: Path) -> int:
             except OSError:
                 continue  # removed while we looked (a rotating save_total_limit)
     return total
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _read_marker(path: Path) -> int | None:

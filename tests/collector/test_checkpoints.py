@@ -142,3 +142,83 @@ def test_other_folders_and_a_bad_marker_are_ignored(tmp_path):
     assert scan_checkpoints(tmp_path).checkpoints == []
     assert scan_checkpoints(tmp_path).latest_marker is None
     assert scan_checkpoints(tmp_path / "missing").checkpoints == []
+
+
+def hf_state(folder: Path, step: int, max_steps: int, first_loss: float = 2.5) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {
+        "global_step": step,
+        "max_steps": max_steps,
+        "num_train_epochs": 3,
+        "train_batch_size": 2,
+        "logging_steps": 10,
+        "save_steps": 100,
+        "log_history": [{"step": 10, "loss": first_loss}],
+    }
+    (folder / "trainer_state.json").write_text(json.dumps(state))
+
+
+def test_verl_checkpoints_in_its_default_nested_tree_or_where_the_config_says(tmp_path):
+    run = tmp_path / "run"
+    nested = run / "checkpoints" / "my_project" / "exp_a"
+    verl_checkpoint(nested, 10)
+    verl_checkpoint(nested, 20, export=False)
+    (nested / "latest_checkpointed_iteration.txt").write_text("20")
+    index = scan_checkpoints(run)
+    assert [(c.step, c.complete, c.path.parent) for c in index.checkpoints] == [
+        (10, True, nested),
+        (20, False, nested),
+    ]
+    assert index.latest_marker == 20
+    # two experiments under checkpoints/: the one run.json names
+    verl_checkpoint(run / "checkpoints" / "my_project" / "exp_b", 30)
+    (run / "run.json").write_text(json.dumps({"trainer": {"experiment_name": "exp_b"}}))
+    assert [c.step for c in scan_checkpoints(run).checkpoints] == [30]
+    # a folder the Hydra config names, relative to the run folder
+    other = tmp_path / "run2"
+    verl_checkpoint(other / "ckpts", 40)
+    (other / ".hydra").mkdir(parents=True)
+    (other / ".hydra" / "config.yaml").write_text(
+        "trainer:\n  project_name: p\n  default_local_dir: ckpts  # saves\n"
+    )
+    assert [c.step for c in scan_checkpoints(other).checkpoints] == [40]
+
+
+def test_last_checkpoint_is_the_runs_latest_checkpoint(tmp_path):
+    hf_export(tmp_path / "checkpoint-100", tokenizer=None)
+    hf_state(tmp_path / "checkpoint-100", 100, 300)
+    hub = hf_export(tmp_path / "last-checkpoint", tokenizer=None)
+    hf_state(hub, 200, 300)
+    index = scan_checkpoints(tmp_path)
+    assert [(c.step, c.path.name, c.complete) for c in index.checkpoints] == [
+        (100, "checkpoint-100", True),
+        (200, "last-checkpoint", True),
+    ]
+    hf_export(tmp_path / "checkpoint-200", tokenizer=None)  # the same step saved locally too: indexed once
+    hf_state(tmp_path / "checkpoint-200", 200, 300)
+    assert [c.path.name for c in scan_checkpoints(tmp_path).checkpoints] == [
+        "checkpoint-100",
+        "checkpoint-200",
+    ]
+
+
+def test_checkpoints_another_run_wrote_in_the_same_output_folder_are_not_this_runs(tmp_path):
+    # an output_dir reused: a 3-epoch run of 384 steps saved checkpoint-384, then a run of 640 steps
+    for step in (200, 384):
+        hf_export(tmp_path / f"checkpoint-{step}", tokenizer=None)
+        hf_state(tmp_path / f"checkpoint-{step}", step, 384, first_loss=4.879)
+    for step in (100, 640):
+        hf_export(tmp_path / f"checkpoint-{step}", tokenizer=None)
+        hf_state(tmp_path / f"checkpoint-{step}", step, 640, first_loss=4.904)
+    (tmp_path / "trainer_state.json").write_text(
+        (tmp_path / "checkpoint-640" / "trainer_state.json").read_text()
+    )
+    index = scan_checkpoints(tmp_path)
+    assert [c.step for c in index.checkpoints] == [100, 640]
+    assert [(step, why) for step, _, why in index.other_runs] == [
+        (200, "written by another run (max_steps 384, this run's 640)"),
+        (384, "written by another run (max_steps 384, this run's 640)"),
+    ]
+    # same settings, a different history: still another run's
+    hf_state(tmp_path / "checkpoint-200", 200, 640, first_loss=9.0)
+    assert [c.step for c in scan_checkpoints(tmp_path).checkpoints] == [100, 640]

@@ -1,0 +1,151 @@
+"""Run layouts as people have them, ingested by `python -m collector ingest` (a real subprocess) and read back
+through the API's views: a LLaMA-Factory log beside its trainer_state.json, an HF output folder's own
+TensorBoard logging, Git LFS pointers and other files that are not read, each listed with its reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from collector.api import views
+from collector.store.db import Store
+from tests.collector.test_daemon_support import cli
+
+LFS = b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 12345\n"
+
+
+def hf_state(steps: list[int], max_steps: int, evals: dict[int, float] | None = None) -> str:
+    history = [
+        {"step": s, "loss": 2.0 - s / 100, "learning_rate": 1e-5, "epoch": s / max_steps} for s in steps
+    ]
+    history += [{"step": s, "eval_loss": v, "epoch": s / max_steps} for s, v in (evals or {}).items()]
+    return json.dumps(
+        {"global_step": steps[-1], "max_steps": max_steps, "log_history": history, "logging_steps": 5}
+    )
+
+
+def llamafactory_log(steps: list[int], total: int) -> str:
+    # LLaMA-Factory rounds the loss to 4 places: the run's trainer_state.json has the full value
+    lines = [
+        {
+            "current_steps": s,
+            "total_steps": total,
+            "loss": round(2.0 - s / 100 + 1e-7, 4),
+            "lr": 1e-5,
+            "epoch": s / total,
+            "percentage": 100 * s / total,
+            "elapsed_time": "0:00:01",
+        }
+        for s in steps
+    ]
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def events(folder: Path, points: dict[str, dict[int, float]]) -> None:
+    writer = EventFileWriter(str(folder))
+    for tag, values in points.items():
+        for step, value in values.items():
+            summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
+            writer.add_event(event_pb2.Event(step=step, wall_time=1.0, summary=summary))
+    writer.close()
+
+
+def run_detail(db: Path, run_id: str) -> dict:
+    store = Store(db)
+    try:
+        return views.run(store, run_id)
+    finally:
+        store.close()
+
+
+def test_layouts_ingest_with_one_value_per_step_and_every_file_accounted_for(tmp_path):
+    root = tmp_path / "root"
+    # LLaMA-Factory: trainer_log.jsonl (steps 5..50, and a progress-only last record) + trainer_state.json
+    sft = root / "saves" / "sft"
+    sft.mkdir(parents=True)
+    (sft / "trainer_log.jsonl").write_text(llamafactory_log(list(range(5, 55, 5)), 50))
+    (sft / "trainer_state.json").write_text(hf_state(list(range(5, 55, 5)), 50))
+    (sft / "README.md").write_text("# my run\n")
+    (sft / "events.out.tfevents.1.host").write_bytes(LFS)  # committed without git lfs pull
+    (sft / "empty.txt").write_text("")
+    (sft / "blob.dat").write_bytes(b"\x00\x01\x02" * 100)
+    # HF output folder: checkpoints only (trainer_state.json is written at saves), its live TensorBoard
+    # logging under runs/ (a second event file holds the final evaluation), and the Hub's last-checkpoint/.
+    out = root / "output"
+    (out / "checkpoint-20").mkdir(parents=True)
+    (out / "checkpoint-20" / "trainer_state.json").write_text(hf_state([10, 20], 40, {20: 1.5}))
+    (out / "last-checkpoint").mkdir()
+    (out / "last-checkpoint" / "trainer_state.json").write_text(hf_state([10, 20], 40, {20: 1.5}))
+    (out / "runs" / "Nov24_07-00-00_host").mkdir(parents=True)
+    events(
+        out / "runs" / "Nov24_07-00-00_host",
+        {"train/loss": {10: 1.9, 20: 1.8, 30: 1.7, 40: 1.6}, "eval/loss": {20: 1.5}},
+    )
+    (out / "runs" / "Nov24_07-30-00_host").mkdir()
+    events(out / "runs" / "Nov24_07-30-00_host", {"eval/loss": {40: 1.25}})
+    # A folder holding nothing but an LFS pointer in place of its trainer_state.json
+    (root / "pointer-only").mkdir()
+    (root / "pointer-only" / "trainer_state.json").write_bytes(LFS)
+
+    db = tmp_path / "rw.duckdb"
+    done = cli(db, "ingest", str(root))
+    summary = json.loads(cli(db, "ingest", str(root), "--json").stdout)
+    assert sorted(summary["runs"]) == ["output", "pointer-only", "saves/sft"]
+
+    sft_run = run_detail(db, "saves/sft")
+    assert {m["metric"]: m["points"] for m in sft_run["metrics"]} == {
+        "loss": 10,
+        "learning_rate": 10,
+        "epoch": 10,
+    }
+    assert sft_run["total_steps"] == 50
+    skipped = {Path(f["path"]).name: f["reason"] for f in sft_run["skipped_files"]}
+    assert skipped == {
+        "README.md": "not a run file",
+        "events.out.tfevents.1.host": "Git LFS pointer, not the file: run git lfs pull",
+        "empty.txt": "empty",
+        "blob.dat": "binary, not a format runwatch reads",
+    }
+    assert all(s["warning"] is None and s["points"] > 0 for s in sft_run["sources"])
+
+    hf = run_detail(db, "output")
+    series = {m["metric"]: m["points"] for m in hf["metrics"]}
+    assert series["loss"] == 4 and series["eval_loss"] == 2  # steps 10..40 live, the final evaluation at 40
+    assert {Path(s["path"]).parent.name for s in hf["sources"] if s["format"] == "hf_tensorboard"} == {
+        "Nov24_07-00-00_host",
+        "Nov24_07-30-00_host",
+    }
+    assert "last-checkpoint" not in {r for r in summary["runs"]}
+
+    pointer = run_detail(db, "pointer-only")
+    assert pointer["skipped_files"] == [
+        {
+            "path": str(root / "pointer-only" / "trainer_state.json"),
+            "reason": "Git LFS pointer, not the file: run git lfs pull",
+            "bytes": len(LFS),
+        }
+    ]
+    # The command's own summary says it, per run
+    assert "pointer-only: 1 file(s) not read" in done.stdout
+    assert "Git LFS pointer, not the file: run git lfs pull" in done.stdout
+    assert summary["not_read"]["pointer-only"][0]["reason"].startswith("Git LFS pointer")
+
+
+def test_a_file_of_lines_that_gives_no_point_is_a_warning_not_a_quarantine_of_one_line(tmp_path):
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    lines = "".join(
+        json.dumps({"current_steps": s, "total_steps": 20, "percentage": s * 5}) + "\n" for s in range(1, 21)
+    )
+    (root / "r" / "trainer_log.jsonl").write_text(lines)
+    db = tmp_path / "rw.duckdb"
+    summary = json.loads(cli(db, "ingest", str(root), "--json").stdout)
+    [source] = run_detail(db, "r")["sources"]
+    assert source["warning"] == "0 points from 20 lines: none holds a metric runwatch reads in this format"
+    assert summary["not_read"] == {
+        "r": [{"path": str(root / "r" / "trainer_log.jsonl"), "reason": source["warning"]}]
+    }
+    assert run_detail(db, "r")["total_steps"] == 20
