@@ -31,6 +31,28 @@ bottom[2].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None el
 if last is not None and total:
     st.progress(min(last / total, 1.0), text=f"{last / total:.0%} of {total:,} steps")
 
+
+def files_of_run(detail: dict) -> None:
+    """Every file of the run: those read (with their counts and any warning) and those not read, with why."""
+    sources, skipped = detail.get("sources") or [], detail.get("skipped_files") or []
+    warned = [s for s in sources if s.get("warning")]
+    if warned or skipped:
+        st.warning(
+            f"{len(skipped)} file(s) of this run not read, {len(warned)} read without a point: see below."
+        )
+    with st.expander(
+        f"Files of this run ({len(sources)} read, {len(skipped)} not read)", expanded=bool(warned)
+    ):
+        columns = ("path", "format", "lines", "points", "bad_lines", "warning")
+        st.dataframe([{k: s.get(k) for k in columns} for s in sources], hide_index=True)
+        if skipped:
+            st.dataframe(
+                [{k: f.get(k) for k in ("path", "reason", "bytes")} for f in skipped], hide_index=True
+            )
+
+
+files_of_run(detail)
+
 names = metric_names(detail.get("metrics"))
 roles = metrics_by_role(names, api_roles(detail.get("metrics")), None)
 panels = role_panels(roles, detail.get("decorations"))

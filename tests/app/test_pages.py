@@ -149,6 +149,22 @@ def test_run_page_draws_role_panels_and_nan_markers(app_env):
     assert trace(per_epoch, "mean")["y"] == pytest.approx([e["mean"] for e in epochs])
 
 
+def test_run_page_lists_the_files_it_reads_and_those_it_does_not(app_env):
+    detail = api_of(app_env).run(NAN_GRAD_RUN)
+    at = open_page("run", run=NAN_GRAD_RUN)
+    [files] = [e for e in at.expander if e.label.startswith("Files of this run")]
+    assert (
+        files.label
+        == f"Files of this run ({len(detail['sources'])} read, {len(detail['skipped_files'])} not read)"
+    )
+    [table] = files.dataframe
+    assert list(table.value["path"]) == [s["path"] for s in detail["sources"]]
+    assert (
+        list(table.value["points"]) == [s["points"] for s in detail["sources"]]
+        and detail["sources"][0]["points"] > 0
+    )
+
+
 def test_run_page_marks_every_alert_of_the_run_on_its_chart(app_env):
     api = api_of(app_env)
     with_metric = sorted({a["run"] for a in api.alerts() if a.get("metric")})
