@@ -72,3 +72,38 @@ def make_tiny_qwen2(tokenizer, seed: int, hidden_size: int = 64, layers: int = 2
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
     )
     return model
+
+
+def warm_start(
+    model, tokenizer, examples: list[tuple[list[dict], str]], steps: int, seed: int, lr: float = 1e-2
+):
+    """Supervised warm start before RL: `steps` AdamW steps on (chat prompt, answer) pairs, loss on the answer
+    and its end-of-turn token only. Teaches the tiny model the answer's shape; returns the final loss."""
+    import torch
+
+    rows = []
+    for messages, answer in examples:
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(answer + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+        rows.append((prompt_ids, answer_ids))
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    labels = torch.full((len(rows), width), -100)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (p, a) in enumerate(rows):
+        ids[i, : len(p) + len(a)] = torch.tensor(p + a)
+        mask[i, : len(p) + len(a)] = 1
+        labels[i, len(p) : len(p) + len(a)] = torch.tensor(a)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        batch = torch.randint(0, len(rows), (32,), generator=generator)
+        loss = model(input_ids=ids[batch], attention_mask=mask[batch], labels=labels[batch]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    return float(loss.detach())

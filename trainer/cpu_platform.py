@@ -1,4 +1,4 @@
-"""A CPU platform for verl 0.9.1, so its SFT trainer runs with gloo on a machine without CUDA.
+"""A CPU platform for verl 0.9.1, so its SFT and PPO/GRPO trainers run with gloo on a machine without CUDA.
 
 verl asks its platform for a device module and calls `torch.cuda`-style functions on it (memory stats,
 rng state, `empty_cache`, streams). On CPU those have no meaning; `CpuDeviceModule` answers them with
@@ -183,10 +183,13 @@ class PlatformCPU(PlatformBase):
         return None
 
     def ray_resource_name(self) -> str:
-        return "CPU"
+        # verl's PPO trainer places one worker per Ray "GPU" and checks that enough exist; on CPU these are
+        # logical slots, declared with `ray_kwargs.ray_init.num_gpus=N` (the launcher does).
+        return "GPU"
 
     def ray_noset_envvars(self) -> list[str]:
-        return []
+        # The slots are not devices: Ray must not point CUDA_VISIBLE_DEVICES at them.
+        return ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"]
 
     def is_ipc_supported(self) -> bool:
         return False

@@ -1,9 +1,10 @@
-"""Start a verl SFT run that writes a monitorable run directory.
+"""Start a verl SFT or GRPO run that writes a monitorable run directory.
 
-    python -m trainer.launch --preset {demo,overfit,spike,nan,stall,healthy,smoke,gpu} --out RUN_DIR
+    python -m trainer.launch --preset {demo,overfit,spike,nan,stall,healthy,smoke,gpu,grpo,...} --out RUN_DIR
                              [--nproc N] [--steps N] [--data DIR] [--model PATH] [--wandb]
                              [key=value verl overrides...]
 
+GRPO presets (`grpo*`) run `python -m verl.trainer.main_ppo` instead (trainer/rl_launch.py); the rest is alike.
 Runs `torchrun -m verl.trainer.sft_trainer` (verl's own trainer, unforked) with the preset's overrides,
 our plugin loaded through `VERL_USE_EXTERNAL_MODULES`, checkpoints in RUN_DIR/global_step_N/, and the
 run-directory files (metrics.jsonl, training_history.csv, validation_history.csv, status.json, run.json)
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from trainer.preflight import RunPlan, check_run, count_steps, parquet_rows, steps_in_data
 from trainer.presets import PRESETS, merge_overrides, override_value
+from trainer.rl_launch import check_ppo_run, ppo_command, ppo_paths
 from trainer.writers import write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +40,7 @@ DEFAULT_DATA = REPO / "data" / "build"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.launch",
-        description="Start a verl SFT run that writes a runwatch run directory.",
+        description="Start a verl SFT or GRPO run that writes a runwatch run directory.",
     )
     parser.add_argument(
         "--preset", required=True, choices=sorted(PRESETS), help="run recipe (see trainer/presets.py)"
@@ -106,6 +108,11 @@ def build_overrides(args: argparse.Namespace) -> list[str]:
     )
     model = (model or DEFAULT_DATA / "model").resolve()
     base = dict(preset.overrides)
+    if preset.trainer == "ppo":
+        base.update(ppo_paths(out, data, args.model.resolve() if args.model else None, args.nproc))
+        if args.steps is not None:
+            base["trainer.total_training_steps"] = args.steps
+        return merge_overrides(base, args.overrides)
     base.update(
         {
             "data.train_files": str(data / "sft_train.parquet"),
@@ -189,8 +196,12 @@ def worker_env(args: argparse.Namespace, preset_faults: list[dict], extra: dict)
     env.setdefault("WANDB_MODE", "offline")
     env["HYDRA_FULL_ERROR"] = "1"
     if PRESETS[args.preset].cpu:
-        # CPU presets train on the CPU even where GPUs exist: the plugin picks its platform from CUDA's absence.
-        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["RUNWATCH_PLATFORM"] = "cpu"  # CPU presets train on the CPU even where GPUs exist
+        if PRESETS[args.preset].trainer == "ppo":
+            # Ray refuses to declare its logical "GPU" slots when CUDA_VISIBLE_DEVICES lists none.
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         # One thread per process: on a shared 2-core machine more threads only fight each other.
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -244,6 +255,8 @@ def finish_status(out: Path, rc: int, tail: list[str], total_steps: int, stopped
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     preset = PRESETS[args.preset]
+    if preset.trainer == "ppo":
+        return main_ppo(args, preset)
     try:
         overrides = build_overrides(args)
         plan = plan_from_overrides(args, overrides)
@@ -268,12 +281,48 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(" ".join(shlex.quote(part) for part in torchrun_command(args.nproc, overrides)))
         return 0
-    resume_from = latest_checkpoint(out)
     extra = {"nproc": args.nproc, "launcher_pid": os.getpid(), "vocab_size": _vocab_size(plan.model_path)}
     extra["steps_per_epoch"] = steps_in_data(train_rows, plan) // max(1, plan.total_epochs)
     extra["warmup_steps"] = round(
         float(override_value(overrides, "optim.lr_warmup_steps_ratio", 0)) * total_steps
     )
+    return run_workers(args, torchrun_command(args.nproc, overrides), out, total_steps, extra)
+
+
+def main_ppo(args: argparse.Namespace, preset) -> int:
+    """A GRPO preset: pre-flight, then verl's `main_ppo` (trainer/rl_launch.py)."""
+    try:
+        overrides = build_overrides(args)
+    except ValueError as exc:
+        print(f"trainer.launch: bad override ({exc}); nothing was started", file=sys.stderr)
+        return 2
+    out = args.out.resolve()
+    problems, total_steps, train_rows = check_ppo_run(overrides, out, args.nproc)
+    if problems:
+        print(
+            f"trainer.launch: pre-flight failed for preset {args.preset!r}, nothing was started:",
+            file=sys.stderr,
+        )
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(" ".join(shlex.quote(part) for part in ppo_command(overrides)))
+        return 0
+    model = Path(override_value(overrides, "actor_rollout_ref.model.path"))
+    batch = int(override_value(overrides, "data.train_batch_size", 8))
+    extra = {"nproc": args.nproc, "launcher_pid": os.getpid(), "vocab_size": _vocab_size(model)}
+    extra["steps_per_epoch"] = train_rows // max(1, batch)
+    extra["warmup_steps"] = 0
+    return run_workers(args, ppo_command(overrides), out, total_steps, extra)
+
+
+def run_workers(
+    args: argparse.Namespace, command: list[str], out: Path, total_steps: int, extra: dict
+) -> int:
+    """Start the trainer command, relay its output, forward SIGTERM/SIGINT; status.json says `failed` if it fails."""
+    preset = PRESETS[args.preset]
+    resume_from = latest_checkpoint(out)
     write_json_atomic(
         out / "status.json",
         {
@@ -286,7 +335,6 @@ def main(argv: list[str] | None = None) -> int:
             "error": None,
         },
     )
-    command = torchrun_command(args.nproc, overrides)
     print(
         f"trainer.launch: preset {args.preset} ({preset.description}); {total_steps} steps, {args.nproc} process(es), "
         f"run directory {out}" + (f"; resuming from step {resume_from}" if resume_from else ""),

@@ -10,6 +10,8 @@
 - `stall`: a healthy run whose process sleeps 90 s before step 15 (status.json and metrics stop moving).
 - `healthy`: the full train set, decreasing losses, nothing injected.
 - `smoke`: a handful of steps for tests.
+- `grpo`, `grpo_demo`, `grpo_collapse`, `grpo_kl`, `grpo_truncate`, `grpo_smoke`: GRPO runs of verl's PPO
+  trainer on CPU (`trainer/rl_presets.py`).
 
 Every CPU preset starts from `CPU_BASE` (the overrides verl needs to train on CPU with gloo, from
 /work/shared/notes/verl-on-cpu.md).
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from trainer.rl_presets import RL_PRESETS
 
 # Keys are verl's Hydra keys; a leading "+" adds a key verl's config does not declare.
 CPU_BASE: dict[str, Any] = {
@@ -88,6 +92,7 @@ class Preset:
     overrides: dict[str, Any]
     faults: list[dict[str, Any]] = field(default_factory=list)
     cpu: bool = True
+    trainer: str = "sft"  # "sft": verl.trainer.sft_trainer under torchrun; "ppo": verl.trainer.main_ppo (Ray)
 
 
 def _cpu(**changes: Any) -> dict[str, Any]:
@@ -154,6 +159,10 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "gpu", "the seed hyperparameters on GPUs (Qwen2.5-Coder-7B-Instruct)", dict(GPU_BASE), cpu=False
         ),
+        *[
+            Preset(name, description, overrides, faults=faults, trainer="ppo")
+            for name, description, overrides, faults in RL_PRESETS
+        ],
     ]
 }
 

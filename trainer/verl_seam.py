@@ -96,6 +96,15 @@ def record(data: dict[str, Any], step: int) -> None:
     now = time.monotonic()
     if is_validation_record(data):
         STATE.callbacks.on_validation_end(step, dict(data))
+    elif any(is_validation_record({key: None}) for key in data):
+        # verl's PPO trainer logs a step's validation values inside that step's record: split them out, so the
+        # run directory has the same shape as an SFT run's (a training record, then a validation record).
+        train = {k: v for k, v in data.items() if not is_validation_record({k: None})}
+        if "timing_s/step" not in train:
+            train["train/time(s)"] = now - STATE.mark
+        STATE.last_step = max(STATE.last_step, step)
+        STATE.callbacks.on_step_end(step, train)
+        STATE.callbacks.on_validation_end(step, {k: v for k, v in data.items() if k not in train})
     else:
         # PPO/GRPO log their own step time (timing_s/step); SFT in verl 0.9.1 logs none.
         if "timing_s/step" not in data:
@@ -117,6 +126,11 @@ def install_writers(run_dir: Path) -> None:
 
     def init(self, project_name, experiment_name, default_backend="console", config=None):
         original_init(self, project_name, experiment_name, default_backend=default_backend, config=config)
+        if config and "actor_rollout_ref" in config:
+            # verl's PPO trainer builds Tracking in its driver before it loads a checkpoint, in another process
+            # than the workers: the checkpoint hooks go here, and the step it will resume from is read ahead.
+            install_ppo_checkpoint_hooks()
+            STATE.resume_step = STATE.train_step = ppo_resume_step(config)
         _train_begin(config)
 
     def log(self, data, step, backend=None):
@@ -199,6 +213,42 @@ def install_checkpoint_hooks() -> None:
 
     save_checkpoint._runwatch = True
     CheckpointHandler.save_checkpoint, CheckpointHandler.load_checkpoint = save_checkpoint, load_checkpoint
+
+
+def ppo_resume_step(config: dict[str, Any]) -> int:
+    """The step verl's PPO trainer resumes from, as its `_load_checkpoint` will find it (resume_mode auto:
+    `latest_checkpointed_iteration.txt` in trainer.default_local_dir; resume_path: that folder's step)."""
+    trainer_cfg = config.get("trainer", {}) or {}
+    mode = trainer_cfg.get("resume_mode", "auto")
+    if mode == "disable":
+        return 0
+    if mode == "resume_path" and trainer_cfg.get("resume_from_path"):
+        tail = str(trainer_cfg["resume_from_path"]).rstrip("/").rsplit("global_step_", 1)
+        return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
+    folder = trainer_cfg.get("default_local_dir")
+    try:
+        return int((Path(str(folder)) / "latest_checkpointed_iteration.txt").read_text().strip())
+    except (OSError, ValueError, TypeError):
+        return 0
+
+
+def install_ppo_checkpoint_hooks() -> None:
+    """Checkpoint saved, for verl's PPO trainer (`RayPPOTrainer._save_checkpoint`, in the driver process)."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    if getattr(RayPPOTrainer._save_checkpoint, "_runwatch", False):
+        return
+    original_save = RayPPOTrainer._save_checkpoint
+
+    def _save_checkpoint(self, *args, **kwargs):
+        result = original_save(self, *args, **kwargs)
+        if STATE.callbacks is not None:
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+            STATE.callbacks.on_checkpoint_saved(self.global_steps, folder)
+        return result
+
+    _save_checkpoint._runwatch = True
+    RayPPOTrainer._save_checkpoint = _save_checkpoint
 
 
 def install_faults(faults: list[dict[str, Any]]) -> None:
