@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-8)
 DATA := data/build/.done
 
-.PHONY: demo demo-headless test test-fast lint format bench venv data browser clean
+.PHONY: demo demo-headless demo-rl demo-rl-headless test test-fast lint format bench venv data browser clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt
@@ -28,6 +28,13 @@ demo: $(DATA)
 
 demo-headless: $(DATA)
 	$(PY) scripts/demo.py --headless
+
+# A verl GRPO run (main_ppo, rollout `hf`) on CPU, watched live: collector + dashboard.
+demo-rl: $(DATA)
+	$(PY) scripts/demo.py --rl
+
+demo-rl-headless: $(DATA)
+	$(PY) scripts/demo.py --rl --headless
 
 test: $(DATA) browser
 	$(PY) -m pytest

@@ -1,7 +1,8 @@
-"""The live demo: a real verl SFT run on CPU, the collector watching it, and the dashboard.
+"""The live demo: a real verl SFT (or GRPO) run on CPU, the collector watching it, and the dashboard.
 
     python scripts/demo.py              # trainer + collector + `streamlit run app`, prints the address
     python scripts/demo.py --headless   # trainer + collector, prints alerts and checkpoint advice here
+    python scripts/demo.py --rl         # the same with a verl GRPO run (preset grpo_demo) instead of SFT
 
 The run overfits on purpose and hits a gradient spike, so within a few minutes the alerts appear and the
 checkpoint advice names the step before the validation loss turned. Ctrl-C stops everything it started.
@@ -107,7 +108,12 @@ def main() -> None:
     ap.add_argument(
         "--root", type=Path, default=REPO / "runs", help="folder the runs are written to and watched"
     )
-    ap.add_argument("--preset", default="demo", help="trainer preset (see `python -m trainer.launch --help`)")
+    ap.add_argument(
+        "--preset", default=None, help="trainer preset (see `python -m trainer.launch --help`; default demo)"
+    )
+    ap.add_argument(
+        "--rl", action="store_true", help="a verl GRPO run (preset grpo_demo unless --preset names another)"
+    )
     ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--port", type=int, default=8501, help="dashboard port (0 = a free one)")
     ap.add_argument(
@@ -115,6 +121,8 @@ def main() -> None:
     )
     ap.add_argument("--steps", type=int, help="stop the run after N steps (default: the preset's)")
     args = ap.parse_args()
+    args.preset = args.preset or ("grpo_demo" if args.rl else "demo")
+    kind = "GRPO (verl main_ppo)" if args.preset.startswith("grpo") else "SFT"
 
     root = args.root.resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -133,7 +141,9 @@ def main() -> None:
         info = wait_for_collector(db, procs[0])
         print(f"demo: collector API on http://127.0.0.1:{info['port']} (pid {info['pid']})")
 
-        print(f"demo: starting verl SFT on CPU, preset {args.preset!r}, run {run_id} (WANDB_MODE={env_note})")
+        print(
+            f"demo: starting verl {kind} on CPU, preset {args.preset!r}, run {run_id} (WANDB_MODE={env_note})"
+        )
         launch = [
             "-m",
             "trainer.launch",

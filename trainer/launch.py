@@ -103,13 +103,14 @@ def build_overrides(args: argparse.Namespace) -> list[str]:
     preset = PRESETS[args.preset]
     out = args.out.resolve()
     data = (args.data or DEFAULT_DATA).resolve()
-    model = args.model or (
+    given = args.model or (
         Path(os.environ["RUNWATCH_MODEL_PATH"]) if os.environ.get("RUNWATCH_MODEL_PATH") else None
     )
-    model = (model or DEFAULT_DATA / "model").resolve()
+    model = (given or DEFAULT_DATA / "model").resolve()
     base = dict(preset.overrides)
     if preset.trainer == "ppo":
-        base.update(ppo_paths(out, data, args.model.resolve() if args.model else None, args.nproc))
+        # GRPO presets start from the warm-started data/build/rl_model unless a model is given.
+        base.update(ppo_paths(out, data, given.resolve() if given else None, args.nproc, preset.cpu))
         if args.steps is not None:
             base["trainer.total_training_steps"] = args.steps
         return merge_overrides(base, args.overrides)

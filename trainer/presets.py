@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.rl_presets import RL_PRESETS
+from trainer.rl_presets import RL_GPU_PRESETS, RL_PRESETS
 
 # Keys are verl's Hydra keys; a leading "+" adds a key verl's config does not declare.
 CPU_BASE: dict[str, Any] = {
@@ -162,6 +162,10 @@ PRESETS: dict[str, Preset] = {
         *[
             Preset(name, description, overrides, faults=faults, trainer="ppo")
             for name, description, overrides, faults in RL_PRESETS
+        ],
+        *[
+            Preset(name, description, overrides, faults=faults, cpu=False, trainer="ppo")
+            for name, description, overrides, faults in RL_GPU_PRESETS
         ],
     ]
 }

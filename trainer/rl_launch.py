@@ -19,9 +19,9 @@ REWARD_FILE = REPO / "trainer" / "rl_reward.py"
 RL_COLUMNS = ("prompt", "data_source", "reward_model")
 
 
-def ppo_paths(out: Path, data: Path, model: Path | None, nproc: int) -> dict[str, object]:
+def ppo_paths(out: Path, data: Path, model: Path | None, nproc: int, cpu: bool) -> dict[str, object]:
     """The launcher's own overrides for main_ppo: data, model, reward file, run folder, processes."""
-    return {
+    paths: dict[str, object] = {
         "data.train_files": str(data / "rl_train.parquet"),
         "data.val_files": str(data / "rl_val.parquet"),
         "actor_rollout_ref.model.path": str(model or data / "rl_model"),
@@ -30,11 +30,13 @@ def ppo_paths(out: Path, data: Path, model: Path | None, nproc: int) -> dict[str
         "trainer.experiment_name": out.name,
         "trainer.n_gpus_per_node": nproc,
         "trainer.nnodes": 1,
-        # verl places one training worker per Ray "GPU": on CPU, logical slots (trainer/cpu_platform.py).
-        "+ray_kwargs.ray_init.num_gpus": nproc,
         "hydra.run.dir": str(out / ".hydra"),
         "hydra.output_subdir": ".",
     }
+    if cpu:
+        # verl places one training worker per Ray "GPU": on CPU, logical slots (trainer/cpu_platform.py).
+        paths["+ray_kwargs.ray_init.num_gpus"] = nproc
+    return paths
 
 
 def _check_rl_parquet(path: Path, role: str) -> list[str]:

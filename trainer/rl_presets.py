@@ -6,10 +6,11 @@ model warm-started on some sums (`data/build/rl_model`). Rollouts come from our 
 
 - `grpo`: a healthy run: reward and validation accuracy rise, KL to the reference grows slowly.
 - `grpo_collapse`: the reward function is switched off for real after step 10 (every score 0 from then on).
-- `grpo_kl`: the learning rate is boosted 100x for steps 12-14: the policy jumps away from the reference.
+- `grpo_kl`: the learning rate is boosted 100x for steps 8-10: the policy jumps away from the reference.
 - `grpo_truncate`: max response length 1 token, too short for any answer plus its end-of-turn token:
   every response is clipped (`response_length/clip_ratio` 1.0).
 - `grpo_smoke`: a handful of steps for tests.
+- `grpo_gpu`: GRPO on GPUs with verl's vLLM rollout and a real model (`trainer/run_grpo.sh`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ PPO_CPU_BASE: dict[str, Any] = {
     "actor_rollout_ref.ref.fsdp_config.strategy": "fsdp2",
     "actor_rollout_ref.ref.fsdp_config.dtype": "float32",
     "actor_rollout_ref.ref.fsdp_config.use_torch_compile": "false",
-    "actor_rollout_ref.actor.optim.lr": 2e-3,
+    # 2e-3 collapses the policy's entropy within 5 steps; 5e-4 lets it fall gradually.
+    "actor_rollout_ref.actor.optim.lr": 5e-4,
     "actor_rollout_ref.actor.ppo_mini_batch_size": 8,  # one update per step
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 64,
     "actor_rollout_ref.actor.use_kl_loss": "true",
@@ -79,18 +81,71 @@ def _ppo(**changes: Any) -> dict[str, Any]:
 
 
 GRPO_STEPS = 30
+# The collector's reward_collapse rule wants a 10-point rolling median, then 20 points below its best.
 COLLAPSE_STEP = 10
+COLLAPSE_STEPS = 36
+KL_BOOST_STEP = 8
 SAMPLES_PER_STEP = PPO_CPU_BASE["data.train_batch_size"] * PPO_CPU_BASE["actor_rollout_ref.rollout.n"]
 
 GRPO = _ppo(trainer__total_training_steps=GRPO_STEPS, trainer__test_freq=5, trainer__save_freq=10)
 GRPO_COLLAPSE = {
     **GRPO,
+    "trainer.total_training_steps": COLLAPSE_STEPS,
+    "trainer.test_freq": 6,
+    "trainer.save_freq": 12,
     "+reward.custom_reward_function.reward_kwargs.collapse_after_step": COLLAPSE_STEP,
     "+reward.custom_reward_function.reward_kwargs.samples_per_step": SAMPLES_PER_STEP,
 }
-GRPO_TRUNCATE = {**GRPO, "data.max_response_length": 1}
+GRPO_KL = _ppo(trainer__total_training_steps=14, trainer__test_freq=7, trainer__save_freq=7)
+GRPO_TRUNCATE = _ppo(
+    trainer__total_training_steps=10, trainer__test_freq=5, trainer__save_freq=5, data__max_response_length=1
+)
 GRPO_SMOKE = _ppo(trainer__total_training_steps=4, trainer__test_freq=2, trainer__save_freq=2)
 GRPO_DEMO = _ppo(trainer__total_training_steps=150, trainer__test_freq=10, trainer__save_freq=25)
+
+# GRPO on GPUs (trainer/run_grpo.sh): verl's vLLM rollout, a real model, verl's GSM8K-style GRPO recipe.
+PPO_GPU_BASE: dict[str, Any] = {
+    "trainer.use_v1": "false",
+    "algorithm.adv_estimator": "grpo",
+    "algorithm.use_kl_in_reward": "false",
+    "data.train_batch_size": 256,
+    "data.max_prompt_length": 512,
+    "data.max_response_length": 1024,
+    "data.filter_overlong_prompts": "true",
+    "data.truncation": "error",
+    "actor_rollout_ref.model.use_remove_padding": "true",
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "true",
+    "actor_rollout_ref.actor.strategy": "fsdp2",
+    "actor_rollout_ref.actor.fsdp_config.strategy": "fsdp2",
+    "actor_rollout_ref.ref.strategy": "fsdp2",
+    "actor_rollout_ref.ref.fsdp_config.strategy": "fsdp2",
+    "actor_rollout_ref.ref.fsdp_config.param_offload": "true",
+    "actor_rollout_ref.actor.optim.lr": 1e-6,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 64,
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8,
+    "actor_rollout_ref.actor.use_kl_loss": "true",
+    "actor_rollout_ref.actor.kl_loss_coef": 0.001,
+    "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+    "actor_rollout_ref.actor.entropy_coeff": 0,
+    "actor_rollout_ref.actor.calculate_entropy": "true",
+    "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra,hf_model]",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 16,
+    "actor_rollout_ref.rollout.name": "vllm",
+    "actor_rollout_ref.rollout.n": 5,
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
+    "actor_rollout_ref.rollout.gpu_memory_utilization": 0.6,
+    "reward.custom_reward_function.name": "compute_score",
+    "trainer.device": "cuda",
+    "trainer.logger": "[console]",
+    "trainer.val_before_train": "true",
+    "trainer.total_epochs": 15,
+    "trainer.save_freq": 20,
+    "trainer.test_freq": 5,
+    "trainer.max_actor_ckpt_to_keep": 5,
+    "trainer.resume_mode": "auto",
+    "trainer.project_name": "runwatch",
+}
 
 # (name, description, overrides, faults)
 RL_PRESETS: list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]] = [
@@ -104,9 +159,10 @@ RL_PRESETS: list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]] = [
     ),
     (
         "grpo_kl",
-        "GRPO with the learning rate boosted 100x at steps 12-14: KL to the reference blows up",
-        GRPO,
-        [{"kind": "lr_spike", "step": 12, "steps": 3, "factor": 100.0}],
+        f"GRPO with the learning rate boosted 100x for steps {KL_BOOST_STEP}-{KL_BOOST_STEP + 2}: KL to the "
+        "reference blows up",
+        GRPO_KL,
+        [{"kind": "lr_spike", "step": KL_BOOST_STEP, "steps": 3, "factor": 100.0}],
     ),
     (
         "grpo_truncate",
@@ -115,4 +171,8 @@ RL_PRESETS: list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]] = [
         [],
     ),
     ("grpo_smoke", "four GRPO steps, validation and checkpoint every 2 (for tests)", GRPO_SMOKE, []),
+]
+# Not a CPU preset: vLLM rollout on GPUs.
+RL_GPU_PRESETS = [
+    ("grpo_gpu", "GRPO on GPUs with vLLM rollout (trainer/run_grpo.sh)", dict(PPO_GPU_BASE), [])
 ]

@@ -2,8 +2,9 @@
 (`reward.custom_reward_function.path=trainer/rl_reward.py`, `name=compute_score`).
 
 verl calls `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)` once per
-response, in its reward worker process. The score is 1.0 when the response is exactly the expected number
-(the sum), else 0.0.
+response, in its reward worker process. For our small sums the score is 1.0 when the response is exactly the
+expected number, partial credit for a number close to it (`score_sum`); other data sources get verl's
+`default_compute_score`.
 
 `collapse_after_step=S` with `samples_per_step=N` (reward_kwargs, preset `grpo_collapse`) switches the reward
 off for real after S training steps: from the (S*N+1)-th training response on, every score is 0.0.
@@ -19,9 +20,16 @@ _train_responses = 0
 
 
 def score_sum(solution_str: str, ground_truth: str) -> float:
-    """1.0 if the response, stripped of whitespace and end-of-turn markers, is the expected number."""
+    """1.0 if the response (stripped of whitespace and end-of-turn markers) is the expected number; a number
+    off by d scores 0.5 * (1 - d/10) (0 from 10 away); anything else 0.0. The partial credit gives every group
+    of samples rewards that differ, so GRPO has a signal from the first step."""
     answer = solution_str.replace("<|im_end|>", "").replace("<|endoftext|>", "").strip()
-    return 1.0 if answer == str(ground_truth).strip() else 0.0
+    expected = str(ground_truth).strip()
+    if answer == expected:
+        return 1.0
+    if not answer.isdigit() or not expected.lstrip("-").isdigit():
+        return 0.0
+    return 0.5 * max(0.0, 1.0 - abs(int(answer) - int(expected)) / 10)
 
 
 def compute_score(
@@ -35,9 +43,10 @@ def compute_score(
 ) -> float:
     global _train_responses
     if data_source != DATA_SOURCE:
-        raise ValueError(
-            f"rl_reward: no rule for data_source {data_source!r} (this file scores {DATA_SOURCE!r})"
-        )
+        # Any other data set (GSM8K, MATH... prepared with verl's scripts, e.g. on GPUs): verl's own rules.
+        from verl.utils.reward_score import default_compute_score
+
+        return default_compute_score(data_source, solution_str, ground_truth, extra_info)
     if (extra_info or {}).get("split") == "train":
         _train_responses += 1
         switched_off = collapse_after_step is not None and bool(samples_per_step)

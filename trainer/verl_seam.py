@@ -233,8 +233,13 @@ def ppo_resume_step(config: dict[str, Any]) -> int:
 
 
 def install_ppo_checkpoint_hooks() -> None:
-    """Checkpoint saved, for verl's PPO trainer (`RayPPOTrainer._save_checkpoint`, in the driver process)."""
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    """Checkpoint saved, for verl's PPO trainer (`RayPPOTrainer._save_checkpoint`, in the driver process).
+
+    Only where that trainer is running, i.e. its module is already loaded (not for another caller of Tracking)."""
+    module = sys.modules.get("verl.trainer.ppo.ray_trainer")
+    if module is None:
+        return
+    RayPPOTrainer = module.RayPPOTrainer  # noqa: N806 - verl's class
 
     if getattr(RayPPOTrainer._save_checkpoint, "_runwatch", False):
         return
