@@ -30,7 +30,7 @@ from pathlib import Path
 
 from trainer.preflight import RunPlan, check_run, count_steps, parquet_rows, steps_in_data
 from trainer.presets import PRESETS, merge_overrides, override_value
-from trainer.rl_launch import check_ppo_run, ppo_command, ppo_paths
+from trainer.rl_launch import check_ppo_run, missing_packages, ppo_command, ppo_paths
 from trainer.writers import write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -310,6 +310,13 @@ def main_ppo(args: argparse.Namespace, preset) -> int:
     if args.dry_run:
         print(" ".join(shlex.quote(part) for part in ppo_command(overrides)))
         return 0
+    if missing_packages():
+        print(
+            f"trainer.launch: {', '.join(missing_packages())} missing (verl's PPO trainer imports it without "
+            "declaring it): pip install -r requirements.txt; nothing was started",
+            file=sys.stderr,
+        )
+        return 2
     model = Path(override_value(overrides, "actor_rollout_ref.model.path"))
     batch = int(override_value(overrides, "data.train_batch_size", 8))
     extra = {"nproc": args.nproc, "launcher_pid": os.getpid(), "vocab_size": _vocab_size(model)}

@@ -75,12 +75,6 @@ def check_ppo_run(overrides: list[str], out: Path, nproc: int) -> tuple[list[str
         problems += _check_rl_parquet(path, "validation")
     problems += _check_model(Path(override_value(overrides, "actor_rollout_ref.model.path")), None)
     problems += _check_writable(out)
-    try:
-        import cachetools  # noqa: F401 - verl's rollout router needs it and does not declare it
-    except ImportError:
-        problems.append(
-            "package cachetools is missing (verl's PPO trainer imports it): pip install -r requirements.txt"
-        )
     batch = int(override_value(overrides, "data.train_batch_size", 8))
     mini = int(override_value(overrides, "actor_rollout_ref.actor.ppo_mini_batch_size", batch))
     if batch % max(1, nproc) or mini % max(1, nproc) or batch % max(1, mini):
@@ -101,6 +95,13 @@ def check_ppo_run(overrides: list[str], out: Path, nproc: int) -> tuple[list[str
             "train set give: raise trainer.total_epochs"
         )
     return problems, steps, rows
+
+
+def missing_packages() -> list[str]:
+    """What verl's PPO trainer imports without declaring it, when absent here (checked before a real start)."""
+    import importlib.util
+
+    return [name for name in ("cachetools",) if importlib.util.find_spec(name) is None]
 
 
 def ppo_command(overrides: list[str]) -> list[str]:
