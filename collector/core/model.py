@@ -57,7 +57,8 @@ class ParseResult:
     lines (records) that covers, so line numbers stay right across calls. `info` carries whole-file facts
     (status, config, best checkpoint, checkpoint marker) for the formats that have them. `state` is what
     the parser needs handed back as `state=` on its next read of the same file (the CSV header in force),
-    JSON-serialisable; None when it needs nothing.
+    JSON-serialisable; None when it needs nothing. `skipped` counts values left out because they are not
+    numbers, by reason (`"a string"`): no line is bad for them, and the caller says how many.
     """
 
     points: Points = field(default_factory=Points)
@@ -66,6 +67,7 @@ class ParseResult:
     bad: list[BadLine] = field(default_factory=list)
     info: dict = field(default_factory=dict)
     state: object = None
+    skipped: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,10 @@ STEP_KEYS = ("step", "global_step", "_step", "iteration")
 WALL_TIME_KEYS = ("wall_time", "_timestamp", "timestamp")
 
 BAD_TEXT_LIMIT = 300
+# How a skipped (non-numeric) value is counted, by its JSON kind.
+KIND_OF_VALUE = {str: "a string", list: "a list", type(None): "a null"}
+# Steps are stored as 64-bit integers: a step outside this range is a bad line, never an overflow later.
+STEP_MIN, STEP_MAX = -(2**63), 2**63 - 1
 
 
 def complete_lines(data: bytes) -> tuple[list[bytes], int]:
@@ -45,13 +49,33 @@ def as_step(value: object) -> int | None:
     """The step a field value stands for, or None when it is not a whole number.
 
     Integral floats (`5.0`) count, since some writers store every number as a float; booleans do not.
+    A whole number outside the 64-bit range (`STEP_MIN`..`STEP_MAX`) is None too (see `step_problem`).
     """
     t = type(value)
     if t is int:
-        return value  # type: ignore[return-value]
+        return value if STEP_MIN <= value <= STEP_MAX else None  # type: ignore[return-value,operator]
     if t is float and math.isfinite(value) and value == int(value):  # type: ignore[arg-type]
-        return int(value)  # type: ignore[arg-type]
+        step = int(value)  # type: ignore[arg-type]
+        return step if STEP_MIN <= step <= STEP_MAX else None
     return None
+
+
+def step_problem(name: str, value: object) -> str:
+    """The reason `value` (which `as_step` refused) is not a step: a whole number beyond the 64-bit range,
+    or not a whole number at all."""
+    t = type(value)
+    whole = t is int or (t is float and math.isfinite(value) and value == int(value))  # type: ignore[arg-type]
+    if whole:
+        return f"{name} {short_repr(value)} is beyond the 64-bit step range"
+    return f"{name} is not a whole number: {short_repr(value)}"
+
+
+def short_repr(value: object) -> str:
+    """`repr(value)` cut to a few dozen characters (an integer of thousands of digits stays readable)."""
+    if type(value) is int and value.bit_length() > 256:  # type: ignore[union-attr]
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"  # type: ignore[union-attr]
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def as_value(value: object) -> float | None:
@@ -77,23 +101,39 @@ def flatten_numbers(
     values: list[float],
     skip: tuple = (),
     null_is_nan: bool = False,
+    skipped: dict[str, int] | None = None,
 ) -> None:
     """Append every number in `obj` (nested dicts joined with `/`) to `metrics` and `values`.
 
     Keys in `skip` are left out at the top level only. With `null_is_nan`, a JSON null is a NaN point
-    (for writers known to write non-finite numbers as null) instead of being skipped.
+    (for writers known to write non-finite numbers as null) instead of being skipped. A value that is not a
+    number (a string, even "1.5"; a list; a null) is left out and counted in `skipped` by its kind.
     """
     for key, value in obj.items():
         if key in skip:
             continue
         name = prefix + key if prefix else str(key)
         if type(value) is dict:
-            flatten_numbers(value, name + "/", metrics, values, null_is_nan=null_is_nan)
+            flatten_numbers(value, name + "/", metrics, values, null_is_nan=null_is_nan, skipped=skipped)
             continue
         number = math.nan if value is None and null_is_nan else as_value(value)
         if number is not None:
             metrics.append(name)
             values.append(number)
+        elif skipped is not None:
+            kind = KIND_OF_VALUE.get(type(value), "a value of another kind")
+            skipped[kind] = skipped.get(kind, 0) + 1
+
+
+def bad_name(names: list[str]) -> str | None:
+    """The reason a metric name cannot be stored (a JSON escape of half a UTF-16 pair, `"\\ud800"`, is not
+    text), or None when every name can."""
+    for name in names:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"metric name {name.encode('utf-8', 'backslashreplace').decode()[:80]!r} is not valid text"
+    return None
 
 
 def wall_time_of(record: dict) -> float | None:
@@ -136,6 +176,9 @@ def parse_json_document(data: bytes, what: str) -> ParseResult:
     except json.JSONDecodeError as err:
         reason = f"{what}: invalid JSON (incomplete write?): {err.msg} at column {err.colno}"
         result.bad.append(BadLine(err.lineno, reason, bad_text(data[:200])))
+        return result
+    except ValueError as err:  # a number Python will not convert (an integer of thousands of digits)
+        result.bad.append(BadLine(1, f"{what}: unreadable JSON: {err}", bad_text(data[:200])))
         return result
     except RecursionError:
         result.bad.append(BadLine(1, f"{what}: invalid JSON: nested too deeply", bad_text(data[:200])))

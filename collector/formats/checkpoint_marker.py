@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collector.core.model import BadLine, Format, ParseResult, RunInfo
-from collector.formats._common import bad_text
+from collector.formats._common import STEP_MAX, bad_text
 
 
 def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
@@ -14,7 +14,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     """
     result = ParseResult()
     text = data.decode("utf-8", errors="replace").strip()
-    if not (text.isascii() and text.isdigit()):
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > STEP_MAX:
         reason = "latest_checkpointed_iteration.txt: expected a step number"
         result.bad.append(BadLine(1, reason, bad_text(text)))
         return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from collector.core.model import BadLine, Format, ParseResult, RunInfo
-from collector.formats._common import bad_text, complete_lines
+from collector.formats._common import STEP_MAX, bad_text, complete_lines
 from collector.formats._printed import dict_numbers, may_be_error, note_error, number, reported
 
 # A record somewhere in a file's head: what makes a `.txt` file a console log.
@@ -89,7 +89,14 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
             match = _RECORD.search(piece.rstrip())
             if match is None:
                 continue
-            step = int(match.group(1))
+            digits = match.group(1)
+            step = int(digits) if len(digits) <= 19 else STEP_MAX + 1  # (no 5,000-digit int() either)
+            if step > STEP_MAX:
+                reason = (
+                    f"step {digits[:40]}{'...' if len(digits) > 40 else ''} is beyond the 64-bit step range"
+                )
+                result.bad.append(BadLine(line_no, reason, bad_text(piece)))
+                continue
             last_step, error = step, None
             for item in _ITEM_SEPARATOR.split(match.group(2)):
                 name, sep, raw_value = item.partition(":")

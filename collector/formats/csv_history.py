@@ -7,9 +7,10 @@ parser returns as its `state` and passes it back as `state=` on every later call
 from __future__ import annotations
 
 import csv
+import math
 
 from collector.core.model import BadLine, Format, ParseResult
-from collector.formats._common import WALL_TIME_KEYS, as_step, bad_text, complete_lines
+from collector.formats._common import WALL_TIME_KEYS, as_step, bad_text, complete_lines, step_problem
 
 # The step column, by preference (W&B exports name it `_step` or `trainer/global_step`, Megatron-style logs
 # `iteration`/`iter`, DeepSpeed-style ones `opt_step` before `micro_step`); "epoch" only when none exists.
@@ -71,11 +72,13 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: list[str] 
         if layout.step_index is None:
             result.bad.append(BadLine(line_no, "no step column in the header", bad_text(text)))
             continue
-        step = _number(row[layout.step_index])
-        step = as_step(step) if step is not None else None
+        number = _number(row[layout.step_index])
+        step = as_step(number) if number is not None else None
         if step is None:
             step_name = layout.names[layout.step_index]
             reason = f"{step_name} is not a whole number: {row[layout.step_index]!r}"
+            if number is not None and math.isfinite(number) and number == int(number):
+                reason = step_problem(step_name, number)  # whole, but beyond the 64-bit range
             result.bad.append(BadLine(line_no, reason, bad_text(text)))
             continue
         wall_time = _number(row[layout.wall_time_index]) if layout.wall_time_index is not None else None

@@ -10,7 +10,7 @@ import json
 import re
 
 from collector.core.model import BadLine, Format, ParseResult, RunInfo
-from collector.formats._common import as_step, bad_text, flatten_numbers, total_steps_of
+from collector.formats._common import as_step, bad_name, bad_text, flatten_numbers, short_repr, total_steps_of
 
 # Whole-file facts kept in `info` (None when the file lacks them).
 INFO_KEYS = (
@@ -52,9 +52,11 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         return result
     try:
         state = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as err:
+    except (ValueError, RecursionError) as err:
         if isinstance(err, json.JSONDecodeError):
             line, reason = err.lineno, f"invalid JSON (incomplete write?): {err.msg} at column {err.colno}"
+        elif isinstance(err, ValueError):  # a number Python will not convert (an integer of 4,300+ digits)
+            line, reason = 1, f"unreadable JSON: {err}"
         else:
             line, reason = 1, "invalid JSON: nested too deeply"
         lines = text.splitlines()
@@ -74,12 +76,19 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
             continue
         step = as_step(entry.get("step"))
         if step is None:
-            reason = f"log_history entry {position} has no whole-number step: {entry.get('step')!r}"
+            reason = f"log_history entry {position} has no whole-number step: {short_repr(entry.get('step'))}"
+            if type(entry.get("step")) is int:
+                reason = f"log_history entry {position} has a step beyond the 64-bit range"
             result.bad.append(BadLine(position, reason, bad_text(json.dumps(entry))))
             continue
         names: list[str] = []
         values: list[float] = []
         flatten_numbers(entry, "", names, values, skip=("step",))
+        if (reason := bad_name(names)) is not None:
+            result.bad.append(
+                BadLine(position, f"log_history entry {position}: {reason}", bad_text(repr(entry)))
+            )
+            continue
         points.step.extend([step] * len(names))
         points.metric.extend(names)
         points.value.extend(values)

@@ -20,11 +20,16 @@ import orjson
 from collector.core.model import BadLine, Format, ParseResult
 from collector.formats._common import (
     STEP_KEYS,
+    STEP_MAX,
+    STEP_MIN,
     WALL_TIME_KEYS,
     as_step,
+    as_value,
+    bad_name,
     bad_text,
     complete_lines,
     flatten_numbers,
+    step_problem,
     wall_time_of,
 )
 
@@ -48,7 +53,9 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     object) the metrics are the numbers under `data`, and a `null` there is a NaN point (verl writes
     non-finite values through orjson, which turns them into null); otherwise every top-level number except
     the step and wall-time fields is a metric and nulls are skipped. Nested objects are flattened with `/`.
-    `NaN`, `Infinity`, `-Infinity` are kept as non-finite floats; strings are skipped; booleans become 0/1.
+    `NaN`, `Infinity`, `-Infinity` are kept as non-finite floats; strings (even numeric ones, "1.5") and
+    lists are skipped and counted in `skipped`; booleans become 0/1. A step outside the 64-bit range, or a
+    number Python will not read (an integer of 4,300+ digits), makes its line bad.
     `path` and `state` are unused (the common signature).
     """
     lines, consumed = complete_lines(data)
@@ -79,6 +86,8 @@ def _parse_lines(
             fields = record[METRICS_KEY]
             if len(record) != 2 or type(step) is not _INT or type(fields) is not dict:
                 raise TypeError
+            if not STEP_MIN <= step <= STEP_MAX:
+                raise OverflowError
             if check_values:
                 for value in fields.values():
                     if type(value) not in _PLAIN_NUMBER:
@@ -94,7 +103,10 @@ def _parse_lines(
     if not kinds <= _PLAIN_NUMBER:
         return None
     if kinds != _ONLY_FLOAT:
-        points.value = list(map(float, values))  # ints and booleans as floats, as the contract says
+        try:
+            points.value = list(map(float, values))  # ints and booleans as floats, as the contract says
+        except OverflowError:  # an integer beyond float range: as_value keeps its sign as an infinity
+            points.value = [as_value(v) for v in values]
     # Wall times are filled lazily by the general path: pad them to the other columns' length.
     points.wall_time.extend([None] * (len(steps) - len(points.wall_time)))
     return result
@@ -112,8 +124,11 @@ def _parse_general(raw: bytes, line_no: int, result: ParseResult) -> None:
     try:
         # The stdlib parser accepts bare NaN / Infinity / -Infinity, which verl's json.dumps writes.
         record = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as err:
-        reason = err.msg if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+    except RecursionError:
+        result.bad.append(BadLine(line_no, "invalid JSON: nested too deeply", bad_text(text)))
+        return
+    except ValueError as err:  # beyond JSONDecodeError: a number Python will not convert (4,300+ digits)
+        reason = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
         result.bad.append(BadLine(line_no, f"invalid JSON: {reason}", bad_text(text)))
         return
     if type(record) is not dict:
@@ -125,18 +140,20 @@ def _parse_general(raw: bytes, line_no: int, result: ParseResult) -> None:
         return
     step = as_step(record[step_key])
     if step is None:
-        reason = f"{step_key} is not a whole number: {record[step_key]!r}"
-        result.bad.append(BadLine(line_no, reason, bad_text(text)))
+        result.bad.append(BadLine(line_no, step_problem(step_key, record[step_key]), bad_text(text)))
         return
     names: list[str] = []
     numbers: list[float] = []
     if type(record.get(METRICS_KEY)) is dict:
         # verl's file logger serializes with orjson, which writes NaN and +-Infinity as null: a null there
         # is a non-finite value the run produced, and dropping it would hide exactly what we watch for.
-        flatten_numbers(record[METRICS_KEY], "", names, numbers, null_is_nan=True)
+        flatten_numbers(record[METRICS_KEY], "", names, numbers, null_is_nan=True, skipped=result.skipped)
     else:
-        flatten_numbers(record, "", names, numbers, skip=(step_key, *WALL_TIME_KEYS))
+        flatten_numbers(record, "", names, numbers, skip=(step_key, *WALL_TIME_KEYS), skipped=result.skipped)
     if not names:
+        return
+    if (reason := bad_name(names)) is not None:
+        result.bad.append(BadLine(line_no, reason, bad_text(text)))
         return
     points = result.points
     wall_time = wall_time_of(record)
@@ -168,6 +185,12 @@ def verl_values_in(name_ends: int, lines: int) -> int:
     """How many metric values `lines` complete verl records hold that have `name_ends` `":` in all: each
     record has one for the step, one for the metrics object, and one per value."""
     return name_ends - 2 * lines
+
+
+def verl_quotes_are_names(quotes: int, name_ends: int) -> bool:
+    """Whether complete verl lines with `quotes` `"` and `name_ends` `":` quote nothing but their names (no
+    string value, which the parser skips and DuckDB would cast; an escaped quote in a name also says no)."""
+    return quotes == 2 * name_ends
 
 
 def verl_names_in(data: bytes) -> set[str]:

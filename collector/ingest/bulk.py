@@ -24,7 +24,7 @@ from collector.formats import jsonl
 from collector.ingest.segments import SIG_BYTES, read_range
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
-from collector.store.points import BulkMismatch
+from collector.store.points import BulkMismatch, NotPlainVerl
 
 # A complete file up to DIRECT_BYTES is read by DuckDB in place; a bigger one (or the rest of a file read
 # before) in BULK_BYTES pieces copied to a temp file. DuckDB stages what it reads as a wide table in memory
@@ -164,6 +164,7 @@ class BulkReader:
                 # numpy counts ~3x faster than bytes.count, and this runs beside DuckDB's two threads.
                 raw = np.frombuffer(buf, np.uint8, count=n)
                 pairs = jsonl.json_name_ends(raw)
+                quotes = int(np.count_nonzero(raw == _QUOTE))
                 last_nl = buf.rfind(b"\n", 0, n)
                 if last_nl >= 0:
                     before = int(np.searchsorted(pairs, last_nl))
@@ -171,10 +172,14 @@ class BulkReader:
                     chunk.lines += int(np.count_nonzero(raw == _NEWLINE))
                     chunk.colons += chunk.partial_colons + before
                     chunk.partial_colons = len(pairs) - before
+                    after_nl = int(np.count_nonzero(raw[last_nl + 1 :] == _QUOTE))
+                    chunk.quotes += chunk.partial_quotes + quotes - after_nl
+                    chunk.partial_quotes = after_nl
                     lines_end = last_nl + 1
                     chunk.tail = (recent + bytes(buf[max(0, lines_end - SIG_BYTES) : lines_end]))[-SIG_BYTES:]
                 else:
                     chunk.partial_colons += len(pairs)
+                    chunk.partial_quotes += quotes
                 if copy:
                     out.write(memoryview(buf)[:n])
                 chunk.copied += n
@@ -216,6 +221,10 @@ class BulkReader:
                 counter.join()
                 if chunk.end != st.st_size:
                     raise _FileChanged("the file does not end with a complete line")
+            if not jsonl.verl_quotes_are_names(chunk.quotes, chunk.colons):
+                # A string where a number belongs ("1.5"): DuckDB would cast it, the parser skips it and
+                # says so. The parser decides what a value is, so the chunk goes to it.
+                raise NotPlainVerl("a quoted value (a string) in the chunk")
             return jsonl.verl_values_in(chunk.colons, chunk.lines)
 
         for attempt in range(2):
@@ -235,7 +244,7 @@ class BulkReader:
                         self.store.update_run_info(cur, s.run_id, last_step=high, last_point_at=time.time())
                         self.store.mark_detection_behind(cur, s.run_id, after)
                 break
-            except _FileChanged:
+            except (_FileChanged, NotPlainVerl):
                 return None
             except BulkMismatch:
                 if attempt:
@@ -274,6 +283,8 @@ class _Chunk:
     lines: int = 0
     colons: int = 0
     partial_colons: int = 0
+    quotes: int = 0  # `"` in the complete lines: two per JSON name when no value is a string
+    partial_quotes: int = 0
     tail: bytes = b""
     direct: bool = False  # DuckDB reads the source file itself (the whole file is complete lines)
 

@@ -120,6 +120,9 @@ def _parse(fmt: Format, s: SourceState, data: bytes, first_line: int) -> ParseRe
 
 
 def _quarantine(cur, store: Store, s: SourceState, result: ParseResult, report: Report) -> None:
+    if result.skipped:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(result.skipped.items()))
+        report(s.path, f"values that are not numbers skipped ({kinds}); the numbers beside them are stored")
     if not result.bad:
         return
     store.quarantine(cur, s, result.bad)

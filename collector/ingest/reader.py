@@ -16,10 +16,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-
-import duckdb
 
 from collector import formats
 from collector.core.model import Format, Points, RunInfo
@@ -36,6 +35,9 @@ CHUNK_BYTES = 8 << 20  # one Python read of a file; bounds memory while a backlo
 TXN_BYTES = 16 << 20  # bytes one shared transaction takes in before it commits
 
 PointsCallback = Callable[[str, Points], None]
+# A file whose read fails (not a bad line: those are quarantined) is retried after 1, 2, 4, ... s, at most 5 min.
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 300.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -44,6 +46,15 @@ class Event:
 
     path: str
     message: str
+
+
+@dataclasses.dataclass(slots=True)
+class Failing:
+    """A file whose last read failed: how often in a row, why, and when it is tried again (monotonic s)."""
+
+    attempts: int
+    reason: str
+    retry_at: float
 
 
 class Ingestor:
@@ -78,6 +89,7 @@ class Ingestor:
         self.run_dirs: dict[str, Path] = {}
         self.max_step: dict[str, int] = store.max_steps()
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
+        self.failing: dict[str, Failing] = {}  # path -> its failed reads, while it keeps failing
         self.bulk_reader = BulkReader(store, scratch_dir(store.path), bulk_bytes)
         self._formats: dict[str, Format | None] = {}
 
@@ -147,14 +159,17 @@ class Ingestor:
         """Read what is new in `paths` (registered sources); returns the paths that still have more to read.
 
         Small reads share one transaction; a big verl JSONL backlog is read chunk by chunk, each chunk its
-        own transaction. A file that fails is logged with the reason and skipped; the others go on.
+        own transaction. A file whose read fails is named in an event with the reason, left as it was, and
+        tried again with backoff (`failing`); the other files and runs go on.
         """
         pending: set[str] = set()
         shared: list[str] = []
+        now = time.monotonic()
         busy: set[str] = set()  # runs with a source that this call will not read to its end
         for path in self._in_precedence_order(paths):
             s = self.sources.get(path)
-            if s is None or not self.changed(s):
+            failing = self.failing.get(path)
+            if s is None or (failing is not None and now < failing.retry_at) or not self.changed(s):
                 continue
             if s.run_id in busy:
                 pending.add(path)  # a later-ranked file of the run waits until the earlier one is read
@@ -256,17 +271,32 @@ class Ingestor:
         return pending
 
     def _guarded(self, work: Callable[[], bool | None], paths: list[str], quiet: bool = False) -> bool:
+        """Run `work` (reads of `paths` in one transaction); any failure rolls back to the sources as they
+        were. Unless `quiet` (a shared transaction, whose paths are then tried one by one), a failure marks
+        the one path failing, with a retry after a backoff; a success clears the mark."""
         # Sources are updated on copies and only put back after a commit, so a rollback leaves them right.
         before = {p: self.sources[p] for p in paths}
         try:
             result = work()
-        except (duckdb.Error, OSError, ValueError, MemoryError) as e:
+        except Exception as e:  # anything at all: one file must never stop the cycle or another run
             for p, s in before.items():
                 self.sources[p] = s
             if not quiet:
-                self._event(paths[0], f"could not be ingested ({type(e).__name__}: {e}); skipped, will retry")
+                self._failed(paths[0], f"{type(e).__name__}: {e}")
             return False
-        return result is not False if not quiet else True
+        for p in paths:
+            self.failing.pop(p, None)
+        return True if quiet else result is not False
+
+    def _failed(self, path: str, reason: str) -> None:
+        attempts = self.failing[path].attempts + 1 if path in self.failing else 1
+        wait = min(RETRY_FIRST_S * 2 ** (attempts - 1), RETRY_MAX_S)
+        self.failing[path] = Failing(attempts, reason, time.monotonic() + wait)
+        self._event(
+            path,
+            f"could not be ingested ({reason}); nothing of it was stored this time, the other files go on; "
+            f"failure {attempts} in a row, tried again in {wait:.0f} s",
+        )
 
     def _read_many(self, paths: list[str], pending: set[str]) -> None:
         """One transaction for the sources' new lines; plain appends of all sources go in as one insert

@@ -26,6 +26,11 @@ class BulkMismatch(ValueError):
     """DuckDB's bulk read did not account for every value in the bytes; the chunk needs another reading."""
 
 
+class NotPlainVerl(BulkMismatch):
+    """The chunk holds what only the parser reads right (an infinity from a number too long for a float,
+    a string value): it goes to the parser, which quarantines or skips it and says so."""
+
+
 def add_points(
     cur: duckdb.DuckDBPyConnection,
     s: SourceState,
@@ -168,6 +173,9 @@ def _bulk_from_wide(
         distinct = f"bit_count(bitstring_agg(step, ?, ?) {has})" if bitmap else f"count(DISTINCT step) {has}"
         # arg_max skips a NULL value by itself (a filter there costs a third of this pass).
         per_key.append(f"count(c{i}), {distinct}, min(step) {has}, max(step) {has}, arg_max(c{i}, step)")
+    # An infinity is rare, and DuckDB makes one of a number too long for a float (a 5,000-digit integer),
+    # which the parser quarantines as unreadable: such a chunk goes to the parser, which decides.
+    per_key.append("count(*) FILTER (WHERE " + " OR ".join(f"isinf(c{i})" for i in range(len(keys))) + ")")
     stats = (
         cur.execute(
             f"SELECT {', '.join(per_key)} FROM rw_wide", [low, high] * len(keys) if bitmap else []
@@ -175,6 +183,8 @@ def _bulk_from_wide(
         if keys and low is not None
         else ()
     )
+    if stats and stats[-1]:
+        raise NotPlainVerl(f"{stats[-1]} infinite values: the parser reads them")
     # (column, metric, values, distinct steps, first step, last step, value at the last step)
     found = [(i, keys[i], *stats[5 * i : 5 * i + 5]) for i in range(len(keys)) if stats and stats[5 * i]]
     count = sum(n for _, _, n, *_ in found)
