@@ -25,6 +25,7 @@ STEP_COLUMNS = (
     "micro_step",
 )
 EPOCH_COLUMN = "epoch"
+_STEP_NAMES = {*STEP_COLUMNS, EPOCH_COLUMN}
 
 
 def parse(data: bytes, first_line: int = 1, *, path: str = "", state: list[str] | None = None) -> ParseResult:
@@ -36,8 +37,9 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: list[str] 
     Every numeric column except the step and wall-time columns is a metric named by its header. The step
     comes from the first of `STEP_COLUMNS` present, else `epoch`; in the last case the epoch (a whole number) is also
     a metric `epoch`. Empty cells and text are skipped; `nan`, `inf` are kept. A row with a different number
-    of fields than the header, no step, or bad bytes is reported in `bad`. A row repeating the header's
-    step column name starts a new header (a writer that restarted and wrote its header again). `path` is
+    of fields than the header, no step, or bad bytes is reported in `bad`. A row of names only, one of them a
+    step column (wherever it is), starts a new header in force (a writer that restarted, perhaps with other
+    columns). A header's bytes that are not UTF-8 are read with replacement characters. `path` is
     unused.
     """
     lines, consumed = complete_lines(data)
@@ -47,11 +49,14 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: list[str] 
     line_no = first_line - 1
     for raw in lines:
         line_no += 1
+        undecodable = None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            result.bad.append(BadLine(line_no, f"non-UTF-8 bytes at column {err.start + 1}", bad_text(raw)))
-            continue
+            # A header's names are kept with replacement characters (a latin-1 "°C" must not lose the file);
+            # a data row with bad bytes is a bad line.
+            undecodable = f"non-UTF-8 bytes at column {err.start + 1}"
+            text = raw.decode("utf-8", errors="replace")
         if not text.strip():
             continue
         try:
@@ -59,7 +64,10 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: list[str] 
         except csv.Error as err:
             result.bad.append(BadLine(line_no, f"unreadable CSV row: {err}", bad_text(text)))
             continue
-        if layout is None or layout.is_header(row):
+        if layout is not None and undecodable is not None and not _is_header(row):
+            result.bad.append(BadLine(line_no, undecodable, bad_text(raw)))
+            continue
+        if layout is None or _is_header(row):
             layout = _Layout(row)
             if layout.step_index is None:
                 reason = f"header has no step column (one of {', '.join((*STEP_COLUMNS, EPOCH_COLUMN))})"
@@ -112,12 +120,11 @@ class _Layout:
         # With only an epoch column, the epoch is the step and also stays a metric.
         return self.step_is_epoch and index == self.step_index
 
-    def is_header(self, row: list[str]) -> bool:
-        return (
-            self.step_index is not None
-            and len(row) > self.step_index
-            and (row[self.step_index].strip().lstrip("\ufeff") == self.names[self.step_index])
-        )
+
+def _is_header(row: list[str]) -> bool:
+    """Whether a row is a header: names only (no cell is a number) and one of them a step column."""
+    names = {cell.strip().lstrip("\ufeff").lower() for cell in row}
+    return bool(names & _STEP_NAMES) and all(_number(cell) is None for cell in row)
 
 
 def _number(cell: str) -> float | None:
@@ -131,7 +138,7 @@ def has_step_column(head: bytes) -> bool:
     """Whether a CSV's first line names a step column (one of `STEP_COLUMNS`, or `epoch`)."""
     first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff")
     columns = {c.strip().strip('"').lower() for c in first.split(",")}
-    return bool(columns & {*STEP_COLUMNS, EPOCH_COLUMN})
+    return bool(columns & _STEP_NAMES)
 
 
 FORMAT = Format(name="csv", parse=parse, sniffed=("*.csv",), sniff=has_step_column, copy=True)

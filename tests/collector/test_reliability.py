@@ -181,3 +181,51 @@ def test_a_file_that_cannot_be_read_is_marked_and_retried_with_backoff_and_other
     assert broken not in ing.failing and stored(store, "a")[("loss", 5)] == 5.0
     ing.close()
     store.close()
+
+
+def test_a_csv_header_written_again_with_the_step_column_moved_is_the_header_in_force(tmp_path):
+    """A writer that restarts may write a new header with other columns in another order: the rows after it
+    are read under it (never under the old one), in the same read or a later one."""
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "training_history.csv"
+    f.write_text("step,loss,lr\n1,1.0,0.1\nloss,val/loss,step\n0.5,0.7,2\n")
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root])
+    ing.ingest_all()
+    with f.open("a") as out:
+        out.write("0.4,0.6,3\nglobal_step,acc\n4,0.9\n")
+    ing.ingest_all()
+    assert stored(store, "r") == {
+        ("loss", 1): 1.0,
+        ("lr", 1): 0.1,
+        ("loss", 2): 0.5,
+        ("val/loss", 2): 0.7,
+        ("loss", 3): 0.4,
+        ("val/loss", 3): 0.6,
+        ("acc", 4): 0.9,
+    }
+    assert quarantined(store, "r") == []
+    ing.close()
+    store.close()
+
+
+def test_a_csv_header_with_a_latin1_byte_keeps_its_file(tmp_path):
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    (root / "r" / "training_history.csv").write_bytes(
+        b"step,temp \xb0C,loss\n1,40,1.0\n2,41,\xff\n3,42,0.5\n"
+    )
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root])
+    ing.ingest_all()
+    assert stored(store, "r") == {
+        ("temp \ufffdC", 1): 40.0,
+        ("loss", 1): 1.0,
+        ("temp \ufffdC", 3): 42.0,
+        ("loss", 3): 0.5,
+    }
+    [(line, reason)] = quarantined(store, "r")  # a data row with a bad byte is still a bad line
+    assert line == 3 and reason.startswith("non-UTF-8 bytes")
+    ing.close()
+    store.close()
