@@ -171,6 +171,10 @@ class Ingestor:
             failing = self.failing.get(path)
             if s is None or (failing is not None and now < failing.retry_at) or not self.changed(s):
                 continue
+            if not self._whole(s) and (rotated := segments.renamed_to(s)) is not None:
+                # Its name now holds another file: first the rest of the old one, under its new name.
+                self.moved(path, rotated)
+                s = self.sources[path]
             if s.run_id in busy:
                 pending.add(path)  # a later-ranked file of the run waits until the earlier one is read
                 continue
@@ -238,6 +242,12 @@ class Ingestor:
         finally:
             caught_up = self.sources.pop(dest)
             self.sources[src] = dataclasses.replace(caught_up, path=src)
+        if caught_up.offset > s.offset:
+            self._event(
+                src,
+                f"was renamed to {dest}: its last {caught_up.offset - s.offset} bytes were read there, "
+                "before the new file under its name",
+            )
 
     def _bulk_chunk(self, s0: SourceState) -> bool:
         """Ingest one chunk of a big verl JSONL backlog in its own transaction; True when more is waiting."""
@@ -360,13 +370,23 @@ class Ingestor:
             s.inode, s.device, s.state = st.st_ino, st.st_dev, "active"
             return st
         reason = segments.new_life(s, st)
+        if reason is None and s.state == "deleted":
+            s.state = "active"
+            self.store.save_source(cur, s)
+            self._event(
+                s.path, f"is back, the same file as before (inode and bytes): reading on from byte {s.offset}"
+            )
         if reason and segments.start_segment(s):
             self._event(
                 s.path,
                 f"{reason}: reading it again from the start as segment {s.segment}; "
                 "earlier points stay, and steps written again replace them",
             )
-        s.inode, s.device = st.st_ino, st.st_dev
+        if (s.inode, s.device) != (st.st_ino, st.st_dev):
+            s.inode, s.device = st.st_ino, st.st_dev
+            # Remembered at once, even with nothing read yet: if this file is renamed while the collector
+            # is down, its identity is what finds it again.
+            self.store.save_source(cur, s)
         return st
 
     def _format(self, name: str) -> Format | None:

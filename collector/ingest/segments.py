@@ -47,8 +47,11 @@ def backlog(s: SourceState) -> int:
 
 
 def new_life(s: SourceState, st: os.stat_result) -> str | None:
-    """Why the file `st` describes is no longer the life `s`'s offset belongs to, or None when it is."""
-    if s.state == "deleted":
+    """Why the file `st` describes is no longer the life `s`'s offset belongs to, or None when it is.
+
+    A file that was gone and is back as the same file (same inode and device, the bytes before the offset
+    unchanged: its root was renamed away and back) is the same life."""
+    if s.state == "deleted" and not _same_file(s, st, s.path):
         return "appeared again after being deleted"
     if s.inode and (st.st_ino, st.st_dev) != (s.inode, s.device):
         return "was replaced by a new file (rotation)"
@@ -59,6 +62,43 @@ def new_life(s: SourceState, st: os.stat_result) -> str | None:
         if before != s.tail_sig:
             return "was rewritten in place"
     return None
+
+
+def renamed_to(s: SourceState) -> str | None:
+    """Where the file `s`'s offset belongs to went when another file now has its name (rotation:
+    `metrics.jsonl` -> `metrics.jsonl.1`, perhaps while the collector was down): a file of its folder
+    with its inode and device and the same bytes before the offset, or None."""
+    if not s.inode or s.state == "deleted":
+        return None
+    try:
+        st = os.stat(s.path)
+        if (st.st_ino, st.st_dev) == (s.inode, s.device):
+            return None
+        entries = list(os.scandir(os.path.dirname(s.path)))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            if entry.inode() != s.inode or entry.path == s.path or not entry.is_file(follow_symlinks=False):
+                continue
+            if _same_file(s, entry.stat(follow_symlinks=False), entry.path):
+                return entry.path
+        except OSError:
+            continue
+    return None
+
+
+def _same_file(s: SourceState, st: os.stat_result, path: str) -> bool:
+    """Whether `path` (as `st` saw it) is the file `s` was reading: its identity and its bytes before the
+    offset."""
+    if (st.st_ino, st.st_dev) != (s.inode, s.device) or st.st_size < s.offset:
+        return False
+    if not s.tail_sig:
+        return True
+    try:
+        return read_range(path, s.offset - len(s.tail_sig), len(s.tail_sig)) == s.tail_sig
+    except OSError:
+        return False
 
 
 def start_segment(s: SourceState) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import shutil
 import time
 
@@ -229,3 +230,163 @@ def test_a_csv_header_with_a_latin1_byte_keeps_its_file(tmp_path):
     assert line == 3 and reason.startswith("non-UTF-8 bytes")
     ing.close()
     store.close()
+
+
+def loss_lines(first: int, last: int) -> str:
+    return "".join(
+        verl(step, **{"train/loss": 1.0 / step, "train/lr": step * 1e-6}) for step in range(first, last + 1)
+    )
+
+
+def expected_points(last: int) -> dict[tuple[str, int], float]:
+    out = {}
+    for step in range(1, last + 1):
+        out[("train/loss", step)] = 1.0 / step
+        out[("train/lr", step)] = step * 1e-6
+    return out
+
+
+def test_lines_written_before_a_rotation_while_the_collector_was_down_are_read(tmp_path):
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "metrics.jsonl"
+    f.write_text(loss_lines(1, 10))
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root])
+    ing.ingest_all()
+    ing.close()  # the collector stops; the trainer goes on, then rotates its file
+    with f.open("a") as out:
+        out.write(loss_lines(11, 15))
+    f.rename(root / "r" / "metrics.jsonl.1")
+    f.write_text(loss_lines(16, 20))
+    ing = Ingestor(store, [root])  # the next collector, the same database
+    ing.ingest_all()
+    assert stored(store, "r") == expected_points(20)
+    assert any("renamed to" in e.message and "metrics.jsonl.1" in e.message for e in ing.events)
+    [src] = store_read.sources(store, "r")
+    assert (src["offset"], src["lines"], src["segment"]) == (f.stat().st_size, 5, 1)
+    assert store.rows("SELECT count(*) FROM points_replaced")[0][0] == 0
+    ing.close()
+    store.close()
+
+
+def test_a_root_renamed_away_and_back_is_the_same_files_not_read_again(tmp_path):
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "metrics.jsonl"
+    f.write_text(loss_lines(1, 10))
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root])
+    paths = ing.discover()
+    ing.ingest_all(paths)
+    root.rename(tmp_path / "away")
+    ing.ingest(paths)  # gone: marked deleted, what was read stays
+    assert store_read.sources(store, "r")[0]["state"] == "deleted"
+    (tmp_path / "away").rename(root)
+    with f.open("a") as out:
+        out.write(loss_lines(11, 12))
+    ing.ingest_all(paths)
+    [src] = store_read.sources(store, "r")
+    assert (src["state"], src["segment"], src["lines"]) == ("active", 0, 12)  # read on, not from 0
+    assert stored(store, "r") == expected_points(12)
+    assert any("is back, the same file" in e.message for e in ing.events)
+    ing.close()
+    store.close()
+
+
+def test_kill_9_during_rotations_truncations_and_root_renames_keeps_every_point(tmp_path):
+    """A trainer that appends, rotates its file (`metrics.jsonl` -> `metrics.jsonl.N`), resumes from a
+    checkpoint (its file cut back, then the same steps written again) and has its folder renamed away and
+    back, while the collector is killed at random moments and restarted (and the trainer goes on while it is
+    down): in the end the store holds every step the trainer wrote, each once, with its value."""
+    from tests.collector.test_daemon_support import Daemon, wait_for
+
+    rng = random.Random(20261124)
+    root = tmp_path / "root"
+    run_dir = root / "r"
+    run_dir.mkdir(parents=True)
+    f = run_dir / "metrics.jsonl"
+    f.write_text(loss_lines(1, 3000))  # a backlog, so some kills land mid-read
+    state = {"next": 3001, "life_start": 1, "rotations": 0}
+    done: list[str] = []
+    db = tmp_path / "rw.duckdb"
+    daemon = Daemon(db, [root])
+
+    def source() -> dict | None:
+        try:
+            return daemon.client().get("/api/runs/r")["sources"][0]
+        except Exception:  # not listening yet, or the run not registered yet
+            return None
+
+    def append(count: int) -> None:
+        with f.open("a") as out:
+            out.write(loss_lines(state["next"], state["next"] + count - 1))
+        state["next"] += count
+
+    def act(up: bool) -> None:
+        choice = rng.random()
+        if choice < 0.4:
+            append(rng.randint(50, 600))
+            done.append("append")
+        elif choice < 0.6 and up:
+            # Rotation, the last lines perhaps unread; the collector must see the new file before it can be
+            # renamed in turn (a file born and rotated away while no collector runs is never known).
+            before = source()
+            state["rotations"] += 1
+            f.rename(run_dir / f"metrics.jsonl.{state['rotations']}")
+            state["life_start"] = state["next"]
+            f.write_text("")
+            append(5)
+            wait_for(
+                lambda: (
+                    (now := source()) is not None
+                    and (before is None or now["segment"] > before["segment"])
+                    and (now["offset"], now["lines"]) == (f.stat().st_size, 5)
+                ),
+                "the new file read",
+            )
+            done.append("rotate")
+        elif choice < 0.8 and state["next"] > state["life_start"] + 10:
+            # Resume from a checkpoint: the file is cut back to before step `back`, which is written again.
+            back = rng.randint(state["life_start"], state["next"] - 1)
+            f.write_text(loss_lines(state["life_start"], back - 1))
+            f.write_text(loss_lines(state["life_start"], back - 1) + loss_lines(back, state["next"] - 1))
+            done.append("truncate")
+        else:
+            root.rename(tmp_path / "away")
+            time.sleep(rng.uniform(0.05, 0.4))
+            (tmp_path / "away").rename(root)
+            done.append("root rename")
+
+    try:
+        daemon.start()
+        wait_for(lambda: (src := source()) is not None and src["offset"] > 0, "the backlog started")
+        for _ in range(8):
+            daemon.kill9()
+            for _ in range(rng.randint(0, 2)):
+                act(up=False)
+            daemon.start(wait=rng.random() < 0.6)
+            for _ in range(rng.randint(1, 3)):
+                act(up=True)
+                time.sleep(rng.uniform(0.0, 0.6))
+        daemon.kill9()
+        daemon.start()
+        want = 2 * (state["next"] - 1)
+        wait_for(
+            lambda: sum(m["points"] for m in daemon.client().get("/api/runs/r")["metrics"]) >= want,
+            "every step stored",
+        )
+        assert daemon.stop() == 0
+    finally:
+        daemon.ensure_stopped()
+    print("actions:", ", ".join(done))
+    assert {"append", "rotate", "truncate", "root rename"} <= set(done)
+    store = Store(db)
+    try:
+        rows = store.rows("SELECT metric, step, value FROM points WHERE run_id = 'r'")
+        got = {(m, s): v for m, s, v in rows}
+        assert len(rows) == len(got), "a (metric, step) is stored twice"
+        assert got == expected_points(state["next"] - 1)  # point by point: every step, its value
+        assert store.rows("SELECT count(*) FROM quarantine")[0][0] == 0
+    finally:
+        store.close()
