@@ -26,6 +26,7 @@ from collector.formats import discover
 from collector.ingest import segments
 from collector.ingest.bulk import BULK_BYTES, BULK_MIN_BYTES, BulkReader, scratch_dir
 from collector.ingest.chunk import Cycle, read_chunk
+from collector.ingest.failures import Failures
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
 
@@ -35,9 +36,6 @@ CHUNK_BYTES = 8 << 20  # one Python read of a file; bounds memory while a backlo
 TXN_BYTES = 16 << 20  # bytes one shared transaction takes in before it commits
 
 PointsCallback = Callable[[str, Points], None]
-# A file whose read fails (not a bad line: those are quarantined) is retried after 1, 2, 4, ... s, at most 5 min.
-RETRY_FIRST_S = 1.0
-RETRY_MAX_S = 300.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -46,15 +44,6 @@ class Event:
 
     path: str
     message: str
-
-
-@dataclasses.dataclass(slots=True)
-class Failing:
-    """A file whose last read failed: how often in a row, why, and when it is tried again (monotonic s)."""
-
-    attempts: int
-    reason: str
-    retry_at: float
 
 
 class Ingestor:
@@ -89,7 +78,7 @@ class Ingestor:
         self.run_dirs: dict[str, Path] = {}
         self.max_step: dict[str, int] = store.max_steps()
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
-        self.failing: dict[str, Failing] = {}  # path -> its failed reads, while it keeps failing
+        self.failures = Failures()  # files whose reads fail as a whole: retried with backoff
         self.bulk_reader = BulkReader(store, scratch_dir(store.path), bulk_bytes)
         self._formats: dict[str, Format | None] = {}
 
@@ -134,7 +123,7 @@ class Ingestor:
         self._registered[run.id] = known
         self.run_dirs[run.id] = run.dir
         self.store.upsert_run(run.id, str(run.root), str(run.path), run.format)
-        self.store.set_skipped_files(run.id, [(str(p), why, _size(p)) for p, why in run.skipped])
+        self.store.set_skipped_files(run.id, [(str(p), why, segments.size_of(p)) for p, why in run.skipped])
         for source in run.sources:
             key = str(source.path)
             self.roles[key] = source.role
@@ -160,7 +149,7 @@ class Ingestor:
 
         Small reads share one transaction; a big verl JSONL backlog is read chunk by chunk, each chunk its
         own transaction. A file whose read fails is named in an event with the reason, left as it was, and
-        tried again with backoff (`failing`); the other files and runs go on.
+        tried again with backoff (`failures`); the other files and runs go on.
         """
         pending: set[str] = set()
         shared: list[str] = []
@@ -168,8 +157,7 @@ class Ingestor:
         busy: set[str] = set()  # runs with a source that this call will not read to its end
         for path in self._in_precedence_order(paths):
             s = self.sources.get(path)
-            failing = self.failing.get(path)
-            if s is None or (failing is not None and now < failing.retry_at) or not self.changed(s):
+            if s is None or self.failures.waiting(path, now) or not self.changed(s):
                 continue
             if not self._whole(s) and (rotated := segments.renamed_to(s)) is not None:
                 # Its name now holds another file: first the rest of the old one, under its new name.
@@ -207,7 +195,7 @@ class Ingestor:
             s = self.sources.get(path)
             if s is None:
                 return ("", 0, 0.0, path)
-            return (s.run_id, -formats.rank(s.format), _mtime(path), path)
+            return (s.run_id, -formats.rank(s.format), segments.mtime_of(path), path)
 
         return sorted(dict.fromkeys(paths), key=key)
 
@@ -295,17 +283,15 @@ class Ingestor:
                 self._failed(paths[0], f"{type(e).__name__}: {e}")
             return False
         for p in paths:
-            self.failing.pop(p, None)
+            self.failures.succeeded(p)
         return True if quiet else result is not False
 
     def _failed(self, path: str, reason: str) -> None:
-        attempts = self.failing[path].attempts + 1 if path in self.failing else 1
-        wait = min(RETRY_FIRST_S * 2 ** (attempts - 1), RETRY_MAX_S)
-        self.failing[path] = Failing(attempts, reason, time.monotonic() + wait)
+        failing = self.failures.failed(path, reason)
         self._event(
             path,
             f"could not be ingested ({reason}); nothing of it was stored this time, the other files go on; "
-            f"failure {attempts} in a row, tried again in {wait:.0f} s",
+            f"failure {failing.attempts} in a row, tried again in {failing.retry_at - time.monotonic():.0f} s",
         )
 
     def _read_many(self, paths: list[str], pending: set[str]) -> None:
@@ -406,17 +392,3 @@ class Ingestor:
         log.warning("%s: %s", path, message)
         self.events.append(Event(path, message))
         del self.events[:-200]
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

@@ -111,6 +111,22 @@ def start_segment(s: SourceState) -> bool:
     return had
 
 
+def mtime_of(path: str) -> float:
+    """The file's modification time, 0 when it cannot be read."""
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def size_of(path: str | os.PathLike) -> int:
+    """The file's size, 0 when it cannot be read."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def position(s: SourceState) -> dict:
     """The fields of `s` that say where reading stands (kept when a file is re-registered under a new run)."""
     return {

@@ -60,7 +60,7 @@ def test_a_step_beyond_64_bits_is_a_quarantined_line_and_no_other_line_or_run_is
         [(line, reason)] = quarantined(store, run)
         assert line == bad_line and "beyond the 64-bit step range" in reason, (run, reason)
     assert stored(store, "good") == {("loss", 1): 0.5, ("loss", 2): 0.25}
-    assert ing.failing == {}
+    assert ing.failures.by_path == {}
     ing.close()
     store.close()
 
@@ -163,15 +163,15 @@ def test_a_file_that_cannot_be_read_is_marked_and_retried_with_backoff_and_other
 
     ing.ingest(paths)
     assert stored(store, "b") == {("loss", 1): 1.0, ("loss", 2): 2.0}
-    first = ing.failing[broken]
+    first = ing.failures.by_path[broken]
     assert first.attempts == 1 and "IsADirectoryError" in first.reason
     assert any(e.path == broken and "failure 1 in a row" in e.message for e in ing.events)
     ing.ingest(paths)  # before its retry time: not tried again
-    assert ing.failing[broken].attempts == 1
+    assert ing.failures.by_path[broken].attempts == 1
     while time.monotonic() < first.retry_at:
         time.sleep(0.05)
     ing.ingest(paths)
-    second = ing.failing[broken]
+    second = ing.failures.by_path[broken]
     assert second.attempts == 2 and second.retry_at - first.retry_at > 1.0  # waits longer each time
 
     shutil.rmtree(root / "a" / "metrics.jsonl")
@@ -179,7 +179,7 @@ def test_a_file_that_cannot_be_read_is_marked_and_retried_with_backoff_and_other
     while time.monotonic() < second.retry_at:
         time.sleep(0.05)
     ing.ingest(paths)
-    assert broken not in ing.failing and stored(store, "a")[("loss", 5)] == 5.0
+    assert broken not in ing.failures.by_path and stored(store, "a")[("loss", 5)] == 5.0
     ing.close()
     store.close()
 
