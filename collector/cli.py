@@ -72,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("alert_id", type=int)
         p.add_argument("--note", help="why (kept in the alert's history)")
 
+    stop = sub.add_parser(
+        "stop",
+        parents=[common],
+        help="ask a run to stop (writes RUN_DIR/runwatch.stop; the trainer polls it)",
+    )
+    stop.add_argument("run")
+    stop.add_argument("--reason", default="", help="why (the trainer records it in status.json)")
+
     checkpoints = sub.add_parser(
         "checkpoints", parents=[common], help="checkpoints of a run and which to keep"
     )
@@ -203,6 +211,8 @@ def _query(args: argparse.Namespace) -> Any:
         try:
             if args.command in ("ack", "resolve"):
                 return client.post(path, {"note": args.note})
+            if args.command == "stop":
+                return client.post(path, {"reason": args.reason})
             result = client.get(path, params=params)
         finally:
             client.close()
@@ -247,6 +257,12 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
             f"/api/alerts/{args.alert_id}/{c}",
             None,
             lambda s: api_views.set_alert_state(s, args.alert_id, state, args.note),
+        )
+    if c == "stop":
+        return (
+            f"/api/runs/{quote(args.run, safe='/')}/stop",
+            None,
+            lambda s: api_views.request_stop(s, args.run, args.reason),
         )
     if c == "checkpoints":
         return (
@@ -311,4 +327,8 @@ _TABLES: dict[str, Callable[[Any], str]] = {
     "ack": _alert_line,
     "resolve": _alert_line,
     "checkpoints": _checkpoints_table,
+    "stop": lambda r: (
+        f"run {r['run']}: {'asked to stop' if r['written'] else 'already asked to stop'}: {r['path']} "
+        f"({r['request']['reason']})"
+    ),
 }

@@ -62,6 +62,9 @@ class RunCallback:
     def on_exception(self, step: int, error: str) -> None:
         """Training died at `step` with `error` (a one-line summary and the traceback's last lines)."""
 
+    def on_stopped(self, step: int, reason: str) -> None:
+        """Training stopped on request after `step` (a checkpoint of it is saved); `reason` says why."""
+
 
 class CallbackList(RunCallback):
     """Calls each callback in turn. A writer that raises is reported on stderr and dropped, never fatal:
@@ -99,6 +102,9 @@ class CallbackList(RunCallback):
 
     def on_exception(self, step: int, error: str) -> None:
         self._each("on_exception", step, error)
+
+    def on_stopped(self, step: int, reason: str) -> None:
+        self._each("on_stopped", step, reason)
 
 
 def is_validation_record(metrics: dict[str, Any]) -> bool:

@@ -112,6 +112,7 @@ def _install() -> None:
 
             verl_seam.install_checkpoint_hooks()
             verl_seam.install_faults(verl_seam.env_json("RUNWATCH_FAULTS", []))
+            verl_seam.install_stop_check(Path(run_dir))
         return result
 
     distributed.initialize_global_process_group = initialize_global_process_group

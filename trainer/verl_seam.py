@@ -9,6 +9,9 @@ The seam is a handful of class/module attributes that verl's trainers look up at
 - `TrainingWorker.train_batch` and `verl.workers.utils.losses.sft_loss`: where scenario faults are
   injected for real (a NaN loss that goes through backward, a learning-rate boost, a sleep).
 - `sys.excepthook`: the run died; status.json says `failed` with the error.
+- `TrainingWorker.train_batch` also polls the stop request (`RUN_DIR/runwatch.stop`, see
+  `trainer/stop.py`) before each step: asked to stop, every rank saves a checkpoint of the last step
+  and exits 0, and status.json says `stopped` with the reason.
 
 `install_writers` and `install_faults` are idempotent. The environment variables below carry the launcher's
 choices into the torchrun workers: RUNWATCH_RUN_DIR, RUNWATCH_PRESET, RUNWATCH_FAULTS (JSON list),
@@ -43,6 +46,9 @@ class SeamState:
         self.nan_now = False
         self.writers_installed = False
         self.faults_installed = False
+        self.stop_installed = False
+        self.ckpt_handler = None  # verl's CheckpointHandler, to save a checkpoint when asked to stop
+        self.saved_steps: set[int] = set()
 
 
 STATE = SeamState()
@@ -199,6 +205,7 @@ def install_checkpoint_hooks() -> None:
 
     def save_checkpoint(self, step):
         result = original_save(self, step)
+        STATE.saved_steps.add(int(step))
         if STATE.callbacks is not None:
             STATE.callbacks.on_checkpoint_saved(
                 step, os.path.join(self.default_local_dir, f"global_step_{step}")
@@ -207,6 +214,7 @@ def install_checkpoint_hooks() -> None:
         return result
 
     def load_checkpoint(self):
+        STATE.ckpt_handler = self  # verl calls this once as the trainer starts (a fresh run too)
         step = original_load(self)
         STATE.resume_step = STATE.train_step = int(step or 0)
         return step
@@ -311,3 +319,42 @@ def install_faults(faults: list[dict[str, Any]]) -> None:
 
     TrainingWorker.train_batch = train_batch
     losses.sft_loss = sft_loss
+
+
+def install_stop_check(run_dir: Path) -> None:
+    """Poll the stop request before every step, on every rank (the ranks agree, then all stop together)."""
+    if STATE.stop_installed:
+        return
+    STATE.stop_installed = True
+    from verl.workers.engine_workers import TrainingWorker
+
+    from trainer.stop import StopPoll, ranks_agree
+
+    poll = StopPoll(run_dir)
+    inner = TrainingWorker.train_batch
+
+    def train_batch(self, data, *args, **kwargs):
+        if ranks_agree(poll.requested()):
+            stop_now(poll)
+        return inner(self, data, *args, **kwargs)
+
+    TrainingWorker.train_batch = train_batch
+
+
+def stop_now(poll) -> None:
+    """Save the last finished step as a checkpoint (unless it is saved), record `stopped`, exit 0."""
+    import torch.distributed as dist
+
+    step = STATE.train_step  # the faults wrapper counts steps on every rank; this one has not begun
+    reason = poll.reason()
+    if STATE.ckpt_handler is not None and step > 0 and step not in STATE.saved_steps:
+        STATE.ckpt_handler.save_checkpoint(step=step)
+    if STATE.callbacks is not None and not STATE.ended:
+        STATE.ended = True
+        STATE.callbacks.on_stopped(step, reason)
+    if os.environ.get("RANK", "0") == "0":
+        print(f"runwatch: stopped after step {step} on request: {reason}", flush=True)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.exit(0)

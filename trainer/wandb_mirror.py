@@ -60,6 +60,9 @@ class WandbMirror(RunCallback):
     def on_exception(self, step: int, error: str) -> None:
         self._finish(1)
 
+    def on_stopped(self, step: int, reason: str) -> None:
+        self._finish(0)
+
 
 def read_offline_history(wandb_file: Path) -> list[dict[str, Any]]:
     """The history rows of an offline `.wandb` file: one dict per `log` call, with `_step` and the metrics."""

@@ -135,6 +135,9 @@ class MetricsJsonlWriter(RunCallback):
     def on_exception(self, step: int, error: str) -> None:
         self._close()
 
+    def on_stopped(self, step: int, reason: str) -> None:
+        self._close()
+
 
 class CsvHistoryWriter(RunCallback):
     """A CSV with a `step` column and one column per metric, one row per logged step, appended.
@@ -229,7 +232,7 @@ def _csv_cell(value: Any) -> str:
 
 
 class StatusWriter(RunCallback):
-    """status.json: state (running|completed|failed), step, total_steps, pid, host, updated_at (epoch s).
+    """status.json: state (running|completed|failed|stopped), step, total_steps, pid, host, updated_at (epoch s).
 
     Rewritten at every change of state and checkpoint, and at most once a second for the step count: an
     atomic rewrite costs about a millisecond, more than all the other writers of a step together.
@@ -275,6 +278,9 @@ class StatusWriter(RunCallback):
 
     def on_exception(self, step: int, error: str) -> None:
         self._save(state="failed", step=step, error=error, finished_at=time.time())
+
+    def on_stopped(self, step: int, reason: str) -> None:
+        self._save(state="stopped", step=step, stop_reason=reason, finished_at=time.time())
 
 
 class RunJsonWriter(RunCallback):

@@ -44,6 +44,10 @@ class IngestRequest(BaseModel):
     paths: list[str]
 
 
+class StopRequest(BaseModel):
+    reason: str = ""
+
+
 def confine(path: str, roots: list[Path]) -> Path:
     """`path` resolved (symlinks followed) when it lies inside one of `roots`; else ValueError."""
     resolved = Path(path).expanduser().resolve()
@@ -156,6 +160,17 @@ def create_app(
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @app.post("/api/runs/{run:path}/stop", dependencies=guard)
+    def stop(run: str, body: StopRequest | None = None) -> JSONWithNaN:
+        try:
+            return JSONWithNaN(api_views.request_stop(store, run, body.reason if body else ""))
+        except api_views.NotFound as e:
+            raise HTTPException(404, str(e)) from None
+        except ValueError as e:
+            raise HTTPException(409, str(e)) from None
+        except OSError as e:
+            raise HTTPException(500, f"run {run!r}: the stop request could not be written ({e})") from None
 
     @app.get("/api/runs/{run:path}", dependencies=guard)
     def one_run(run: str) -> JSONWithNaN:

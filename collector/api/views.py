@@ -9,6 +9,7 @@ from pathlib import Path
 
 from collector import formats
 from collector.core.roles import role_of
+from collector.core.stop_request import stop_path, write_stop_request
 from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.detect.thresholds import thresholds_for
@@ -80,21 +81,34 @@ def runs(store: Store) -> list[dict]:
         stats_by_run.setdefault(s["run"], []).append(s)
     with_checkpoints = store_alerts.runs_with_checkpoints(store)
     stalled = store_read.runs_with_open_alert(store, "stalled")
+    errors = store_read.open_error_alerts(store)
     out = []
     for r in store_read.runs(store):
         stats = stats_by_run.get(r["id"], [])
-        out.append(
-            _run_summary(
-                store,
-                r,
-                stats,
-                counts,
-                r["id"] in with_checkpoints,
-                r["id"] in stalled,
-                signatures.get(r["id"]),
-            )
+        summary = _run_summary(
+            store,
+            r,
+            stats,
+            counts,
+            r["id"] in with_checkpoints,
+            r["id"] in stalled,
+            signatures.get(r["id"]),
         )
+        out.append(summary | anomaly(errors.get(r["id"])))
     return out
+
+
+def anomaly(error_alert: dict | None) -> dict:
+    """`anomaly_detected` and `anomaly_reason` of a run from its first unresolved error alert (the
+    trainer's own state, `status`, is left as it is)."""
+    if error_alert is None:
+        return {"anomaly_detected": False, "anomaly_reason": None}
+    a = error_alert
+    where = f" on {a['metric']}" if a["metric"] else ""
+    return {
+        "anomaly_detected": True,
+        "anomaly_reason": f"{a['rule']}{where} at step {a['first_step']}: {a['message']}",
+    }
 
 
 def run_status(r: dict, stalled: bool) -> str:
@@ -156,6 +170,7 @@ def run(store: Store, run_id: str) -> dict:
     out = _run_summary(
         store, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled, signature
     )
+    out |= anomaly(store_read.open_error_alerts(store).get(run_id))
     out["config"] = store_read.parse_json(r["config"])
     out["status_info"] = store_read.parse_json(r["status_info"])
     out["metrics"] = [
@@ -352,3 +367,24 @@ def health_info(db: Path, roots: list[str]) -> dict:
 def finite(value: float | None) -> float | None:
     """NaN and infinities as None (for table output where a blank reads better)."""
     return None if value is None or not math.isfinite(value) else value
+
+
+def request_stop(store: Store, run_id: str, reason: str) -> dict:
+    """Ask a run to stop: write its stop request (`RUN_DIR/runwatch.stop`, see
+    `collector.core.stop_request`). Returns `run`, `path` (the request file), `request` (the one in force:
+    an earlier request stands) and `written`. NotFound for an unknown run; ValueError for a run that has no
+    folder of its own or has ended."""
+    found = store_read.runs(store, run_id)
+    if not found:
+        raise NotFound(f"no run {run_id!r}")
+    r = found[0]
+    folder = Path(r["path"])
+    if not folder.is_dir():
+        raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")
+    state = (store_read.parse_json(r["status_info"]) or {}).get("state")
+    if state in ("completed", "failed", "stopped"):
+        raise ValueError(f"run {run_id!r} has ended (status.json: {state}); nothing to stop")
+    request, written = write_stop_request(
+        folder, reason.strip() or "stop requested from runwatch", by="person"
+    )
+    return {"run": run_id, "path": str(stop_path(folder)), "request": request, "written": written}

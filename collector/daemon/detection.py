@@ -1,6 +1,7 @@
 """Detection and alert delivery inside the collector: one incremental `RunDetector` per run, fed the points
 each commit adds; its events are upserted as alerts (and their history) and new, escalated or cleared alerts go
-to the sinks (console, `DB.alerts.jsonl`, webhook). After a restart a detector's state is rebuilt from a
+to the sinks (console, `DB.alerts.jsonl`, webhook); every change goes to the stop sink, which writes the run's
+stop request when the run's `[stop]` settings say so. After a restart a detector's state is rebuilt from a
 bounded tail of the run's stored points, never from its whole history.
 """
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from collector.core.model import Points, RunInfo
 from collector.core.runtime import alerts_log_path
+from collector.core.stop_request import STOP_FILE, stop_path
+from collector.daemon.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, deliver
 from collector.detect.config import DetectConfig
 from collector.detect.engine import AlertEvent, RunDetector
 from collector.detect.thresholds import thresholds_for
@@ -44,6 +47,10 @@ class Detection:
         self.fed_to: dict[str, int] = {}
         self._checkpoints_seen: dict[str, list[dict]] = {}
         self._markers_seen: dict[str, int | None] = {}
+        # Told every change of an alert (after_points is reached while an episode goes on), not only openings.
+        self.stopper = StopFileSink(
+            lambda run: self.run_dirs.get(run), lambda run: self.detector(run).config.stop, self._stopped
+        )
 
     def _config(self, run: str) -> DetectConfig:
         return self.thresholds.for_run(self.run_dirs.get(run))
@@ -192,14 +199,22 @@ class Detection:
         for alert in store_alerts.list_alerts(self.store, ids=[c["id"] for c in changed]):
             kind = next(c["event"] for c in changed if c["id"] == alert["id"])
             ev = by_key.get((alert["rule"], alert["metric"], alert["first_step"]))
-            if kind in TELL_SINKS and ev is not None:
-                body = ev.to_dict() | {"id": alert["id"], "state": alert["state"], "event": kind}
-                self._deliver(body)
+            if ev is None:
+                continue
+            body = ev.to_dict() | {"id": alert["id"], "state": alert["state"], "event": kind}
+            if kind in TELL_SINKS:
+                deliver(self.sinks, body)
+            if (
+                str(self.status.get(run, {}).get("state", "running")) == "running"
+            ):  # an ended run: nothing to stop
+                deliver([self.stopper], body)
 
-    def _deliver(self, alert: dict) -> None:
-        from collector.daemon import sinks
-
-        sinks.deliver(self.sinks, alert)
+    def _stopped(self, alert: dict, request: dict) -> None:
+        where = self.run_dirs.get(alert["run"])
+        note = (
+            f"asked the run to stop: wrote {stop_path(where) if where else STOP_FILE} ({request['reason']})"
+        )
+        store_alerts.note_stop_requested(self.store, alert["id"], note)
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -211,9 +226,7 @@ class Detection:
 
 def default_sinks(db: Path, webhook: str | None) -> list:
     """Console, `DB.alerts.jsonl`, and a webhook when given."""
-    from collector.daemon import sinks
-
-    out: list = [sinks.ConsoleSink(), sinks.JsonlSink(alerts_log_path(db))]
+    out: list = [ConsoleSink(), JsonlSink(alerts_log_path(db))]
     if webhook:
-        out.append(sinks.WebhookSink(webhook))
+        out.append(WebhookSink(webhook))
     return out

@@ -5,8 +5,8 @@
 - `WebhookSink(url, timeout=5, retries=3)`: Slack-compatible JSON body (`text` plus `blocks`), POSTed from a
   background thread through a bounded queue: `send` never blocks ingest; when the queue is full the event is
   dropped with a logged warning. Each POST has a timeout and is retried with a short backoff.
-- `StopFileSink(run_dir)`: off unless the collector is configured to use it; on an active error alert it
-  writes `RUN_DIR/STOP` (the reason, as JSON) for a trainer that polls for it. It never deletes the file.
+- `StopFileSink(run_dir_of, settings_of, on_stopped)`: writes the run's stop request `RUN_DIR/runwatch.stop`
+  when an alert matches the run's `[stop]` settings (off by default); it never deletes the file.
 - `deliver(sinks, alert)`: send one alert to every sink; a failing sink is logged, never raised.
 
 `alert` is `AlertEvent.to_dict()`: run, rule, severity, metric, first_step, last_step, value, message,
@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Protocol
+
+from collector.core.stop_request import stop_path, write_stop_request
+from collector.detect.stop import StopSettings, stops_run
 
 log = logging.getLogger("runwatch.sinks")
 
@@ -171,27 +174,43 @@ class WebhookSink:
 
 
 class StopFileSink:
-    """Writes RUN_DIR/STOP with the reason on an active error alert (off by default; the trainer may poll it)."""
+    """Writes the run's stop request (`RUN_DIR/runwatch.stop`, see `collector.core.stop_request`) when an alert
+    matches the run's `[stop]` settings (off unless runwatch.toml names rules under `[stop] on`).
 
-    def __init__(self, run_dir: Path | str, severity: str = "error") -> None:
-        self.run_dir, self.severity = Path(run_dir), severity
+    It is told every change of an alert (not only openings): `after_points` is reached while an episode goes
+    on. `run_dir_of(run)` and `settings_of(run)` give the run's folder and its StopSettings;
+    `on_stopped(alert, request)` records that the run was asked to stop (the alert's history)."""
+
+    def __init__(
+        self,
+        run_dir_of: Callable[[str], Path | None],
+        settings_of: Callable[[str], StopSettings],
+        on_stopped: Callable[[dict, dict], None] | None = None,
+    ) -> None:
+        self.run_dir_of, self.settings_of, self.on_stopped = run_dir_of, settings_of, on_stopped
 
     def send(self, alert: dict) -> None:
-        if not alert.get("active", True) or alert.get("severity") != self.severity:
+        run = str(alert.get("run"))
+        if not stops_run(self.settings_of(run), alert):
             return
-        path = self.run_dir / "STOP"
-        if path.exists():
-            return  # the first reason stands; a person removes the file to let a run continue
-        reason = {
-            "reason": alert_line(alert),
-            "rule": alert.get("rule"),
-            "run": alert.get("run"),
-            "step": alert.get("last_step"),
-        }
-        tmp = self.run_dir / ".STOP.tmp"
-        tmp.write_text(json.dumps(_json_safe(reason)) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        log.warning("wrote %s: %s", path, reason["reason"])
+        run_dir = self.run_dir_of(run)
+        if run_dir is None or not Path(run_dir).is_dir():
+            log.warning(
+                "run %s: the %s alert asks to stop it, but its folder is unknown", run, alert.get("rule")
+            )
+            return
+        request, wrote = write_stop_request(
+            run_dir,
+            alert_line(alert),
+            by="rule",
+            alert_id=alert.get("id"),
+            rule=alert.get("rule"),
+            step=alert.get("last_step"),
+        )
+        if wrote:
+            log.warning("run %s: wrote %s: %s", run, stop_path(run_dir), request["reason"])
+            if self.on_stopped is not None:
+                self.on_stopped(alert, request)
 
     def close(self) -> None:
         pass

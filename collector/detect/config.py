@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from collector.core.severity import SEVERITIES
+from collector.detect.stop import StopConfigError, StopSettings, parse_stop
 
 CUSTOM_OPS = (">", ">=", "<", "<=", "==", "!=", "falling", "rising")
 
@@ -235,6 +236,7 @@ class DetectConfig:
     rules: Rules = field(default_factory=Rules)
     custom: tuple[CustomRule, ...] = ()
     advice: AdviceSettings = field(default_factory=AdviceSettings)
+    stop: StopSettings = field(default_factory=StopSettings)  # which alerts stop a run (detect/stop.py)
 
 
 def load_config(db_toml: Path | None = None, run_toml: Path | None = None) -> DetectConfig:
@@ -259,10 +261,11 @@ def load_config(db_toml: Path | None = None, run_toml: Path | None = None) -> De
 
 def apply_document(config: DetectConfig, doc: dict, source: str = "<config>") -> DetectConfig:
     """`config` with one parsed TOML document applied on top (see the module docstring for the format)."""
-    unknown = set(doc) - {"rules", "custom", "advice"}
+    unknown = set(doc) - {"rules", "custom", "advice", "stop"}
     if unknown:
         raise ConfigError(
-            f"{source}: unknown top-level key(s) {sorted(unknown)}; expected [rules.NAME], [advice] or [[custom]]"
+            f"{source}: unknown top-level key(s) {sorted(unknown)}; expected [rules.NAME], [advice], [stop] "
+            f"or [[custom]]"
         )
     rules = config.rules
     for rule_name, values in (doc.get("rules") or {}).items():
@@ -277,7 +280,11 @@ def apply_document(config: DetectConfig, doc: dict, source: str = "<config>") ->
     for index, item in enumerate(doc.get("custom") or [], start=1):
         custom.append(_custom_rule(item, f"{source}: [[custom]] #{index}"))
     advice = _advice(config.advice, doc.get("advice"), f"{source}: [advice]")
-    return DetectConfig(rules=rules, custom=tuple(custom), advice=advice)
+    try:
+        stop = parse_stop(config.stop, doc.get("stop"), f"{source}: [stop]")
+    except StopConfigError as e:
+        raise ConfigError(str(e)) from None
+    return DetectConfig(rules=rules, custom=tuple(custom), advice=advice, stop=stop)
 
 
 def _advice(current: AdviceSettings, values: object, where: str) -> AdviceSettings:

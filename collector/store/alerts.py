@@ -161,6 +161,17 @@ def set_state(store: Store, alert_id: int, state: str, note: str | None) -> dict
     return get_alert(store, alert_id)
 
 
+def note_stop_requested(store: Store, alert_id: int, note: str) -> None:
+    """Record on the alert that it asked its run to stop (history event `stop_requested`; the alert's note
+    when it has none). Its state is left as it is."""
+    with store.transaction() as cur:
+        cur.execute(
+            "INSERT INTO alert_history SELECT id, ?, 'stop_requested', state, ? FROM alerts WHERE id = ?",
+            [time.time(), note, alert_id],
+        )
+        cur.execute("UPDATE alerts SET note = coalesce(note, ?) WHERE id = ?", [note, alert_id])
+
+
 def replace_checkpoints(store: Store, run: str, checkpoints: list[dict]) -> None:
     """The run's checkpoint index as scanned now (each: step, path, complete, bytes, plus anything else)."""
     with store.transaction() as cur:

@@ -69,6 +69,15 @@ def runs_with_open_alert(store: Store, rule: str) -> set[str]:
     }
 
 
+def open_error_alerts(store: Store) -> dict[str, dict]:
+    """Per run: its first raised error alert not yet resolved (`rule`, `metric`, `first_step`, `message`)."""
+    rows = store.rows(
+        "SELECT run_id, arg_min(struct_pack(rule, metric, first_step, message), (first_step, id)) "
+        "FROM alerts WHERE severity = 'error' AND state != 'resolved' GROUP BY run_id"
+    )
+    return {run: dict(first) for run, first in rows}
+
+
 def point_count(store: Store) -> int:
     """How many points the store holds, over every run."""
     return store.rows("SELECT count(*) FROM point_rows")[0][0]

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from collector.daemon.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, alert_line, deliver
+from collector.detect.stop import StopSettings, stops_run
 
 ALERT = {
     "run": "sft/run1",
@@ -154,15 +155,37 @@ def test_console_prints_one_line_per_event():
     assert line.startswith("[ERROR] run sft/run1: grad_spike (resolved) on train/grad_norm, step 5: ")
 
 
-def test_stop_file_only_on_active_errors_and_first_reason_stands(tmp_path):
-    sink = StopFileSink(tmp_path)
-    sink.send(ALERT | {"severity": "warn"})
-    sink.send(ALERT | {"active": False})
-    assert not (tmp_path / "STOP").exists()
-    sink.send(ALERT)
-    sink.send(ALERT | {"rule": "nonfinite"})
-    reason = json.loads((tmp_path / "STOP").read_text())
-    assert reason["rule"] == "grad_spike" and reason["step"] == 2745 and "grad_spike" in reason["reason"]
+def test_stop_request_only_for_the_configured_rules_and_the_first_reason_stands(tmp_path):
+    stopped = []
+    settings = {
+        "sft/run1": StopSettings(on=("grad_spike", "accuracy_zero"), severity="error", after_points=3)
+    }
+    sink = StopFileSink(
+        lambda run: tmp_path if run == "sft/run1" else None,
+        lambda run: settings.get(run, StopSettings()),
+        lambda alert, request: stopped.append((alert["id"], request)),
+    )
+    three = {"points": 3}
+    sink.send(ALERT | {"id": 1, "severity": "warn", "evidence": three})  # below the severity
+    sink.send(ALERT | {"id": 1, "active": False, "evidence": three})  # cleared
+    sink.send(ALERT | {"id": 1, "evidence": {"points": 2}})  # not yet after_points
+    sink.send(ALERT | {"id": 2, "rule": "loss_spike", "evidence": three})  # not a stop rule
+    sink.send(ALERT | {"id": 3, "run": "other", "evidence": three})  # a run without [stop]
+    assert not (tmp_path / "runwatch.stop").exists() and not stopped
+    sink.send(ALERT | {"id": 4, "evidence": three})
+    sink.send(ALERT | {"id": 5, "rule": "custom:accuracy_zero", "evidence": three})  # a second one: no effect
+    request = json.loads((tmp_path / "runwatch.stop").read_text())
+    assert request["rule"] == "grad_spike" and request["alert_id"] == 4 and request["step"] == 2745
+    assert request["by"] == "rule" and "grad_spike" in request["reason"]
+    assert [alert_id for alert_id, _ in stopped] == [4]
+
+
+def test_a_custom_rule_stops_by_its_id():
+    settings = StopSettings(on=("accuracy_zero",), severity="warn")
+    assert stops_run(settings, ALERT | {"rule": "custom:accuracy_zero", "severity": "warn"})
+    assert stops_run(settings, ALERT | {"rule": "custom:accuracy_zero", "severity": "error"})
+    assert not stops_run(settings, ALERT | {"rule": "custom:accuracy_zero", "severity": "info"})
+    assert not stops_run(StopSettings(), ALERT)  # off by default
 
 
 def test_deliver_survives_a_broken_sink(tmp_path, caplog):

@@ -88,6 +88,15 @@ def test_run_file_overrides_database_file_key_by_key_and_custom_rules_add_up(tmp
     ]
 
 
+def test_stop_is_off_by_default_and_the_run_file_wins(tmp_path):
+    assert DetectConfig().stop.on == ()
+    db, run = tmp_path / "db.toml", tmp_path / "run.toml"
+    db.write_text('[stop]\non = ["nonfinite", "grad_spike"]\nafter_points = 3\n')
+    run.write_text('[stop]\nseverity = "warn"\n')
+    stop = load_config(db, run).stop
+    assert (stop.on, stop.severity, stop.after_points) == (("nonfinite", "grad_spike"), "warn", 3)
+
+
 def test_missing_files_give_the_defaults(tmp_path):
     assert load_config(tmp_path / "nope.toml", None) == DetectConfig()
 
@@ -108,6 +117,10 @@ def test_missing_files_give_the_defaults(tmp_path):
         ("[advice]\nmetric = 3\n", "[advice] metric: expected a metric name"),
         ('[advice]\nmetrics = "x"\n', "[advice]: unknown key 'metrics'"),
         ('[advice]\ndirection = "max"\n', "[advice] direction needs a metric"),
+        ('[stop]\non = "nonfinite"\n', "[stop] on: expected a list of rule ids"),
+        ('[stop]\non = ["nonfinite"]\nseverity = "fatal"\n', "[stop] severity: expected"),
+        ("[stop]\nafter_points = 0\n", "[stop] after_points: expected a whole number >= 1"),
+        ("[stop]\nwhen = 1\n", "[stop]: unknown key 'when'"),
     ],
 )
 def test_bad_config_names_the_file_and_the_problem(tmp_path, text, message):

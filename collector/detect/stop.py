@@ -1,0 +1,65 @@
+"""Which alerts stop a run: the `[stop]` table of runwatch.toml, and the pure decision over one alert.
+
+    [stop]
+    on = ["nonfinite", "grad_spike", "accuracy_zero"]  # rule ids; a custom rule by its id (or "custom:ID")
+    severity = "error"                                  # the alert's severity at least (info < warn < error)
+    after_points = 1                                    # the episode has lasted this many points
+
+Off by default (`on` empty). The collector then writes the stop request (`collector.core.stop_request`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collector.core.severity import SEVERITIES, Severity
+
+
+class StopConfigError(ValueError):
+    """A [stop] table that cannot be used; the message names where and what."""
+
+
+@dataclass(frozen=True)
+class StopSettings:
+    on: tuple[str, ...] = ()
+    severity: str = "error"
+    after_points: int = 1
+
+
+def parse_stop(current: StopSettings, values: object, where: str) -> StopSettings:
+    """`current` with one file's `[stop]` table applied (keys replace keys); StopConfigError when malformed."""
+    if values is None:
+        return current
+    if not isinstance(values, dict):
+        raise StopConfigError(f"{where} must be a table of key = value")
+    unknown = set(values) - {"on", "severity", "after_points"}
+    if unknown:
+        raise StopConfigError(
+            f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: on, severity, after_points"
+        )
+    on = values.get("on", list(current.on))
+    if not isinstance(on, list) or not all(isinstance(r, str) and r for r in on):
+        raise StopConfigError(f'{where} on: expected a list of rule ids (["nonfinite", ...]), got {on!r}')
+    severity = values.get("severity", current.severity)
+    if severity not in SEVERITIES:
+        raise StopConfigError(f'{where} severity: expected "info", "warn" or "error", got {severity!r}')
+    after = values.get("after_points", current.after_points)
+    if isinstance(after, bool) or not isinstance(after, int) or after < 1:
+        raise StopConfigError(f"{where} after_points: expected a whole number >= 1, got {after!r}")
+    return StopSettings(on=tuple(on), severity=severity, after_points=after)
+
+
+def stops_run(settings: StopSettings, alert: dict) -> bool:
+    """Whether this alert (an open episode: `rule`, `severity`, `evidence.points`) asks for the run to stop."""
+    if not settings.on or not alert.get("active", True):
+        return False
+    rule = str(alert.get("rule") or "")
+    if rule not in settings.on and not (rule.startswith("custom:") and rule[7:] in settings.on):
+        return False
+    if (
+        alert.get("severity") not in SEVERITIES
+        or Severity(alert["severity"]).rank < Severity(settings.severity).rank
+    ):
+        return False
+    points = (alert.get("evidence") or {}).get("points", 1)
+    return int(points or 1) >= settings.after_points

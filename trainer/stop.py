@@ -1,0 +1,43 @@
+"""The trainer's side of a stop request (`RUN_DIR/runwatch.stop`, written by the collector or a person; the
+file and its JSON are described in `collector/core/stop_request.py`).
+
+`StopPoll.requested()` is one `os.stat` per call (about a microsecond: see bench/logging_cost.py);
+`ranks_agree` makes every rank of a distributed run take the same decision at the same step (one
+one-element all-reduce per step, only when there is more than one rank).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from collector.core.stop_request import read_stop_request, stop_path
+
+
+class StopPoll:
+    """Whether the run has been asked to stop, and why."""
+
+    def __init__(self, run_dir: Path | str) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = str(stop_path(run_dir))
+
+    def requested(self) -> bool:
+        return os.path.exists(self.path)
+
+    def reason(self) -> str:
+        request = read_stop_request(self.run_dir) or {}
+        return str(request.get("reason") or "stop requested")
+
+
+def ranks_agree(seen: bool) -> bool:
+    """True on every rank when any rank saw the request (a rank may look a moment before the file lands)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return seen
+    import torch
+
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([1 if seen else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
