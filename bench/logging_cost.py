@@ -101,6 +101,15 @@ def _per_writer(recs, run_dir: Path, RunInfo, default_writers) -> dict[str, floa
             (time.perf_counter() - t0) / len(recs) * 1e6
         )
         writer.on_train_end(len(recs))
+    # The stop-request poll the verl seam makes before each step (one os.stat; the file absent, as it is
+    # until a stop is asked for).
+    from trainer.stop import StopPoll
+
+    poll = StopPoll(run_dir)
+    t0 = time.perf_counter()
+    for _ in recs:
+        poll.requested()
+    out["stop request poll (runwatch.stop)"] = (time.perf_counter() - t0) / len(recs) * 1e6
     return out
 
 
@@ -253,7 +262,7 @@ def main() -> None:
     split = res.get("ours", {}).get("per_writer_us")
     if split:
         gen.print_table(
-            "Our writers one by one (5,000 steps each, outside the timed run)",
+            "Our writers and the stop-request poll one by one (5,000 steps each, outside the timed run)",
             ["writer", "us/step"],
             [[k, v] for k, v in split.items()],
         )

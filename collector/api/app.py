@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from collector.api import playback
 from collector.api import views as api_views
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -141,25 +142,32 @@ def create_app(
         request: Request,
         run: str,
         metric: Annotated[list[str] | None, Query()] = None,
-        from_step: Annotated[
-            int | None, Query(description="play back from this step (default: new points only)")
+        start_step: Annotated[
+            int | None, Query(description="play back the stored history from this step (default: live only)")
+        ] = None,
+        end_step: Annotated[
+            int | None, Query(description="last step played back (default: the run's last)")
         ] = None,
         speed: Annotated[
-            float, Query(ge=0, description="playback steps per second (0 = as fast as possible)")
-        ] = 0,
+            float, Query(description="playback speed, a multiple of real time: 0.1 to 10 (see docs)")
+        ] = 1.0,
     ) -> StreamingResponse:
-        if not store_read.runs(store, run):
+        found = await run_in_threadpool(store_read.runs, store, run)
+        if not found:
             raise HTTPException(404, f"no run {run!r}")
-        if from_step is None:
-            rows = await run_in_threadpool(store_read.runs, store, run)
-            start_after = rows[0]["last_step"] if rows and rows[0]["last_step"] is not None else -1
-        else:
-            start_after = from_step - 1
-        return StreamingResponse(
-            _events(request, store, run, metric, start_after, speed),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        if start_step is None and end_step is None:
+            last = found[0]["last_step"]
+            events = _events(request, store, run, metric, -1 if last is None else last)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        try:
+            playback.check_request(start_step, end_step, speed)
+        except playback.PlaybackError as e:
+            raise HTTPException(422, f"run {run!r}: {e}") from None
+        last = found[0]["last_step"]
+        end = end_step if end_step is not None else (-1 if last is None else last)
+        events = playback.playback_events(request, store, run, metric, start_step or 0, end, speed)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
     @app.post("/api/runs/{run:path}/stop", dependencies=guard)
     def stop(run: str, body: StopRequest | None = None) -> JSONWithNaN:
@@ -213,10 +221,9 @@ def create_app(
 
 
 async def _events(
-    request: Request, store: Store, run: str, metrics: list[str] | None, after: int, speed: float
+    request: Request, store: Store, run: str, metrics: list[str] | None, after: int
 ) -> AsyncIterator[bytes]:
-    """Server-sent events: every point past `after` in step order, paced at `speed` steps/s, then live."""
-    live = False
+    """Server-sent events of the live feed: every point past `after` in step order, as it is stored."""
     while True:
         if await request.is_disconnected():
             return
@@ -226,7 +233,6 @@ async def _events(
             last_step = rows[-1][0]
             rows = [r for r in rows if r[0] != last_step]
         if not rows:
-            live = True
             await asyncio.sleep(LIVE_POLL_S)
             continue
         for step, group in groupby(rows, key=lambda r: r[0]):
@@ -236,5 +242,3 @@ async def _events(
             )
             yield chunk.encode()
             after = step
-            if speed > 0 and not live:
-                await asyncio.sleep(1.0 / speed)

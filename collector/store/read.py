@@ -189,9 +189,10 @@ def series(
 
 
 def points_from(
-    store: Store, run: str, metrics: list[str] | None, after_step: int, limit: int
+    store: Store, run: str, metrics: list[str] | None, after_step: int, limit: int, wall_time: bool = False
 ) -> list[tuple]:
-    """(step, metric, value) of a run with step > `after_step`, in step order, at most `limit` rows.
+    """(step, metric, value) of a run with step > `after_step`, in step order, at most `limit` rows (with
+    `wall_time=True`, (step, metric, value, wall_time)).
 
     Reads a window of steps sized from the run's density first: a top-`limit` over every later point
     would make reading a long run in slices (the live feed's playback, judging a backlog) quadratic. A
@@ -201,7 +202,8 @@ def points_from(
     if metrics:
         where = f" AND metric IN ({', '.join('?' for _ in metrics)})"
         params = list(metrics)
-    sql = f"""SELECT step, metric, value FROM points WHERE run_id = ? AND step > ? AND step <= ?{where}
+    columns = "step, metric, value, wall_time" if wall_time else "step, metric, value"
+    sql = f"""SELECT {columns} FROM points WHERE run_id = ? AND step > ? AND step <= ?{where}
               ORDER BY step, metric LIMIT ?"""
     total, first, last = store.rows(
         f"SELECT sum(points), min(first_step), max(last_step) FROM metric_stats WHERE run_id = ?{where}",
@@ -213,6 +215,27 @@ def points_from(
         if rows or after_step + span >= last:
             return rows
     return store.rows(sql, [run, after_step, 2**62, *params, limit])  # a gap in the steps
+
+
+def playback_range(store: Store, run: str, metrics: list[str] | None, start: int, end: int) -> dict:
+    """What a playback of steps `start`..`end` holds: `steps` (distinct steps with points), `total` (points),
+    `first_step`, `last_step`, and `timed` (every point there has a wall time)."""
+    where, params = "", []
+    if metrics:
+        where = f" AND metric IN ({', '.join('?' for _ in metrics)})"
+        params = list(metrics)
+    steps, total, first, last, timed = store.rows(
+        f"""SELECT count(DISTINCT step), count(*), min(step), max(step), count(wall_time) FROM points
+            WHERE run_id = ? AND step >= ? AND step <= ?{where}""",
+        [run, start, end, *params],
+    )[0]
+    return {
+        "steps": steps,
+        "total": total,
+        "first_step": first,
+        "last_step": last,
+        "timed": bool(total) and timed == total,
+    }
 
 
 def recent_points(store: Store, run: str, per_metric: int, up_to: int | None = None) -> Points:

@@ -227,12 +227,10 @@ def test_paths_outside_the_roots_are_refused(served, tmp_path):
 
 def test_stream_plays_back_from_a_step(served):
     _, client, _ = served
-    events = []
-    for event in client.stream(
-        "/api/runs/a/stream", params={"metric": "train/loss", "from_step": 4990, "speed": 200}
-    ):
-        events.append(event)
-        if len(events) == 11:
-            break
-    assert [e["step"] for e in events] == list(range(4990, 5001))
-    assert all(e["metric"] == "train/loss" for e in events)
+    events = list(
+        client.stream("/api/runs/a/stream", params={"metric": "train/loss", "start_step": 4990, "speed": 10})
+    )
+    points = [e for e in events if e["event"] == "point"]
+    assert [e["step"] for e in points] == list(range(4990, 5001))
+    assert all(e["metric"] == "train/loss" for e in points)
+    assert events[-1]["event"] == "playback_complete"

@@ -1,0 +1,63 @@
+"""Closing the loop on the CPU trainer: a real collector with a `[stop]` rule stops a real verl run that
+goes NaN, within two steps of the alert, leaving a complete checkpoint from before the trouble and status
+`stopped` with the reason; without the rule the same run goes to its end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collector.core.runtime import thresholds_path
+from collector.core.stop_request import STOP_FILE
+from tests.collector.test_daemon_support import Daemon, cli_json
+from tests.trainer.conftest import launch, train_records
+
+pytestmark = pytest.mark.slow
+
+NAN_STEP = 12  # the nan preset's injected NaN (trainer/presets.py); it checkpoints every 10 steps
+
+
+@pytest.fixture
+def watched(tmp_path):
+    root, db = tmp_path / "runs", tmp_path / "state" / "rw.duckdb"
+    root.mkdir()
+    db.parent.mkdir()
+    daemon = Daemon(db, [root])
+    yield daemon, root, db
+    daemon.ensure_stopped()
+
+
+def test_a_stop_rule_stops_the_nan_run_within_two_steps(built_data, watched):
+    daemon, root, db = watched
+    thresholds_path(db).write_text('[stop]\non = ["nonfinite"]\n')
+    daemon.start()
+    result = launch(root / "nan", "nan", "--steps", "24")
+    assert result.rc == 0, result.output[-4000:]
+    status = json.loads((root / "nan" / "status.json").read_text())
+    assert status["state"] == "stopped", status
+    assert "nonfinite" in status["stop_reason"] and f"step {NAN_STEP}" in status["stop_reason"]
+    request = json.loads((root / "nan" / STOP_FILE).read_text())
+    assert request["by"] == "rule" and request["rule"] == "nonfinite" and request["step"] == NAN_STEP
+    stopped_at = status["step"]
+    assert NAN_STEP <= stopped_at <= NAN_STEP + 2, f"stopped after step {stopped_at}"
+    assert max(train_records(root / "nan")) == stopped_at  # no step ran after the stop
+    daemon_view = cli_json(db, "checkpoints", "--run", "nan")
+    complete = {c["step"] for c in daemon_view["checkpoints"] if c["complete"]}
+    assert 10 in complete, daemon_view  # from before the trouble
+    assert stopped_at in complete and status["last_checkpoint_step"] == stopped_at
+    (alert,) = [a for a in cli_json(db, "alerts", "--run", "nan") if a["id"] == request["alert_id"]]
+    assert "asked the run to stop" in alert["note"]
+    assert daemon.stop() == 0
+
+
+def test_without_a_stop_rule_the_nan_run_goes_to_its_end(built_data, watched):
+    daemon, root, db = watched
+    daemon.start()
+    result = launch(root / "nan", "nan", "--steps", "16")
+    assert result.rc == 0, result.output[-4000:]
+    assert json.loads((root / "nan" / "status.json").read_text())["state"] == "completed"
+    assert max(train_records(root / "nan")) == 16
+    assert not (root / "nan" / STOP_FILE).exists()
+    assert [a["rule"] for a in cli_json(db, "alerts", "--run", "nan", "--rule", "nonfinite")]  # it was seen
+    assert daemon.stop() == 0
