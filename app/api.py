@@ -6,6 +6,7 @@ make, so a page reads `api.checkpoints(run)` rather than a path string.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -91,3 +92,15 @@ class DashboardApi:
 
     def compare(self, runs: list[str]) -> dict:
         return self._get("/api/compare", params=[("run", r) for r in runs])
+
+    def stop(self, run: str, reason: str) -> dict:
+        """Ask the run to stop (its trainer polls `RUN_DIR/runwatch.stop`); the request in force."""
+        return self._post(f"/api/runs/{_run_path(run)}/stop", {"reason": reason})
+
+    def playback(
+        self, run: str, metrics: list[str], start_step: int, end_step: int, speed: float
+    ) -> Iterator[dict]:
+        """The playback events of a run's history (playback_info, point, alert, progress, playback_complete)."""
+        params: list[tuple[str, Any]] = [("metric", m) for m in metrics]
+        params += [("start_step", start_step), ("end_step", end_step), ("speed", speed)]
+        return self.client.stream(f"/api/runs/{_run_path(run)}/stream", params=params)

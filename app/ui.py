@@ -24,6 +24,7 @@ STATUS_ICONS = {
     "running": ":material/play_circle:",
     "completed": ":material/check_circle:",
     "failed": ":material/error:",
+    "stopped": ":material/stop_circle:",
     "stalled": ":material/pause_circle:",
 }
 

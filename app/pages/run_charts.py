@@ -11,6 +11,7 @@ from app import ui
 from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, load_series
 from app.panels import Panel, api_roles, metric_names, metrics_by_role, role_panels
+from app.playback import playback_control, stop_control
 from app.series import group_metrics, real_units_name, scaled, unit_scale
 
 api = ui.api()
@@ -30,6 +31,13 @@ rec = detail.get("recommended_step")
 bottom[2].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
 if last is not None and total:
     st.progress(min(last / total, 1.0), text=f"{last / total:.0%} of {total:,} steps")
+if detail.get("anomaly_detected"):
+    st.error(f"Anomaly: {detail.get('anomaly_reason')}", icon=":material/warning:")
+stop_reason = (detail.get("status_info") or {}).get("stop_reason")
+if status == "stopped" and stop_reason:
+    st.info(f"Stopped on request: {stop_reason}", icon=":material/stop_circle:")
+if status in ("running", "stalled"):
+    stop_control(api, run)
 
 
 def files_of_run(detail: dict) -> None:
@@ -70,7 +78,7 @@ if controls[3].button("Reload all points"):
 checkpoint_steps = sorted(c["step"] for c in (api.checkpoints(run).get("checkpoints") or []))
 
 
-def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: str) -> None:
+def panel_figure(panel: Panel, series: dict[str, dict], alerts: list[dict]):
     drawn = []
     for metric in panel.metrics:
         s = series[metric]
@@ -79,7 +87,7 @@ def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: s
             # lr(1e-3) is logged x1000: draw it in real units under its real name
             s = {**scaled(s, factor), "label": f"{real_units_name(metric)} (from {metric})"}
         drawn.append(s)
-    fig = metric_figure(
+    return metric_figure(
         drawn,
         title=panel.title,
         smoothing=smoothing if panel.smooth else 0.0,
@@ -90,6 +98,10 @@ def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: s
         warning_line=panel.warning_line,
         checkpoint_steps=checkpoint_steps if panel.checkpoints else [],
     )
+
+
+def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: str) -> None:
+    fig = panel_figure(panel, series, alerts)
     st.plotly_chart(fig, key=key, config={"displaylogo": False})
     note = fig.layout.meta.get("bucket_note") if fig.layout.meta else None
     if note:
@@ -138,4 +150,5 @@ def charts() -> None:
     alerts_table(alerts)
 
 
+playback_control(api, run, panels, last, panel_figure)
 charts()

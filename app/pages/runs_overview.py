@@ -31,6 +31,7 @@ def _row(run: dict) -> dict:
         "warnings": alerts.get("warn", 0),
         "info": alerts.get("info", 0),
         "recommended checkpoint": run.get("recommended_step"),
+        "anomaly": run.get("anomaly_reason") or "",
         "updated": ui.parse_time(run.get("updated_at") or run.get("last_point_at")),
         "format": run.get("format"),
     }
@@ -76,6 +77,7 @@ event = st.dataframe(
         "warnings",
         "info",
         "recommended checkpoint",
+        "anomaly",
         "updated",
     ],
     column_config={
@@ -95,6 +97,11 @@ event = st.dataframe(
         "info": st.column_config.NumberColumn("info", help="Open alerts of severity info", width="small"),
         "recommended checkpoint": st.column_config.NumberColumn(
             "keep step", format="%d", help="The recommended checkpoint's step"
+        ),
+        "anomaly": st.column_config.TextColumn(
+            "anomaly",
+            help="The first error alert not resolved (the trainer's own status is kept)",
+            width="medium",
         ),
         "updated": st.column_config.DatetimeColumn("last update", format="distance"),
     },

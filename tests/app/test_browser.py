@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from tests.app.browser_support import (
     wait_idle,
 )
 from tests.app.conftest import SMOKE_RUN, start_collector, stop_process, wait_until
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.browser
 
@@ -160,4 +163,103 @@ def test_live_run_page_appends_new_points_to_the_charts_only(tmp_path: Path):
             )
             assert "20" in header
     finally:
+        stop_process(collector.proc)
+
+
+PLAYBACK_LOSS = """() => {
+    const gd = Array.from(document.querySelectorAll('CHART_SELECTOR'))
+        .find(g => (g.layout.title && g.layout.title.text || '').includes('Playback: Loss'));
+    if (!gd) return null;
+    const line = gd.data.find(t => t.name === 'train/loss');
+    const shapes = (gd.layout.shapes || []).length;
+    return {points: line ? line.x.length : 0, shapes: shapes};
+}""".replace("CHART_SELECTOR", CHART)
+
+
+def test_playback_redraws_a_finished_run_as_it_happened(tmp_path: Path):
+    chromium_or_skip()
+    root = tmp_path / "root"
+    run_dir = root / "done"
+    run_dir.mkdir(parents=True)
+    t0 = time.time() - 3600
+    with open(run_dir / "metrics.jsonl", "w") as out:
+        for step in range(1, 61):  # 0.1 s apart: six seconds of run, played at 1x
+            loss = "NaN" if step == 40 else f"{3.0 - step * 0.01:.3f}"
+            out.write(f'{{"step":{step},"wall_time":{t0 + step * 0.1:.2f},"data":{{"train/loss":{loss}}}}}\n')
+    (run_dir / "status.json").write_text(json.dumps({"state": "completed", "step": 60, "total_steps": 60}))
+    collector = start_collector(tmp_path / "done.duckdb", [root], tmp_path / "collector.log")
+    try:
+        client = collector.client()
+        wait_until(
+            "the finished run and its NaN alert",
+            lambda: client.get("/api/alerts", params={"run": "done", "rule": "nonfinite"}),
+            120,
+            collector.proc,
+        )
+        with (
+            streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "streamlit.log") as url,
+            chromium_page() as page,
+        ):
+            open_and_wait(page, url + "/")
+            open_and_wait(page, f"{url}/run?run=done", charts=1)
+            page.get_by_text("Play back this run").click()
+            page.get_by_role("button", name="Play", exact=True).click()
+            # Every state the chart goes through, sampled at each animation frame until all 60 points show.
+            samples = page.wait_for_function(
+                "() => { const s = (" + PLAYBACK_LOSS + ")(); window.__seen = window.__seen || [];"
+                " if (s) window.__seen.push(s); return s && s.points === 60 ? window.__seen : null; }",
+                polling="raf",
+            ).json_value()
+            partial = [s for s in samples if 0 < s["points"] < 60]
+            assert partial, "the playback chart never showed part of the run"
+            # The nonfinite alert (step 40) is drawn once its step has been played, not before.
+            assert all((s["shapes"] > 0) == (s["points"] >= 40) for s in samples), samples
+            page.get_by_text("Played 60 steps").wait_for()
+            screenshot_whole_page(page, screenshots_dir(tmp_path) / "9-playback.png")
+    finally:
+        stop_process(collector.proc)
+
+
+@pytest.mark.slow  # a real verl run on CPU, stopped from the run page
+def test_stop_button_stops_a_live_run(tmp_path: Path):
+    chromium_or_skip()
+    root = tmp_path / "root"
+    root.mkdir()
+    collector = start_collector(tmp_path / "live.duckdb", [root], tmp_path / "collector.log")
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "trainer.launch", "--preset", "healthy", "--out", str(root / "live")],
+        cwd=REPO,
+        stdout=open(tmp_path / "trainer.log", "wb"),  # noqa: SIM115 - closed with the process
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        client = collector.client()
+        wait_until(
+            "the live run running past step 2",
+            lambda: any(
+                r["id"] == "live" and r["status"] == "running" and (r["last_step"] or 0) >= 2
+                for r in client.get("/api/runs")
+            ),
+            300,
+            collector.proc,
+        )
+        with (
+            streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "streamlit.log") as url,
+            chromium_page() as page,
+        ):
+            open_and_wait(page, url + "/")
+            open_and_wait(page, f"{url}/run?run=live", charts=1)
+            page.get_by_role("button", name="Stop run").click()
+            page.get_by_role("button", name="Yes, stop the run").click()
+            page.get_by_text("Asked the run to stop").wait_for()
+            assert trainer.wait(timeout=300) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
+        status = json.loads((root / "live" / "status.json").read_text())
+        assert status["state"] == "stopped" and status["stop_reason"] == "stopped from the dashboard"
+        assert status["step"] < 200 and status["last_checkpoint_step"] == status["step"]
+        request = json.loads((root / "live" / "runwatch.stop").read_text())
+        assert request["by"] == "person" and request["alert_id"] is None
+        wait_until("the stopped status", lambda: client.get("/api/runs/live")["status"] == "stopped", 60)
+    finally:
+        stop_process(trainer)
         stop_process(collector.proc)
