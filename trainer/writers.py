@@ -215,6 +215,9 @@ class CsvHistoryWriter(RunCallback):
     def on_exception(self, step: int, error: str) -> None:
         self._close()
 
+    def on_stopped(self, step: int, reason: str) -> None:
+        self._close()
+
 
 def _csv_cell(value: Any) -> str:
     """What csv.writer writes for one value (float text that float() reads back: nan, inf, -inf)."""
