@@ -247,7 +247,7 @@ def _end_items(
     current = (status or {}).get("current_step") or (status or {}).get("step") or info.get("global_step")
     last_logged = max((max(s) for s, _ in series.values() if s), default=None)
     current = current if isinstance(current, int) else last_logged
-    ended = state_word in ("completed", "failed") or (
+    ended = state_word in ("completed", "failed", "stopped") or (
         state_word is None and total is not None and current == total
     )
     items = []
@@ -332,6 +332,9 @@ def _end_items(
         items.append(_item("end_status_completed", "pass", "status.json: completed"))
     elif state_word == "failed":
         items.append(_item("end_status_completed", "fail", f"status.json: failed{_error_text(status)}"))
+    elif state_word == "stopped":
+        reason = str((status or {}).get("stop_reason") or "")[:200]
+        items.append(_item("end_status_completed", "fail", f"status.json: stopped on request ({reason})"))
     elif state_word is None and ended:
         items.append(
             _item(

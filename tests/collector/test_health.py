@@ -85,6 +85,14 @@ def test_a_run_still_going_leaves_the_end_unknown():
     } == {"unknown"}
 
 
+def test_a_run_stopped_on_request_has_ended_short_with_the_reason():
+    status = {"state": "stopped", "step": 900, "total_steps": 2000, "stop_reason": "nonfinite at step 880"}
+    found = items(status=status)
+    assert found["end_status_completed"]["state"] == "fail"
+    assert "stopped on request (nonfinite at step 880)" in found["end_status_completed"]["evidence"]
+    assert found["end_step_count"]["state"] == "fail" and "900 of 2000" in found["end_step_count"]["evidence"]
+
+
 def test_loss_not_falling_or_nan_at_the_end_fails():
     series = by_role(healthy_sft(seed=42))
     steps, _ = series["loss"]
