@@ -5,6 +5,7 @@ Screenshots go to $RUNWATCH_SCREENSHOTS (default: the test's tmp_path/screenshot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -166,6 +167,18 @@ def test_live_run_page_appends_new_points_to_the_charts_only(tmp_path: Path):
         stop_process(collector.proc)
 
 
+@contextlib.contextmanager
+def run_page(collector, root: Path, tmp_path: Path, run: str):
+    """The dashboard over `collector`, in Chromium, on the page of `run` (its charts drawn)."""
+    with (
+        streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "streamlit.log") as url,
+        chromium_page() as page,
+    ):
+        open_and_wait(page, url + "/")
+        open_and_wait(page, f"{url}/run?run={run}", charts=1)
+        yield page
+
+
 PLAYBACK_LOSS = """() => {
     const gd = Array.from(document.querySelectorAll('CHART_SELECTOR'))
         .find(g => (g.layout.title && g.layout.title.text || '').includes('Playback: Loss'));
@@ -196,12 +209,7 @@ def test_playback_redraws_a_finished_run_as_it_happened(tmp_path: Path):
             120,
             collector.proc,
         )
-        with (
-            streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "streamlit.log") as url,
-            chromium_page() as page,
-        ):
-            open_and_wait(page, url + "/")
-            open_and_wait(page, f"{url}/run?run=done", charts=1)
+        with run_page(collector, root, tmp_path, "done") as page:
             page.get_by_text("Play back this run").click()
             page.get_by_role("button", name="Play", exact=True).click()
             # Every state the chart goes through, sampled at each animation frame until all 60 points show.
@@ -244,12 +252,7 @@ def test_stop_button_stops_a_live_run(tmp_path: Path):
             300,
             collector.proc,
         )
-        with (
-            streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "streamlit.log") as url,
-            chromium_page() as page,
-        ):
-            open_and_wait(page, url + "/")
-            open_and_wait(page, f"{url}/run?run=live", charts=1)
+        with run_page(collector, root, tmp_path, "live") as page:
             page.get_by_role("button", name="Stop run").click()
             page.get_by_role("button", name="Yes, stop the run").click()
             page.get_by_text("Asked the run to stop").wait_for()

@@ -16,6 +16,7 @@ import backfill  # noqa: E402
 import gen  # noqa: E402
 import harness  # noqa: E402
 import query  # noqa: E402
+import tensorboard_peer  # noqa: E402
 
 
 def test_slices_hold_the_same_values_as_the_whole_run_across_noise_blocks():
@@ -89,13 +90,13 @@ def test_peak_rss_is_the_childs_own_not_the_parents():
 def test_replayed_server_sampling_keeps_exactly_what_the_tensorboard_server_keeps():
     h = gen.history(3_000)
     logdir = gen.tensorboard_dir(h)
-    loaded = backfill.server_load(logdir)  # the server's own ingester: 1,000 per tag
+    loaded = tensorboard_peer.server_load(logdir)  # the server's own ingester: 1,000 per tag
     from tensorboard.backend.event_processing import event_accumulator
 
     acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
     everything = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-    replayed = backfill.server_sample(everything)
+    replayed = tensorboard_peer.server_sample(everything)
     assert sorted(loaded) == sorted(replayed)
     for tag in loaded:
         assert len(loaded[tag]) == min(1000, len(everything[tag]))
