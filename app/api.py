@@ -58,6 +58,16 @@ class DashboardApi:
                 params.append((name, value))
         return self._get(f"/api/runs/{_run_path(run)}/metrics", params=params)["series"]
 
+    def view(
+        self, run: str, *, points: int = CHART_POINTS, series: bool = True, start: int | None = None
+    ) -> dict:
+        """The run page's first view in one request: the run's fields plus `series` (every metric,
+        downsampled), `alerts` and `checkpoint_steps`; `series=False` leaves the series out."""
+        params: list[tuple[str, Any]] = [("points", points), ("series", "true" if series else "false")]
+        if start is not None:
+            params.append(("start", start))
+        return self._get(f"/api/runs/{_run_path(run)}/view", params=params)
+
     def epochs(self, run: str, metric: str) -> Any:
         return self._get(f"/api/runs/{_run_path(run)}/epochs", params={"metric": metric})
 

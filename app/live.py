@@ -1,4 +1,5 @@
-"""Series held in the Streamlit session: fetched once, then only new points are fetched and appended."""
+"""Series held in the Streamlit session: fetched once, then only new points are fetched and appended; and
+the finer series of a zoomed step window, fetched once per window."""
 
 from __future__ import annotations
 
@@ -35,6 +36,39 @@ def load_series(api: DashboardApi, run: str, metrics: list[str], *, poll: bool) 
     return {m: held[m] for m in metrics}
 
 
+def holds(run: str) -> bool:
+    """Whether the session already holds series of `run` (a first view needs no series fetched)."""
+    return bool(_held(run))
+
+
+def seed(run: str, series_list: list[dict]) -> None:
+    """Hold the API series of a first view (`GET .../view`), so drawing them needs no request of its own."""
+    held = _held(run)
+    for series in series_list:
+        held.setdefault(series["metric"], from_api(series))
+
+
+def window_series(
+    api: DashboardApi, run: str, metrics: list[str], window: tuple[int, int]
+) -> dict[str, dict]:
+    """The series of `metrics` over the step `window` at full chart resolution (about CHART_POINTS buckets
+    within the window, raw points when it holds fewer): one request per window, kept while it is shown."""
+    key = f"window::{run}"
+    wanted = (window, tuple(metrics))
+    cached = st.session_state.get(key)
+    if cached is not None and cached[0] == wanted:
+        return cached[1]
+    got = {
+        s["metric"]: from_api(s)
+        for s in api.metrics(run, metrics, points=CHART_POINTS, start=window[0], end=window[1])
+    }
+    for metric in metrics:
+        got.setdefault(metric, from_api({"metric": metric, "steps": [], "values": []}))
+    st.session_state[key] = (wanted, got)
+    return got
+
+
 def forget(run: str) -> None:
     """Drop the held series of `run` (the next draw fetches them whole again)."""
     st.session_state.pop(f"series::{run}", None)
+    st.session_state.pop(f"window::{run}", None)

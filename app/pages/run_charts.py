@@ -1,15 +1,17 @@
 """Run page: loss, learning rate, grad norm, step time, RL panels and every other metric, with alert episodes.
 
-Only the charts refresh while a run is live (a fragment), and each refresh fetches only the new points.
+The first view comes from one request (`GET .../view`: the run, every metric's buckets, alerts, checkpoint
+steps). Only the charts refresh while a run is live (a fragment), and each refresh fetches only the new
+points. Zooming a chart fetches finer buckets for the visible steps (app/zoom.py).
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app import ui
+from app import ui, zoom
 from app.charts import alerts_for, epoch_figure, metric_figure
-from app.live import forget, load_series
+from app.live import forget, holds, load_series, seed, window_series
 from app.panels import Panel, api_roles, metric_names, metrics_by_role, role_panels
 from app.playback import playback_control, stop_control
 from app.series import group_metrics, real_units_name, scaled, unit_scale
@@ -17,7 +19,9 @@ from app.series import group_metrics, real_units_name, scaled, unit_scale
 api = ui.api()
 run = ui.require_run()
 
-detail = api.run(run)
+# One request for everything the page shows first; the series only when this session holds none yet.
+detail = api.view(run, series=not holds(run))
+seed(run, detail.get("series") or [])
 st.title(run)
 status = detail.get("status") or "unknown"
 last, total = detail.get("last_step"), detail.get("total_steps")
@@ -74,8 +78,10 @@ live = status in ("running", "stalled")  # a stalled run may go on: keep polling
 controls[2].markdown(f"**Live**: every {ui.settings().refresh_s:g} s" if live else "**Not live** (run ended)")
 if controls[3].button("Reload all points"):
     forget(run)
+    zoom.reset(run)
 
-checkpoint_steps = sorted(c["step"] for c in (api.checkpoints(run).get("checkpoints") or []))
+checkpoint_steps = detail.get("checkpoint_steps") or []
+first_draw = {"alerts": detail.get("alerts")}  # the view's alerts serve the first draw; refreshes ask again
 
 
 def panel_figure(panel: Panel, series: dict[str, dict], alerts: list[dict]):
@@ -120,9 +126,17 @@ def alerts_table(alerts: list[dict]) -> None:
 
 @st.fragment(run_every=ui.settings().refresh_s if live else None)
 def charts() -> None:
-    alerts = api.alerts(run=run, state="all")
+    alerts = first_draw.pop("alerts", None)
+    if alerts is None:
+        alerts = api.alerts(run=run, state="all")
     wanted = sorted({m for p in panels for m in p.metrics} | set(names))
-    series = load_series(api, run, wanted, poll=live)
+    zoom.listen(run)
+    window = zoom.window(run)
+    if window is None:
+        series = load_series(api, run, wanted, poll=live)
+    else:
+        series = window_series(api, run, wanted, window)
+        st.caption(f"Zoomed to steps {window[0]:,} to {window[1]:,}: double-click a chart for the whole run.")
     if not names:
         st.info("This run has no metric points yet.")
         alerts_table(alerts)

@@ -180,6 +180,16 @@ def create_app(
         except OSError as e:
             raise HTTPException(500, f"run {run!r}: the stop request could not be written ({e})") from None
 
+    @app.get("/api/runs/{run:path}/view", dependencies=guard)
+    def run_view(
+        run: str,
+        points: Annotated[int, Query(ge=1, description="at most this many buckets per metric")] = 2000,
+        start: int | None = None,
+        end: int | None = None,
+        series: Annotated[bool, Query(description="false: the run, alerts and checkpoints only")] = True,
+    ) -> JSONWithNaN:
+        return call(api_views.run_view, run, points, start, end, series)
+
     @app.get("/api/runs/{run:path}", dependencies=guard)
     def one_run(run: str) -> JSONWithNaN:
         return call(api_views.run, run)

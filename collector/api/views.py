@@ -205,6 +205,28 @@ def panel_decorations(config: DetectConfig) -> dict[str, dict]:
     return {"grad_norm": {"normal_band": [grad.normal_min, grad.normal_max], "warning_line": grad.abs_max}}
 
 
+def run_view(
+    store: Store,
+    run_id: str,
+    points: int = 2000,
+    start: int | None = None,
+    end: int | None = None,
+    with_series: bool = True,
+) -> dict:
+    """What a run page draws first, in one answer: `run`'s fields plus `series` (every metric over
+    [start, end], at most `points` buckets each; empty without `with_series`), `alerts` (all states, newest
+    first) and `checkpoint_steps` (the indexed checkpoints' steps, without computing advice)."""
+    out = run(store, run_id)
+    names = [m["metric"] for m in out["metrics"]]
+    series = metrics(store, run_id, names, points, start, end)["series"] if with_series and names else []
+    index = store_alerts.checkpoints(store, run_id)
+    return out | {
+        "series": series,
+        "alerts": store_alerts.list_alerts(store, run=run_id),
+        "checkpoint_steps": sorted(c["step"] for c in index),
+    }
+
+
 def _require_run(store: Store, run_id: str) -> None:
     if not store_read.runs(store, run_id):
         raise NotFound(f"no run {run_id!r}")
