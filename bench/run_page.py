@@ -52,11 +52,12 @@ GRAD_PLOT_BOX = f"""() => {{
 }}"""
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds used so far by the live descendants of `pid` (collector, Streamlit, Chromium), from /proc:
-    steadier than wall time on a machine other people load."""
+def tree_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the live descendants of `pid` (collector, Streamlit, Chromium), by program
+    name, from /proc: steadier than wall time on a machine other people load."""
     parent: dict[int, int] = {}
     used: dict[int, float] = {}
+    names: dict[int, str] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -67,24 +68,34 @@ def tree_cpu_s(pid: int) -> float:
             continue
         parent[int(entry)] = int(fields[1])
         used[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
-    total = 0.0
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [w.decode(errors="replace") for w in cmd if w]
+        names[int(entry)] = next(
+            (k for k in ("collector", "streamlit", "chrom") if any(k in w for w in words[:4])), "other"
+        )
+    total: dict[str, float] = {}
     for p, cpu in used.items():
         q = parent.get(p)
         while q and q != pid:
             q = parent.get(q)
         if q == pid:
-            total += cpu
+            name = names.get(p, "other")
+            total[name] = total.get(name, 0.0) + cpu
     return total
 
 
-def open_page(page, url: str) -> tuple[float, float]:
+def open_page(page, url: str) -> tuple[float, dict[str, float]]:
     """Open the run page: (wall seconds until every chart is drawn, CPU seconds all our processes used)."""
     page.goto(url + "/")  # the app's start-up is not part of the run page's time
     page.wait_for_selector('[data-testid="stDataFrame"]')
     cpu0, started = tree_cpu_s(os.getpid()), time.monotonic()
     page.goto(f"{url}/run?run={RUN}")
     wait_for_charts(page, 3)
-    return time.monotonic() - started, tree_cpu_s(os.getpid()) - cpu0
+    wall, cpu1 = time.monotonic() - started, tree_cpu_s(os.getpid())
+    return wall, {k: round(v - cpu0.get(k, 0.0), 3) for k, v in cpu1.items()}
 
 
 def zoom_grad_chart(page) -> dict:
@@ -146,8 +157,8 @@ def main() -> None:
                 for _ in range(args.opens):
                     wall, cpu = open_page(page, url)
                     opens.append(wall)
-                    cpus.append(cpu)
-                    print(f"open to drawn {wall:.2f} s ({cpu:.2f} CPU s)", flush=True)
+                    cpus.append(sum(cpu.values()))
+                    print(f"open to drawn {wall:.2f} s (CPU s: {cpu})", flush=True)
                 zoomed = None if args.no_zoom else zoom_grad_chart(page)
                 if zoomed:
                     print(f"zoom to finer buckets {zoomed['seconds']:.2f} s: {zoomed}", flush=True)
