@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector import formats
-from collector.formats import unread
+from collector.formats import peek, unread
 
 # Folders that never hold a run's own metrics: checkpoints, model exports, other tools' state.
 SKIP_DIRS = {"huggingface", "wandb", ".git", "node_modules", "__pycache__"}
 _CHECKPOINT_DIR = re.compile(r"^(global_step_\d+|checkpoint-\d+|last-checkpoint)$")
 _HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
-SNIFF_BYTES = 64 * 1024
 HF_STATE_NAME = "trainer_state.json"
 HF_LOGGING_DIR = "runs"
+WANDB_DIR = "wandb"  # skipped, except its `offline-run-*` folders (see `_wandb_offline_runs`)
+WANDB_OFFLINE = "offline-run-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ def classify(path: Path) -> str | None:
     fmt, maybe = formats.by_name(path)
     if not maybe:
         return fmt.name if fmt is not None else None
-    head = _head(path, tail=True)
+    head = peek.head(path, tail=True)
     if head is None:
         return fmt.name if fmt is not None else None
     sniffed = next((f.name for f in maybe if f.sniff is not None and f.sniff(head)), None)
@@ -94,11 +95,32 @@ def find_runs(roots: list[Path]) -> list[Run]:
             found.extend(_file_root_runs(root))
             continue
         for dirpath, dirnames, _ in os.walk(root):
+            has_wandb = WANDB_DIR in dirnames
             dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(d))
             if HF_LOGGING_DIR in dirnames and _folder_is_hf_output(Path(dirpath)):
                 dirnames.remove(HF_LOGGING_DIR)  # its TensorBoard files are sources of this folder's run
-            found.extend(_runs_in_dir(Path(dirpath), root))
+            runs = _runs_in_dir(Path(dirpath), root)
+            found.extend(runs)
+            if has_wandb:
+                found.extend(_wandb_offline_runs(Path(dirpath), root, runs))
     return _prefix_colliding_ids(found, roots)
+
+
+def _wandb_offline_runs(folder: Path, root: Path, runs: list[Run]) -> list[Run]:
+    """The W&B offline runs under `folder/wandb/`: each `offline-run-*` folder is a run, unless `folder` is a
+    run with metrics files of its own (a trainer mirroring its metrics to W&B, as runwatch's does): then
+    its `.wandb` files are a copy, listed on that run as not read."""
+    offline = sorted(p for p in (folder / WANDB_DIR).glob(f"{WANDB_OFFLINE}*") if p.is_dir())
+    own = next((r for r in runs if r.dir == folder and r.file is None and r.metrics_sources()), None)
+    if own is None:
+        return [run for path in offline for run in _runs_in_dir(path, root)]
+    read = ", ".join(s.path.name for s in own.metrics_sources()[:2])
+    own.skipped.extend(
+        (f, f"a W&B copy of the metrics in {read}: not read, to count each value once")
+        for path in offline
+        for f in sorted(path.glob("run-*.wandb"))
+    )
+    return []
 
 
 def run_for_path(path: Path, roots: list[Path]) -> Run | None:
@@ -127,6 +149,12 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
     run_dir = path.parent
     in_checkpoint = False
     for i, part in enumerate(rel_parts):
+        if part == WANDB_DIR and i == len(rel_parts) - 3 and rel_parts[i + 1].startswith(WANDB_OFFLINE):
+            # A W&B offline run's file: a run of its own unless the folder above wandb/ is a run (a copy).
+            above = root.joinpath(*rel_parts[:i])
+            offline = _wandb_offline_runs(above, root, _runs_in_dir(above, root))
+            found = next((r for r in offline if any(x.path == path for x in r.sources)), None)
+            return _with_unique_id(found, roots) if found else None
         if i < len(rel_parts) - 1 and (part in SKIP_DIRS or part.startswith(".")):
             return None
         if _CHECKPOINT_DIR.match(part):  # a checkpoint folder itself (created, deleted) or a file in one
@@ -170,12 +198,14 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
         if is_file:
             path = Path(entry.path)
             fmt = classify(path)
-            pointer = _pointer(path, size)
+            pointer = peek.pointer(path, size)
             if fmt is not None and pointer is None:
                 files.append((path, fmt))
                 continue
             claimed = claimed or fmt
-            reason = pointer or unread.reason_not_read(path, size, _head(path, 8192) or b"" if size else b"")
+            reason = pointer or unread.reason_not_read(
+                path, size, peek.head(path, 8192) or b"" if size else b""
+            )
             skipped.append((path, reason))
         elif is_dir and (match := _HF_CHECKPOINT_DIR.match(entry.name)):
             state = Path(entry.path) / HF_STATE_NAME
@@ -253,14 +283,6 @@ def _copies_not_read(run: Run) -> list[tuple[Path, str]]:
         for s in run.sources
         if s.role == "ignored"
     ]
-
-
-def _pointer(path: Path, size: int) -> str | None:
-    """Why a small file is not itself but a pointer (Git LFS, git-annex), or None."""
-    if size > unread.POINTER_MAX_BYTES:
-        return None
-    head = _head(path, unread.POINTER_MAX_BYTES)
-    return unread.pointer_reason(head) if head else None
 
 
 def _is_meta(fmt: str) -> bool:
@@ -360,18 +382,3 @@ def _root_of(path: Path, roots: list[Path]) -> Path | None:
 
 def _skipped_dir(name: str) -> bool:
     return name in SKIP_DIRS or name.startswith(".") or bool(_CHECKPOINT_DIR.match(name))
-
-
-def _head(path: Path, size: int = SNIFF_BYTES, tail: bool = False) -> bytes | None:
-    """The first `size` bytes of a file, and with `tail` its last `size` too (a console log shows what
-    wrote it late: an HF Trainer's first logged dict can come after 100 KiB of set-up output)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(size)
-            if tail and len(head) == size:
-                end = f.seek(0, os.SEEK_END)
-                f.seek(max(size, end - size))
-                head += b"\n" + f.read(size)
-            return head
-    except OSError:
-        return None

@@ -11,6 +11,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from collector.api import views
+from collector.formats.discover import run_for_path
 from collector.store.db import Store
 from tests.collector.test_daemon_support import cli
 
@@ -149,3 +150,30 @@ def test_a_file_of_lines_that_gives_no_point_is_a_warning_not_a_quarantine_of_on
         "r": [{"path": str(root / "r" / "trainer_log.jsonl"), "reason": source["warning"]}]
     }
     assert run_detail(db, "r")["total_steps"] == 20
+
+
+def test_wandb_offline_runs_are_runs_unless_they_mirror_a_run_folders_metrics(tmp_path):
+    from tests.collector.test_parsers_garbage import wandb_sample
+
+    root = tmp_path / "root"
+    alone = root / "proj" / "wandb" / "offline-run-20261124_070000-abc123"
+    alone.mkdir(parents=True)
+    (alone / "run-abc123.wandb").write_bytes(wandb_sample())
+    mirrored = root / "mine" / "wandb" / "offline-run-20261124_070500-def456"
+    mirrored.mkdir(parents=True)
+    (mirrored / "run-def456.wandb").write_bytes(wandb_sample())
+    (root / "mine" / "metrics.jsonl").write_text('{"step": 1, "data": {"train/loss": 0.5}}\n')
+    db = tmp_path / "rw.duckdb"
+    summary = json.loads(cli(db, "ingest", str(root), "--json").stdout)
+    offline_id = "proj/wandb/offline-run-20261124_070000-abc123"
+    assert sorted(summary["runs"]) == ["mine", offline_id]
+    offline = run_detail(db, offline_id)
+    assert {m["metric"]: m["points"] for m in offline["metrics"]} == {"train/loss": 2}
+    assert offline["sources"][0]["format"] == "wandb_offline"
+    # a file the watcher reports maps to the same runs
+    assert run_for_path(alone / "run-abc123.wandb", [root]).id == offline_id
+    assert run_for_path(mirrored / "run-def456.wandb", [root]) is None
+    mine = run_detail(db, "mine")
+    assert [(Path(f["path"]).name, f["reason"]) for f in mine["skipped_files"]] == [
+        ("run-def456.wandb", "a W&B copy of the metrics in metrics.jsonl: not read, to count each value once")
+    ]

@@ -1,0 +1,37 @@
+"""A look at a file's first (and last) bytes, for discovery: what format it is, or whether it is a pointer.
+
+The only I/O of the formats package besides discovery's folder listing; the judgements on the bytes are pure
+(`Format.sniff`, `unread.pointer_reason`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from collector.formats import unread
+
+SNIFF_BYTES = 64 * 1024
+
+
+def head(path: Path, size: int = SNIFF_BYTES, tail: bool = False) -> bytes | None:
+    """The first `size` bytes of a file, and with `tail` its last `size` too (a console log shows what
+    wrote it late: an HF Trainer's first logged dict can come after 100 KiB of set-up output)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.read(size)
+            if tail and len(first) == size:
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(size, end - size))
+                first += b"\n" + f.read(size)
+            return first
+    except OSError:
+        return None
+
+
+def pointer(path: Path, size: int) -> str | None:
+    """Why a small file is not itself but a pointer (Git LFS, git-annex), or None."""
+    if size > unread.POINTER_MAX_BYTES:
+        return None
+    first = head(path, unread.POINTER_MAX_BYTES)
+    return unread.pointer_reason(first) if first else None
