@@ -79,6 +79,8 @@ class RunInfo:
     total_steps: int | None = None
     config: dict | None = None  # the training config (run.json) or the trainer's run facts
     checkpoint_marker: int | None = None  # the step of the newest complete checkpoint
+    # A piece of the configuration, merged into what is stored (one MLflow param per file).
+    config_part: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)

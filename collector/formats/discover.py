@@ -13,15 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector import formats
-from collector.formats import peek, unread
+from collector.formats import layouts, peek, unread
+from collector.formats.peek import classify
 
 # Folders that never hold a run's own metrics: checkpoints, model exports, other tools' state.
 SKIP_DIRS = {"huggingface", "wandb", ".git", "node_modules", "__pycache__"}
 _CHECKPOINT_DIR = re.compile(r"^(global_step_\d+|checkpoint-\d+|last-checkpoint)$")
 _HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
-HF_STATE_NAME = "trainer_state.json"
-HF_LOGGING_DIR = "runs"
+HF_STATE_NAME = layouts.HF_STATE_NAME
+HF_LOGGING_DIR = layouts.HF_LOGGING_DIR
 WANDB_DIR = "wandb"  # skipped, except its `offline-run-*` folders (see `_wandb_offline_runs`)
 WANDB_OFFLINE = "offline-run-"
 
@@ -59,23 +60,6 @@ class Run:
         return [s for s in self.sources if s.role == "metrics"]
 
 
-def classify(path: Path) -> str | None:
-    """The format of one file, by the registered formats' name patterns and, for a name that needs it, a
-    peek at the file's first 64 KiB (`Format.sniffed`, `Format.sniff`).
-
-    Returns a registered format's name, or None for files runwatch does not read. Never raises (an
-    unreadable file whose name is ambiguous is None).
-    """
-    fmt, maybe = formats.by_name(path)
-    if not maybe:
-        return fmt.name if fmt is not None else None
-    head = peek.head(path, tail=True)
-    if head is None:
-        return fmt.name if fmt is not None else None
-    sniffed = next((f.name for f in maybe if f.sniff is not None and f.sniff(head)), None)
-    return sniffed or (fmt.name if fmt is not None else None)
-
-
 def find_runs(roots: list[Path]) -> list[Run]:
     """Every run under `roots`, sorted by id.
 
@@ -97,7 +81,11 @@ def find_runs(roots: list[Path]) -> list[Run]:
         for dirpath, dirnames, _ in os.walk(root):
             has_wandb = WANDB_DIR in dirnames
             dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(d))
-            if HF_LOGGING_DIR in dirnames and _folder_is_hf_output(Path(dirpath)):
+            if layouts.is_mlflow_run(Path(dirpath)):
+                dirnames[:] = [
+                    d for d in dirnames if d not in layouts.MLFLOW_PARTS
+                ]  # read as the run's files
+            if HF_LOGGING_DIR in dirnames and layouts.is_hf_output_folder(Path(dirpath)):
                 dirnames.remove(HF_LOGGING_DIR)  # its TensorBoard files are sources of this folder's run
             runs = _runs_in_dir(Path(dirpath), root)
             found.extend(runs)
@@ -145,8 +133,13 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
         for run in _runs_in_dir(output_dir, root):
             if run.dir == output_dir and any(source.path == path for source in run.sources):
                 return _with_unique_id(run, roots)
-    # Find the folder that would be the run: the file's own folder, or the folder above a checkpoint folder.
+    # Find the folder that would be the run: the file's own folder, or the folder above a checkpoint folder
+    # (or above an MLflow run's metrics/, params/, tags/).
     run_dir = path.parent
+    for i in range(len(rel_parts) - 2, 0, -1):
+        if rel_parts[i] in layouts.MLFLOW_PARTS and layouts.is_mlflow_run(root.joinpath(*rel_parts[:i])):
+            run_dir = root.joinpath(*rel_parts[:i])
+            break
     in_checkpoint = False
     for i, part in enumerate(rel_parts):
         if part == WANDB_DIR and i == len(rel_parts) - 3 and rel_parts[i + 1].startswith(WANDB_OFFLINE):
@@ -161,7 +154,7 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
             run_dir = root.joinpath(*rel_parts[:i])
             in_checkpoint = True
             break
-    if _under_hf_logging(run_dir, root):
+    if layouts.under_hf_logging(run_dir, root):
         return None  # find_runs does not look in there either
     runs = _runs_in_dir(run_dir, root)
     folder_id = _rel_id(run_dir, root)
@@ -175,8 +168,8 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
 
 def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     """The runs one folder defines: one run for the folder, plus one per file that is a run by itself."""
-    real_root = _real(root)
-    if not _stays_inside(folder, real_root):
+    real_root = layouts.real(root)
+    if not layouts.stays_inside(folder, real_root):
         return []  # reached through a folder link out of the root (a changed file's event path)
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -190,7 +183,7 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
         try:
             is_file = entry.is_file()
             is_dir = not is_file and entry.is_dir(follow_symlinks=False)
-            if is_file and entry.is_symlink() and not _stays_inside(Path(entry.path), real_root):
+            if is_file and entry.is_symlink() and not layouts.stays_inside(Path(entry.path), real_root):
                 continue  # a link out of the watched root: runwatch reads only what it was given
             size = entry.stat().st_size if is_file else 0
         except OSError:
@@ -209,9 +202,11 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             skipped.append((path, reason))
         elif is_dir and (match := _HF_CHECKPOINT_DIR.match(entry.name)):
             state = Path(entry.path) / HF_STATE_NAME
-            if state.is_file() and _stays_inside(state, real_root):
+            if state.is_file() and layouts.stays_inside(state, real_root):
                 hf_checkpoints.append((int(match.group(1)), state))
 
+    if layouts.is_mlflow_run(folder):
+        files.extend(layouts.mlflow_files(folder, real_root))
     runs: list[Run] = []
     folder_files: list[tuple[Path, str]] = []
     # A folder holding nothing readable but JSONL files is a verl project folder (`<project>/<experiment>.jsonl`,
@@ -236,23 +231,12 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             # The HF Trainer's own TensorBoard logging: the run's live view (trainer_state.json is written
             # only at saves), read into the trainer_state's metric names (see `hf_tensorboard`).
             run.sources.extend(
-                Source(path, "hf_tensorboard", "metrics") for path in _hf_logging_files(folder, real_root)
+                Source(path, "hf_tensorboard", "metrics")
+                for path in layouts.hf_logging_files(folder, real_root)
             )
         run.skipped = [*_copies_not_read(run), *skipped]
         runs.insert(0, run)
     return runs
-
-
-def _real(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except OSError:
-        return path
-
-
-def _stays_inside(path: Path, real_root: Path) -> bool:
-    """Whether `path`, its symlinks followed, is still under the (resolved) root."""
-    return _real(path).is_relative_to(real_root)
 
 
 def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]], claimed: str | None = None) -> Run:
@@ -293,37 +277,6 @@ def _is_hf_output(run: Run) -> bool:
     return any(s.format == "hf_trainer_state" for s in run.sources)
 
 
-def _folder_is_hf_output(folder: Path) -> bool:
-    """Whether `folder` is an HF Trainer output folder: a trainer_state.json, at the top or in a checkpoint."""
-    if (folder / HF_STATE_NAME).is_file():
-        return True
-    return any(
-        _HF_CHECKPOINT_DIR.match(c.name) and (c / HF_STATE_NAME).is_file()
-        for c in folder.glob("checkpoint-*")
-    )
-
-
-def _under_hf_logging(folder: Path, root: Path) -> bool:
-    """Whether `folder` is in (or is) the `runs/` logging folder of an HF output folder under `root`."""
-    for ancestor in (folder, *folder.parents):
-        if ancestor == root or not ancestor.is_relative_to(root):
-            return False
-        if ancestor.name == HF_LOGGING_DIR and _folder_is_hf_output(ancestor.parent):
-            return True
-    return False
-
-
-def _hf_logging_files(output_dir: Path, real_root: Path) -> list[Path]:
-    """TensorBoard files the HF Trainer writes under `<output_dir>/runs/<time_host>/`: the same metrics as
-    its trainer_state.json (which also names the best checkpoint), so they are a duplicate view of the run
-    rather than a run of their own."""
-    return sorted(
-        p
-        for p in output_dir.glob(f"{HF_LOGGING_DIR}/*/events.out.tfevents.*")
-        if p.is_file() and _stays_inside(p, real_root)
-    )
-
-
 def _file_root_runs(path: Path) -> list[Run]:
     fmt = classify(path)
     if fmt is None or _is_meta(fmt):
@@ -357,7 +310,7 @@ def _with_unique_id(run: Run, roots: list[Path]) -> Run:
         else:
             # The only folders of the other root that could define a run with this id.
             folders = {other, other / run.id, (other / run.id).parent}
-            folders = {f for f in folders if f.is_dir() and not _under_hf_logging(f, other)}
+            folders = {f for f in folders if f.is_dir() and not layouts.under_hf_logging(f, other)}
             others = [o for folder in folders for o in _runs_in_dir(folder, other)]
         if any(o.id == run.id for o in others):
             run.id = f"{_root_name(run.root)}/{run.id}"

@@ -32,7 +32,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
 def entry_info(info: dict) -> RunInfo:
     """A param or tag as a piece of the run's configuration (`params.<name>` / `tags.<name>`)."""
     config = {f"{kind}.{name}": value for kind, entries in info.items() for name, value in entries.items()}
-    return RunInfo(config=config)
+    return RunInfo(config_part=config)
 
 
 FORMAT = Format(

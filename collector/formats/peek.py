@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from collector import formats
 from collector.formats import unread
 
 SNIFF_BYTES = 64 * 1024
@@ -35,3 +36,20 @@ def pointer(path: Path, size: int) -> str | None:
         return None
     first = head(path, unread.POINTER_MAX_BYTES)
     return unread.pointer_reason(first) if first else None
+
+
+def classify(path: Path) -> str | None:
+    """The format of one file, by the registered formats' name patterns and, for a name that needs it, a
+    peek at the file's first 64 KiB (`Format.sniffed`, `Format.sniff`).
+
+    Returns a registered format's name, or None for files runwatch does not read. Never raises (an
+    unreadable file whose name is ambiguous is None).
+    """
+    fmt, maybe = formats.by_name(path)
+    if not maybe:
+        return fmt.name if fmt is not None else None
+    first = head(path, tail=True)
+    if first is None:
+        return fmt.name if fmt is not None else None
+    sniffed = next((f.name for f in maybe if f.sniff is not None and f.sniff(first)), None)
+    return sniffed or (fmt.name if fmt is not None else None)

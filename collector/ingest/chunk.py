@@ -162,3 +162,5 @@ def _store_info(cur, store: Store, run: str, facts: RunInfo) -> None:
         config=json.dumps(facts.config, default=str) if facts.config is not None else None,
         status_info=json.dumps(facts.status_info, default=str) if facts.status_info is not None else None,
     )
+    if facts.config_part:
+        store.merge_run_config(cur, run, json.dumps(facts.config_part, default=str))

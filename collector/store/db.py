@@ -145,6 +145,13 @@ class Store:
                     "INSERT INTO skipped_files VALUES (?, ?, ?, ?)", [[run_id, *f] for f in files]
                 )
 
+    def merge_run_config(self, cur: duckdb.DuckDBPyConnection, run_id: str, part: str) -> None:
+        """Merge a JSON object into the run's stored configuration (keys of `part` win)."""
+        cur.execute(
+            "UPDATE runs SET config = json_merge_patch(coalesce(config, '{}'), ?) WHERE id = ?",
+            [part, run_id],
+        )
+
     def update_run_info(
         self,
         cur: duckdb.DuckDBPyConnection,

@@ -177,3 +177,27 @@ def test_wandb_offline_runs_are_runs_unless_they_mirror_a_run_folders_metrics(tm
     assert [(Path(f["path"]).name, f["reason"]) for f in mine["skipped_files"]] == [
         ("run-def456.wandb", "a W&B copy of the metrics in metrics.jsonl: not read, to count each value once")
     ]
+
+
+def test_an_mlflow_file_store_run_is_one_run_with_its_metrics_params_and_tags(tmp_path):
+    root = tmp_path / "root"
+    run = root / "mlruns" / "0" / "4f1c2e"
+    (run / "metrics" / "train").mkdir(parents=True)
+    (run / "params").mkdir()
+    (run / "tags").mkdir()
+    (root / "mlruns" / "0" / "meta.yaml").write_text("name: Default\n")
+    (run / "meta.yaml").write_text("run_id: 4f1c2e\nstatus: 1\n")
+    (run / "metrics" / "train" / "loss").write_text(
+        "".join(f"{1732431600000 + s} {2.0 - s / 10} {s}\n" for s in range(10))
+    )
+    (run / "metrics" / "eval_loss").write_text("1732431609000 1.5 9\n")
+    (run / "params" / "learning_rate").write_text("0.0001")
+    (run / "tags" / "mlflow.runName").write_text("sft-7b")
+    db = tmp_path / "rw.duckdb"
+    summary = json.loads(cli(db, "ingest", str(root), "--json").stdout)
+    assert summary["runs"] == ["mlruns/0/4f1c2e"]
+    detail = run_detail(db, "mlruns/0/4f1c2e")
+    assert {m["metric"]: m["points"] for m in detail["metrics"]} == {"train/loss": 10, "eval_loss": 1}
+    assert detail["config"] == {"params.learning_rate": "0.0001", "tags.mlflow.runName": "sft-7b"}
+    assert [Path(f["path"]).name for f in detail["skipped_files"]] == ["meta.yaml"]
+    assert run_for_path(run / "metrics" / "train" / "loss", [root]).id == "mlruns/0/4f1c2e"

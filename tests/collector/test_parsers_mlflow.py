@@ -54,7 +54,7 @@ def test_params_and_tags_are_configuration():
     tag = mlflow_entry.parse(b"sft-7b\n", path=RUN + "tags/mlflow.runName")
     assert param.info == {"params": {"learning_rate": "0.0001"}} and len(param.points) == 0
     assert tag.info == {"tags": {"mlflow.runName": "sft-7b"}}
-    assert mlflow_entry.entry_info(param.info).config == {"params.learning_rate": "0.0001"}
+    assert mlflow_entry.entry_info(param.info).config_part == {"params.learning_rate": "0.0001"}
     assert (
         mlflow_entry.parse(b"\xff\xfe", path=RUN + "params/x").bad[0].reason.startswith("param x: non-UTF-8")
     )

@@ -1,0 +1,72 @@
+"""Trainers' folder layouts that discovery recognises: the HF Trainer's output folder (its `runs/` TensorBoard
+logging belongs to it), MLflow's file-store run folders, and links that must not lead out of a watched root."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from collector.formats import peek
+
+HF_STATE_NAME = "trainer_state.json"
+HF_LOGGING_DIR = "runs"
+_HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+# An MLflow file-store run folder (`mlruns/<experiment>/<run>/`): its `meta.yaml` and these folders.
+MLFLOW_PARTS = ("metrics", "params", "tags")
+
+
+def real(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path
+
+
+def stays_inside(path: Path, real_root: Path) -> bool:
+    """Whether `path`, its symlinks followed, is still under the (resolved) root."""
+    return real(path).is_relative_to(real_root)
+
+
+def is_hf_output_folder(folder: Path) -> bool:
+    """Whether `folder` is an HF Trainer output folder: a trainer_state.json, at the top or in a checkpoint."""
+    if (folder / HF_STATE_NAME).is_file():
+        return True
+    return any(
+        _HF_CHECKPOINT_DIR.match(c.name) and (c / HF_STATE_NAME).is_file()
+        for c in folder.glob("checkpoint-*")
+    )
+
+
+def under_hf_logging(folder: Path, root: Path) -> bool:
+    """Whether `folder` is in (or is) the `runs/` logging folder of an HF output folder under `root`."""
+    for ancestor in (folder, *folder.parents):
+        if ancestor == root or not ancestor.is_relative_to(root):
+            return False
+        if ancestor.name == HF_LOGGING_DIR and is_hf_output_folder(ancestor.parent):
+            return True
+    return False
+
+
+def hf_logging_files(output_dir: Path, real_root: Path) -> list[Path]:
+    """TensorBoard files the HF Trainer writes under `<output_dir>/runs/<time_host>/`: the same metrics as
+    its trainer_state.json (which also names the best checkpoint), so they are a duplicate view of the run
+    rather than a run of their own."""
+    return sorted(
+        p
+        for p in output_dir.glob(f"{HF_LOGGING_DIR}/*/events.out.tfevents.*")
+        if p.is_file() and stays_inside(p, real_root)
+    )
+
+
+def is_mlflow_run(folder: Path) -> bool:
+    return (folder / "meta.yaml").is_file() and (folder / "metrics").is_dir()
+
+
+def mlflow_files(folder: Path, real_root: Path) -> list[tuple[Path, str]]:
+    """An MLflow run's metric, param and tag files (a metric named `train/loss` is `metrics/train/loss`)."""
+    out = []
+    for part in MLFLOW_PARTS:
+        for path in sorted((folder / part).rglob("*")):
+            if path.is_file() and stays_inside(path, real_root) and (fmt := peek.classify(path)) is not None:
+                out.append((path, fmt))
+    return out
