@@ -207,8 +207,18 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
 
     if layouts.is_mlflow_run(folder):
         files.extend(layouts.mlflow_files(folder, real_root))
-    runs: list[Run] = []
     folder_files: list[tuple[Path, str]] = []
+    runs: list[Run] = []
+    # The training platform's callback writes `{job_id}_metrics.jsonl` beside `{job_id}_status.json`, for
+    # many jobs in one folder: each job is a run (`folder/job_id`).
+    jobs = layouts.platform_jobs(files)
+    for job, job_files in jobs.items():
+        metrics_file, metrics_format = next((p, fmt) for p, fmt in job_files if not _is_meta(fmt))
+        sources = [Source(p, fmt, "meta" if _is_meta(fmt) else "metrics") for p, fmt in job_files]
+        runs.append(
+            Run(_rel_id(folder / job, root), root, folder, metrics_format, sources, file=metrics_file)
+        )
+    files = [(p, fmt) for p, fmt in files if not any((p, fmt) in f for f in jobs.values())]
     # A folder holding nothing readable but JSONL files is a verl project folder (`<project>/<experiment>.jsonl`,
     # verl's default): one run per file, whatever the count, so ids stay put when the next experiment
     # arrives. A folder with other files beside its JSONL (runwatch's layout, logs, CSVs) is one run.

@@ -13,6 +13,7 @@ HF_LOGGING_DIR = "runs"
 _HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 # An MLflow file-store run folder (`mlruns/<experiment>/<run>/`): its `meta.yaml` and these folders.
 MLFLOW_PARTS = ("metrics", "params", "tags")
+STATUS_SUFFIX, METRICS_SUFFIX = "_status.json", "_metrics.jsonl"
 
 
 def real(path: Path) -> Path:
@@ -70,3 +71,18 @@ def mlflow_files(folder: Path, real_root: Path) -> list[tuple[Path, str]]:
             if path.is_file() and stays_inside(path, real_root) and (fmt := peek.classify(path)) is not None:
                 out.append((path, fmt))
     return out
+
+
+def platform_jobs(files: list[tuple[Path, str]]) -> dict[str, list[tuple[Path, str]]]:
+    """The training platform's jobs among a folder's files: `{job_id}_metrics.jsonl` with its
+    `{job_id}_status.json` (the status file first), by job id; a metrics file without a status file is not
+    one (it may be any JSONL)."""
+    by_name = {p.name: (p, fmt) for p, fmt in files}
+    jobs = {}
+    for name, (path, fmt) in by_name.items():
+        if fmt == "platform_status" and name.endswith(STATUS_SUFFIX):
+            job = name[: -len(STATUS_SUFFIX)]
+            metrics = by_name.get(job + METRICS_SUFFIX)
+            if metrics is not None and metrics[1] == "jsonl":
+                jobs[job] = [(path, fmt), metrics]
+    return jobs
