@@ -201,3 +201,43 @@ def test_an_mlflow_file_store_run_is_one_run_with_its_metrics_params_and_tags(tm
     assert detail["config"] == {"params.learning_rate": "0.0001", "tags.mlflow.runName": "sft-7b"}
     assert [Path(f["path"]).name for f in detail["skipped_files"]] == ["meta.yaml"]
     assert run_for_path(run / "metrics" / "train" / "loss", [root]).id == "mlruns/0/4f1c2e"
+
+
+def test_the_platforms_jobs_in_one_folder_are_runs_with_their_status(tmp_path):
+    root = tmp_path / "root"
+    jobs = root / "platform"
+    jobs.mkdir(parents=True)
+    for job, state, last in (("job-1", "completed", 3), ("job-2", "running", 2)):
+        lines = [
+            {
+                "step": s,
+                "timestamp": f"2026-11-24T07:00:0{s}Z",
+                "loss": {"total": 1.0 / s},
+                "reward": {"mean": s / 10},
+                "kl": {"value": 0.01},
+            }
+            for s in range(1, last + 1)
+        ]
+        (jobs / f"{job}_metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        status = {
+            "job_id": job,
+            "status": state,
+            "current_step": last,
+            "total_steps": 3,
+            "anomaly_detected": job == "job-2",
+            "anomaly_reason": "reward flat" if job == "job-2" else None,
+            "updated_at": "2026-11-24T07:00:09Z",
+        }
+        (jobs / f"{job}_status.json").write_text(json.dumps(status))
+    db = tmp_path / "rw.duckdb"
+    summary = json.loads(cli(db, "ingest", str(root), "--json").stdout)
+    assert sorted(summary["runs"]) == ["platform/job-1", "platform/job-2"]
+    one, two = run_detail(db, "platform/job-1"), run_detail(db, "platform/job-2")
+    assert {m["metric"]: m["points"] for m in one["metrics"]} == {
+        "loss/total": 3,
+        "reward/mean": 3,
+        "kl/value": 3,
+    }
+    assert (one["status"], one["total_steps"], two["status"]) == ("completed", 3, "running")
+    assert two["status_info"]["anomaly_reason"] == "reward flat" and two["status_info"]["state"] == "running"
+    assert two["status_info"]["updated_at"] == 1795503609.0
