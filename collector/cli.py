@@ -190,7 +190,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _not_read(store, runs: set[str]) -> dict[str, list[dict]]:
     """Per run, the files it does not read (with the reason) and those read that gave no point."""
-    from collector.api.views import source_warning
+    from collector.api.run_files import source_warning
 
     out: dict[str, list[dict]] = {}
     for f in store_read.skipped_files(store):

@@ -7,13 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from collector import formats
+from collector.api import run_files
 from collector.core.roles import role_of
 from collector.core.stop_request import stop_path, write_stop_request
 from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.detect.thresholds import thresholds_for
-from collector.formats import unread
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -182,20 +181,9 @@ def run(store: Store, run_id: str) -> dict:
         }
         for s in stats
     ]
-    out["sources"] = [s | {"warning": source_warning(s)} for s in store_read.sources(store, run_id)]
-    out["skipped_files"] = [
-        {k: f[k] for k in ("path", "reason", "bytes")} for f in store_read.skipped_files(store, run_id)
-    ]
+    out["sources"], out["skipped_files"] = run_files.files_of(store, run_id)
     out["decorations"] = panel_decorations(_detect_config(store, r["path"]))
     return out
-
-
-def source_warning(source: dict) -> str | None:
-    """The sentence for a metrics file whose lines gave no point (None when it gave some, or is not one)."""
-    fmt = source["format"]
-    metrics_file = fmt in formats.names() and formats.get(fmt).role == "metrics"
-    lines = source["lines"] if metrics_file and source["state"] != "deleted" else 0
-    return unread.zero_points_warning(lines, source["points"])
 
 
 def panel_decorations(config: DetectConfig) -> dict[str, dict]:
