@@ -131,11 +131,11 @@ def create_app(
 
     @app.get("/api/runs/{run:path}/quarantine", dependencies=guard)
     def quarantine(run: str, limit: Annotated[int, Query(ge=1, le=10000)] = 200) -> JSONWithNaN:
-        return call(lambda s: store_read.quarantined(s, run, limit))
+        return call(api_views.quarantined, run, limit)
 
     @app.get("/api/runs/{run:path}/replaced", dependencies=guard)
     def replaced(run: str, metric: str) -> JSONWithNaN:
-        return call(lambda s: store_read.replaced_points(s, run, metric))
+        return call(api_views.replaced, run, metric)
 
     @app.get("/api/runs/{run:path}/stream", dependencies=guard)
     async def stream(

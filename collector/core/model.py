@@ -106,3 +106,6 @@ class Format:
     # A console or export copy of metrics (a console log, a CSV): read only when its run has no other
     # metrics file, whose values it would repeat.
     copy: bool = False
+    # Records are text lines ending with a newline, consumed only up to one: a line longer than 64 MiB is
+    # quarantined once, whole. False for binary framings (TensorBoard, W&B records).
+    lines: bool = True

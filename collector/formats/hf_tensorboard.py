@@ -36,4 +36,4 @@ def hf_name(tag: str) -> str:
     return tag
 
 
-FORMAT = Format(name="hf_tensorboard", parse=parse)
+FORMAT = Format(name="hf_tensorboard", parse=parse, lines=False)

@@ -171,5 +171,10 @@ def sniff(head: bytes) -> bool:
 
 # Copies of event files renamed on the way (`<prefix>-events.out.tfevents.*`) are known by their first record.
 FORMAT = Format(
-    name="tensorboard", parse=parse, names=("events.out.tfevents.*",), sniffed=("*tfevents*",), sniff=sniff
+    name="tensorboard",
+    parse=parse,
+    names=("events.out.tfevents.*",),
+    sniffed=("*tfevents*",),
+    sniff=sniff,
+    lines=False,
 )

@@ -110,4 +110,5 @@ FORMAT = Format(
     parse=parse,
     names=("offline-run-*/run-*.wandb", "run-*/run-*.wandb"),
     run_info=run_info,
+    lines=False,
 )

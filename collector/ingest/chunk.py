@@ -15,7 +15,7 @@ from collections.abc import Callable
 import duckdb
 
 from collector.core.model import BadLine, Format, ParseResult, Points, RunInfo
-from collector.ingest.segments import SIG_BYTES, read_range
+from collector.ingest.segments import SIG_BYTES, inside_line, read_range
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
 
@@ -59,6 +59,8 @@ def read_chunk(
         if st.st_size == s.offset:
             return False
         start, want = s.offset, min(st.st_size - s.offset, chunk_bytes)
+        if fmt.lines and inside_line(s):
+            return _skip_rest_of_long_line(cur, store, s, st, read_range(s.path, start, want), cycle)
     data = read_range(s.path, start, want)
     result = _parse(fmt, s, data, 1 if whole else s.lines + 1)
     if not whole and result.consumed == 0 and len(data) >= want and st.st_size - start > want:
@@ -151,6 +153,21 @@ def _skip_long_line(cur, store: Store, s: SourceState, data: bytes, end: int, re
     s.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
     store.save_source(cur, s)
     report(s.path, f"line {s.lines}: longer than {MAX_LINE_BYTES} bytes; quarantined")
+
+
+def _skip_rest_of_long_line(
+    cur, store: Store, s: SourceState, st: os.stat_result, data: bytes, cycle: Cycle
+) -> bool:
+    """The offset is inside a line already quarantined as too long (it ends in no newline): skip to the
+    line's end without another entry. True while more of the file waits."""
+    end = data.find(b"\n")
+    skip = end + 1 if end >= 0 else len(data)
+    s.offset += skip
+    s.lines += 1 if end >= 0 else 0
+    s.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
+    s.size, s.mtime = st.st_size, st.st_mtime
+    cycle.saves.append(s)
+    return s.offset < st.st_size
 
 
 def _store_info(cur, store: Store, run: str, facts: RunInfo) -> None:

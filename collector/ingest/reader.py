@@ -168,7 +168,12 @@ class Ingestor:
                 continue
             if segments.backlog(s) > self.chunk_bytes and not self._whole(s):
                 busy.add(s.run_id)
-            if self.bulk and s.format == "jsonl" and segments.backlog(s) >= BULK_MIN_BYTES:
+            if (
+                self.bulk
+                and s.format == "jsonl"
+                and not segments.inside_line(s)
+                and segments.backlog(s) >= BULK_MIN_BYTES
+            ):
                 if self._guarded(lambda s=s: self._bulk_chunk(s), [path]):
                     pending.add(path)
             else:

@@ -111,6 +111,12 @@ def start_segment(s: SourceState) -> bool:
     return had
 
 
+def inside_line(s: SourceState) -> bool:
+    """Whether `s`'s offset is inside a line (one too long to keep, quarantined, whose rest is skipped):
+    the bytes before it do not end with a newline."""
+    return bool(s.tail_sig) and not s.tail_sig.endswith(b"\n")
+
+
 def mtime_of(path: str) -> float:
     """The file's modification time, 0 when it cannot be read."""
     try:

@@ -390,3 +390,61 @@ def test_kill_9_during_rotations_truncations_and_root_renames_keeps_every_point(
         assert store.rows("SELECT count(*) FROM quarantine")[0][0] == 0
     finally:
         store.close()
+
+
+def test_quarantine_and_replaced_answer_404_for_an_unknown_run(tmp_path):
+    """Like every other route of a run: a run the store does not know is a 404 naming it, not `[]`."""
+    from collector.api.client import ApiError
+    from tests.collector.test_daemon_support import Daemon, wait_for
+
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    (root / "r" / "metrics.jsonl").write_text(verl(1, loss=1.0) + "{broken\n")
+    daemon = Daemon(tmp_path / "rw.duckdb", [root]).start()
+    try:
+        client = daemon.client()
+        for path, params in (("quarantine", {}), ("replaced", {"metric": "loss"})):
+            with pytest.raises(ApiError) as e:
+                client.get(f"/api/runs/nope/{path}", params=params)
+            assert e.value.status == 404 and "nope" in str(e.value)
+        [bad] = wait_for(lambda: _quarantine_of(client, "r"), "the bad line quarantined")
+        assert bad["line"] == 2
+        assert client.get("/api/runs/r/replaced", params={"metric": "loss"}) == []
+    finally:
+        daemon.ensure_stopped()
+
+
+def _quarantine_of(client, run: str) -> list[dict]:
+    try:
+        return client.get(f"/api/runs/{run}/quarantine")
+    except Exception:  # the run not registered yet
+        return []
+
+
+@pytest.mark.parametrize("finished_later", [False, True])
+def test_a_line_over_64_mib_is_one_quarantine_entry(tmp_path, finished_later):
+    """The line is quarantined once, whole, however its bytes arrive; the lines after it keep their numbers."""
+    from collector.ingest.chunk import MAX_LINE_BYTES
+
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "metrics.jsonl"
+    long_line = b'{"step": 2, "data": {"note": "' + b"x" * (MAX_LINE_BYTES + (4 << 20)) + b'"}}\n'
+    head, rest = long_line[: MAX_LINE_BYTES + (1 << 20)], long_line[MAX_LINE_BYTES + (1 << 20) :]
+    f.write_bytes(
+        verl(1, loss=1.0).encode() + head + (b"" if finished_later else rest + verl(3, loss=3.0).encode())
+    )
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root])
+    ing.ingest_all()
+    if finished_later:
+        with f.open("ab") as out:
+            out.write(rest + verl(3, loss=3.0).encode())
+        ing.ingest_all()
+    assert stored(store, "r") == {("loss", 1): 1.0, ("loss", 3): 3.0}
+    [(line, reason)] = quarantined(store, "r")
+    assert line == 2 and "longer than" in reason
+    src = store_read.sources(store, "r")[0]
+    assert (src["offset"], src["lines"]) == (f.stat().st_size, 3)
+    ing.close()
+    store.close()
