@@ -92,6 +92,11 @@ def create_app(
         except ValueError as e:
             raise HTTPException(400, str(e)) from None
 
+    def known_run(run: str) -> None:
+        """404 naming a run the store does not know (as every route of a run answers)."""
+        if not store_read.runs(store, run):
+            raise HTTPException(404, f"no run {run!r}")
+
     @app.get("/api/health")
     def health() -> JSONWithNaN:
         return JSONWithNaN(api_views.health_info(db, [str(r) for r in roots]))
@@ -131,11 +136,13 @@ def create_app(
 
     @app.get("/api/runs/{run:path}/quarantine", dependencies=guard)
     def quarantine(run: str, limit: Annotated[int, Query(ge=1, le=10000)] = 200) -> JSONWithNaN:
-        return call(api_views.quarantined, run, limit)
+        known_run(run)
+        return call(lambda s: store_read.quarantined(s, run, limit))
 
     @app.get("/api/runs/{run:path}/replaced", dependencies=guard)
     def replaced(run: str, metric: str) -> JSONWithNaN:
-        return call(api_views.replaced, run, metric)
+        known_run(run)
+        return call(lambda s: store_read.replaced_points(s, run, metric))
 
     @app.get("/api/runs/{run:path}/stream", dependencies=guard)
     async def stream(

@@ -398,17 +398,3 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
         folder, reason.strip() or "stop requested from runwatch", by="person"
     )
     return {"run": run_id, "path": str(stop_path(folder)), "request": request, "written": written}
-
-
-def quarantined(store: Store, run_id: str, limit: int = 200) -> list[dict]:
-    """The run's quarantined lines (file, line, reason, text); NotFound for a run the store does not know."""
-    if not store_read.runs(store, run_id):
-        raise NotFound(f"no run {run_id!r}")
-    return store_read.quarantined(store, run_id, limit)
-
-
-def replaced(store: Store, run_id: str, metric: str) -> list[dict]:
-    """Earlier values of the run's metric written again; NotFound for a run the store does not know."""
-    if not store_read.runs(store, run_id):
-        raise NotFound(f"no run {run_id!r}")
-    return store_read.replaced_points(store, run_id, metric)
