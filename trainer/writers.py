@@ -97,7 +97,32 @@ def metrics_line(step: int, metrics: dict[str, Any]) -> str:
     return '{"step":' + _json_value(step) + ',"data":{' + ",".join(parts) + "}}"
 
 
-class MetricsJsonlWriter(RunCallback):
+class AppendingWriter(RunCallback):
+    """A writer whose file goes through a BufferedAppender (`self.out`): written out at each checkpoint, and
+    closed (written, then released) when the run ends in any way."""
+
+    out: BufferedAppender | None = None
+
+    def on_checkpoint_saved(self, step: int, path: str) -> None:
+        if self.out is not None:
+            self.out.flush()
+
+    def _close(self) -> None:
+        if self.out is not None:
+            self.out.close()
+            self.out = None
+
+    def on_train_end(self, step: int) -> None:
+        self._close()
+
+    def on_exception(self, step: int, error: str) -> None:
+        self._close()
+
+    def on_stopped(self, step: int, reason: str) -> None:
+        self._close()
+
+
+class MetricsJsonlWriter(AppendingWriter):
     """metrics.jsonl: one line per log call, appended; written at least every FLUSH_EVERY_S (the collector
     tails it live), at each checkpoint and at the end (see trainer/appender.py for what a kill loses)."""
 
@@ -120,26 +145,8 @@ class MetricsJsonlWriter(RunCallback):
     def on_validation_end(self, step: int, metrics: dict[str, float]) -> None:
         self._write(step, metrics)
 
-    def on_checkpoint_saved(self, step: int, path: str) -> None:
-        if self.out is not None:
-            self.out.flush()
 
-    def _close(self) -> None:
-        if self.out is not None:
-            self.out.close()
-            self.out = None
-
-    def on_train_end(self, step: int) -> None:
-        self._close()
-
-    def on_exception(self, step: int, error: str) -> None:
-        self._close()
-
-    def on_stopped(self, step: int, reason: str) -> None:
-        self._close()
-
-
-class CsvHistoryWriter(RunCallback):
+class CsvHistoryWriter(AppendingWriter):
     """A CSV with a `step` column and one column per metric, one row per logged step, appended.
 
     `kind` picks which records it takes: "train" (training_history.csv) or "val" (validation_history.csv).
@@ -199,24 +206,6 @@ class CsvHistoryWriter(RunCallback):
     def on_validation_end(self, step: int, metrics: dict[str, float]) -> None:
         if self.kind == "val":
             self._append(step, metrics)
-
-    def on_checkpoint_saved(self, step: int, path: str) -> None:
-        if self.out is not None:
-            self.out.flush()
-
-    def _close(self) -> None:
-        if self.out is not None:
-            self.out.close()
-            self.out = None
-
-    def on_train_end(self, step: int) -> None:
-        self._close()
-
-    def on_exception(self, step: int, error: str) -> None:
-        self._close()
-
-    def on_stopped(self, step: int, reason: str) -> None:
-        self._close()
 
 
 def _csv_cell(value: Any) -> str:
