@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from collector.api import stop as api_stop
 from collector.api import views as api_views
 from collector.api.client import ApiError, Client
 from collector.core.runtime import Settings, keep_private, read_marker
@@ -262,7 +263,7 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         return (
             f"/api/runs/{quote(args.run, safe='/')}/stop",
             None,
-            lambda s: api_views.request_stop(s, args.run, args.reason),
+            lambda s: api_stop.request_stop(s, args.run, args.reason),
         )
     if c == "checkpoints":
         return (

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from collector.api import playback
+from collector.api import stop as api_stop
 from collector.api import views as api_views
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -179,7 +180,7 @@ def create_app(
     @app.post("/api/runs/{run:path}/stop", dependencies=guard)
     def stop(run: str, body: StopRequest | None = None) -> JSONWithNaN:
         try:
-            return JSONWithNaN(api_views.request_stop(store, run, body.reason if body else ""))
+            return JSONWithNaN(api_stop.request_stop(store, run, body.reason if body else ""))
         except api_views.NotFound as e:
             raise HTTPException(404, str(e)) from None
         except ValueError as e:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from collector.api import run_files
 from collector.core.roles import role_of
-from collector.core.stop_request import stop_path, write_stop_request
 from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.detect.thresholds import thresholds_for
@@ -377,24 +376,3 @@ def health_info(db: Path, roots: list[str]) -> dict:
 def finite(value: float | None) -> float | None:
     """NaN and infinities as None (for table output where a blank reads better)."""
     return None if value is None or not math.isfinite(value) else value
-
-
-def request_stop(store: Store, run_id: str, reason: str) -> dict:
-    """Ask a run to stop: write its stop request (`RUN_DIR/runwatch.stop`, see
-    `collector.core.stop_request`). Returns `run`, `path` (the request file), `request` (the one in force:
-    an earlier request stands) and `written`. NotFound for an unknown run; ValueError for a run that has no
-    folder of its own or has ended."""
-    found = store_read.runs(store, run_id)
-    if not found:
-        raise NotFound(f"no run {run_id!r}")
-    r = found[0]
-    folder = Path(r["path"])
-    if not folder.is_dir():
-        raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")
-    state = (store_read.parse_json(r["status_info"]) or {}).get("state")
-    if state in ("completed", "failed", "stopped"):
-        raise ValueError(f"run {run_id!r} has ended (status.json: {state}); nothing to stop")
-    request, written = write_stop_request(
-        folder, reason.strip() or "stop requested from runwatch", by="person"
-    )
-    return {"run": run_id, "path": str(stop_path(folder)), "request": request, "written": written}

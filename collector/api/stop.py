@@ -1,0 +1,32 @@
+"""`POST /api/runs/{run}/stop` and `python -m collector stop`: a person asks a run to stop (the request file is
+described in `collector.core.stop_request`; a rule's request is written by the daemon's StopFileSink)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collector.api.views import NotFound
+from collector.core.stop_request import stop_path, write_stop_request
+from collector.store import read as store_read
+from collector.store.db import Store
+
+
+def request_stop(store: Store, run_id: str, reason: str) -> dict:
+    """Ask a run to stop: write its stop request (`RUN_DIR/runwatch.stop`, see
+    `collector.core.stop_request`). Returns `run`, `path` (the request file), `request` (the one in force:
+    an earlier request stands) and `written`. NotFound for an unknown run; ValueError for a run that has no
+    folder of its own or has ended."""
+    found = store_read.runs(store, run_id)
+    if not found:
+        raise NotFound(f"no run {run_id!r}")
+    r = found[0]
+    folder = Path(r["path"])
+    if not folder.is_dir():
+        raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")
+    state = (store_read.parse_json(r["status_info"]) or {}).get("state")
+    if state in ("completed", "failed", "stopped"):
+        raise ValueError(f"run {run_id!r} has ended (status.json: {state}); nothing to stop")
+    request, written = write_stop_request(
+        folder, reason.strip() or "stop requested from runwatch", by="person"
+    )
+    return {"run": run_id, "path": str(stop_path(folder)), "request": request, "written": written}
