@@ -4,7 +4,9 @@ The task is small sums (`data/rl_tasks.py`), scored by `trainer/rl_reward.py`; t
 model warm-started on some sums (`data/build/rl_model`). Rollouts come from our `hf` rollout
 (`trainer/hf_rollout.py`): verl's own rollout servers (vLLM, SGLang, TensorRT-LLM) need GPUs.
 
-- `grpo`: a healthy run: reward and validation accuracy rise, KL to the reference grows slowly.
+- `grpo`: a healthy run: the policy sharpens toward its best answers (mean reward from about 0.27 to 0.3-0.45,
+  entropy from 0.75 to about 0.2, KL to the reference about 0.1-0.2); greedy validation accuracy stays at the
+  warm start's 0.38 (the tiny model learns no new sums in minutes).
 - `grpo_collapse`: the reward function is switched off for real after step 10 (every score 0 from then on).
 - `grpo_kl`: the learning rate is boosted 100x for steps 8-10: the policy jumps away from the reference.
 - `grpo_truncate`: max response length 1 token, too short for any answer plus its end-of-turn token:
@@ -149,7 +151,7 @@ PPO_GPU_BASE: dict[str, Any] = {
 
 # (name, description, overrides, faults)
 RL_PRESETS: list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]] = [
-    ("grpo", f"GRPO on small sums, {GRPO_STEPS} steps: reward and validation accuracy rise", GRPO, []),
+    ("grpo", f"healthy GRPO on small sums, {GRPO_STEPS} steps: reward up, entropy down, KL small", GRPO, []),
     ("grpo_demo", "the healthy GRPO run over 150 steps (make demo-rl)", GRPO_DEMO, []),
     (
         "grpo_collapse",

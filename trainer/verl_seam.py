@@ -75,7 +75,7 @@ def _train_begin(tracking_config: dict[str, Any] | None) -> None:
         total_steps=STATE.total_steps,
         resume_step=STATE.resume_step,
         injected=env_json("RUNWATCH_FAULTS", []),
-        extra=env_json("RUNWATCH_EXTRA", {}),
+        extra={**policy_schedule(config), **env_json("RUNWATCH_EXTRA", {})},
     )
     from trainer.writers import default_writers
 
@@ -86,6 +86,20 @@ def _train_begin(tracking_config: dict[str, Any] | None) -> None:
     STATE.last_step = STATE.resume_step
     STATE.callbacks.on_train_begin(info)
     STATE.mark = time.monotonic()
+
+
+def policy_schedule(config: dict[str, Any]) -> dict[str, Any]:
+    """For a PPO config: the policy's (actor's) lr schedule as run.json's top-level keys. Its `optim` is nested
+    under actor_rollout_ref.actor, beside the critic's (unused by GRPO); a reader taking the shallowest `lr` in
+    the config would otherwise take the critic's."""
+    actor = ((config.get("actor_rollout_ref") or {}).get("actor") or {}).get("optim") or {}
+    if not actor:
+        return {}
+    return {
+        "lr": actor.get("lr"),
+        "lr_scheduler": actor.get("lr_scheduler_type"),
+        "warmup_ratio": actor.get("lr_warmup_steps_ratio"),
+    }
 
 
 def _train_end() -> None:

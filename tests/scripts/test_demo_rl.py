@@ -48,6 +48,12 @@ def test_a_grpo_run_directory_has_verls_rl_metrics_validation_and_checkpoints(de
     assert run["config"]["actor_rollout_ref"]["rollout"]["name"] == "hf"
     assert run["config"]["algorithm"]["adv_estimator"] == "grpo"
     assert run["plugin"]["loaded"] is True and run["plugin"]["platform"] == "cpu"
+    # The policy's lr schedule at the top (the config also holds the critic's, unused by GRPO).
+    actor_optim = run["config"]["actor_rollout_ref"]["actor"]["optim"]
+    assert (
+        run["lr"] == actor_optim["lr"]
+        and run["lr_scheduler"] == actor_optim["lr_scheduler_type"] == "constant"
+    )
 
     lines = records(run_dir)
     train = {r["step"]: r["data"] for r in lines if not is_val(r["data"])}
@@ -104,6 +110,8 @@ def test_grpo_collapse_switches_the_reward_off_and_raises_reward_collapse(demo_r
     )
     assert min(h["first_step"] for h in hits) > after
     assert "reward_collapse" in stdout
+    # The constant learning rate is read as the actor's: no lr_anomaly from the critic's unused setting.
+    assert not [a for a in alerts if a["rule"] == "lr_anomaly"], alerts
 
 
 def test_grpo_kl_learning_rate_boost_raises_kl_spike(demo_runs):
