@@ -1,7 +1,7 @@
 """A CPU rollout backend for verl 0.9.1's PPO/GRPO trainer: HF `transformers` sampling behind verl's server API.
 
-verl 0.9.1 generates through rollout *servers* (vLLM, SGLang, TensorRT-LLM), none of which runs on this
-CPU-only machine; the HF `generate` class it still ships (`verl.workers.rollout.hf_rollout.HFRollout`) no
+verl 0.9.1 generates through rollout *servers* (vLLM, SGLang, TensorRT-LLM), none installed on this CPU-only
+machine (their usual builds need CUDA); the HF `generate` class it still ships (`verl.workers.rollout.hf_rollout.HFRollout`) no
 longer fits its `BaseRollout` interface. The plugin (`trainer.verl_plugin`) registers this backend as rollout `hf` in verl's two
 registries (`RolloutReplicaRegistry` and `_ROLLOUT_REGISTRY`), so stock `main_ppo` with
 `actor_rollout_ref.rollout.name=hf` uses it:

@@ -2,7 +2,7 @@
 
 The task is small sums (`data/rl_tasks.py`), scored by `trainer/rl_reward.py`; the policy starts from the tiny
 model warm-started on some sums (`data/build/rl_model`). Rollouts come from our `hf` rollout
-(`trainer/hf_rollout.py`): verl's own rollout servers (vLLM, SGLang, TensorRT-LLM) need GPUs.
+(`trainer/hf_rollout.py`): verl's own rollout servers (vLLM, SGLang, TensorRT-LLM) are not installed (GPU builds).
 
 - `grpo`: a healthy run: the policy sharpens toward its best answers (mean reward from about 0.27 to 0.3-0.45,
   entropy from 0.75 to about 0.2, KL to the reference about 0.1-0.2); greedy validation accuracy stays at the
