@@ -54,6 +54,11 @@ def make_root(root: Path, runs: int, first_steps: int) -> None:
         path.write_text("".join(line(s, i) for s in range(1, first_steps + 1)))
 
 
+def stored_lines(d: harness.Daemon) -> int:
+    """Lines the collector has stored so far over every run (each run's last step: one line per step)."""
+    return sum(r.get("last_step") or 0 for r in d.get("/api/runs", timeout=120))
+
+
 def follow(
     d: harness.Daemon, path: str, params: dict, seen, t_write: float, out: list, poll_s: float
 ) -> None:
@@ -168,6 +173,7 @@ def main() -> None:
                     w.max_lag_s = max(w.max_lag_s, now - due_at) if now > measure_from else w.max_lag_s
                 if cpu0 is None and now >= measure_from:
                     cpu0, wall0 = harness.cpu_seconds(d.proc.pid), now
+                    stored0 = stored_lines(d)
                 for i in w.due(tick):
                     run, step, t_write = w.write(i)
                     if cpu0 is not None and w.lines % args.sample_every == 0:
@@ -213,7 +219,9 @@ def main() -> None:
             for t in probers:
                 t.join()
             w.close()
-        cpu = (harness.cpu_seconds(d.proc.pid) - cpu0) / (time.perf_counter() - wall0)
+        cpu_s = harness.cpu_seconds(d.proc.pid) - cpu0
+        cpu = cpu_s / (time.perf_counter() - wall0)
+        stored = stored_lines(d) - stored0
         rss = archive.rss_mb(d.proc.pid)
     ok = [ms for ms, _ in lat if ms is not None]
     ok_alerts = [ms for ms, _ in alerts if ms is not None]
@@ -236,6 +244,10 @@ def main() -> None:
         "missed": len(errors),
         "errors": errors[:10],
         "daemon_cpu_cores": cpu,
+        "lines_stored_while_measured": stored,
+        # CPU per line, whatever share of the machine the collector got: what 1,900 lines/s would take.
+        "cpu_ms_per_line": cpu_s / stored * 1000 if stored else None,
+        "cores_needed_at_rate": cpu_s / stored * rate if stored else None,
         "daemon_rss": rss,
         "runs_request_ms": {"p50": gen.percentile(runs_rtt, 50), "p95": gen.percentile(runs_rtt, 95)},
         "writer_max_lag_s": w.max_lag_s,
@@ -264,6 +276,12 @@ def main() -> None:
             ],
             ["missed", len(errors), "0"],
             ["collector CPU (cores)", round(cpu, 3), f"< {TARGET_CPU_CORES:.0f}"],
+            [
+                "collector CPU per line stored (ms); cores that takes at the full rate",
+                f"{res['cpu_ms_per_line'] or float('nan'):.3f}; {res['cores_needed_at_rate'] or float('nan'):.2f}",
+                f"< {TARGET_CPU_CORES:.0f}",
+            ],
+            ["lines stored while measured (written: rate x seconds)", stored, round(rate * args.seconds)],
             ["collector RSS now / peak MB", f"{rss['now_mb']:.0f} / {rss['peak_mb']:.0f}", ""],
             [
                 "GET /api/runs p50 / p95 ms",
