@@ -47,6 +47,7 @@ READ_GRAD = f"""() => {{
 GRAD_PLOT_BOX = f"""() => {{
   const gd = Array.from(document.querySelectorAll('{CHART}'))
     .find(g => ((g.layout.title && g.layout.title.text) || '').includes('Gradient norm'));
+  gd.scrollIntoView({{block: 'center'}});  // below the fold in a 1000-px window: a drag must land on it
   const r = gd.querySelector('.nsewdrag').getBoundingClientRect();
   return {{x: r.x, y: r.y, width: r.width, height: r.height}};
 }}"""
