@@ -27,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import importlib
+import re
 from collections.abc import Callable
 from pathlib import PurePath
 
@@ -81,13 +82,36 @@ def parser_for(name: str) -> Callable[..., ParseResult]:
 
 def by_name(path: PurePath) -> tuple[Format | None, list[Format]]:
     """The format `path` is by its name alone (None if none), and the formats it may be after a sniff
-    (none when the name is an exact one, such as `trainer_state.json`: nothing overrides it)."""
+    (none when the name is an exact one, such as `trainer_state.json`: nothing overrides it).
+
+    A rotated log (`metrics.jsonl.1`, `train.log.2`: an appended format's name plus `.N`) is its base
+    name's format: the earlier life of that log, read like it."""
+    named, sniffed = _by_own_name(path)
+    base = unrotated(path)
+    if named is None and not sniffed and base != path:
+        named, sniffed = _by_own_name(base)
+        if named is not None and named.whole_document:
+            return None, []
+        sniffed = [f for f in sniffed if not f.whole_document]
+    return named, sniffed
+
+
+def unrotated(path: PurePath) -> PurePath:
+    """`metrics.jsonl.1` -> `metrics.jsonl`; any other name is itself."""
+    match = _ROTATED.match(path.name)
+    return path.with_name(match.group(1)) if match else path
+
+
+def _by_own_name(path: PurePath) -> tuple[Format | None, list[Format]]:
     exact = [f for f in registry().values() if any("*" not in p and _matches(path, p) for p in f.names)]
     if exact:
         return exact[0], []
     named = next((f for f in registry().values() if any(_matches(path, p) for p in f.names)), None)
     sniffed = [f for f in registry().values() if f is not named and any(_matches(path, p) for p in f.sniffed)]
     return named, sniffed
+
+
+_ROTATED = re.compile(r"^(.+\.[A-Za-z]\w*)\.(\d{1,3})$")  # a log's name with an extension, then `.N`
 
 
 def rank(name: str) -> int:

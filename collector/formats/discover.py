@@ -225,10 +225,17 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     hf_file_runs = {p for p, fmt in files if fmt == "hf_trainer_state" and p.name != HF_STATE_NAME}
     jsonl_are_runs = not hf_checkpoints and all(fmt == "jsonl" or p in hf_file_runs for p, fmt in files)
     jsonl_are_runs = jsonl_are_runs and not any(p.name == "metrics.jsonl" for p, _ in files)
+    file_runs: dict[str, Run] = {}
     for path, fmt in files:
         if path in hf_file_runs or (fmt == "jsonl" and jsonl_are_runs):
-            run_id = _rel_id(path.with_suffix(""), root)
-            runs.append(Run(run_id, root, folder, fmt, [Source(path, fmt, "metrics")], file=path))
+            # `<experiment>.jsonl.1`, a rotated earlier life, belongs to the run of `<experiment>.jsonl`.
+            base = Path(formats.unrotated(path))
+            run_id = _rel_id(base.with_suffix(""), root)
+            if run_id in file_runs:
+                file_runs[run_id].sources.append(Source(path, fmt, "metrics"))
+                continue
+            file_runs[run_id] = Run(run_id, root, folder, fmt, [Source(path, fmt, "metrics")], file=path)
+            runs.append(file_runs[run_id])
         else:
             folder_files.append((path, fmt))
     if hf_checkpoints and not any(fmt == "hf_trainer_state" for _, fmt in folder_files):

@@ -155,14 +155,15 @@ class Ingestor:
         shared: list[str] = []
         now = time.monotonic()
         busy: set[str] = set()  # runs with a source that this call will not read to its end
-        for path in self._in_precedence_order(paths):
+        ordered = self._in_precedence_order(paths)
+        for path in ordered:  # a name holding another file: first the old one's rest, under its new name
+            s = self.sources.get(path)
+            if s and not self._whole(s) and not self.failures.waiting(path, now) and self.changed(s):
+                self.moved(path, segments.renamed_to(s))
+        for path in ordered:
             s = self.sources.get(path)
             if s is None or self.failures.waiting(path, now) or not self.changed(s):
                 continue
-            if not self._whole(s) and (rotated := segments.renamed_to(s)) is not None:
-                # Its name now holds another file: first the rest of the old one, under its new name.
-                self.moved(path, rotated)
-                s = self.sources[path]
             if s.run_id in busy:
                 pending.add(path)  # a later-ranked file of the run waits until the earlier one is read
                 continue
@@ -215,17 +216,18 @@ class Ingestor:
         fmt = self._format(s.format)
         return segments.changed(s, fmt is not None and fmt.whole_document)
 
-    def moved(self, src: str, dest: str) -> None:
+    def moved(self, src: str, dest: str | None) -> None:
         """A source was renamed (rotation: `metrics.jsonl` -> `metrics.jsonl.1`): read what is left of its old
         life from the new name first, so the lines written just before the rotation are not lost."""
         s = self.sources.get(src)
-        if s is None or self._whole(s):
+        if s is None or dest is None or self._whole(s):
             return
         try:
             st = os.stat(dest)
         except OSError:
             return
-        if (st.st_ino, st.st_dev) != (s.inode, s.device) or dest in self.sources:
+        known = self.sources.get(dest)  # a rotated name is a source of its own (`metrics.jsonl.1`)
+        if (st.st_ino, st.st_dev) != (s.inode, s.device) or (known is not None and known.offset > 0):
             return
         self.sources[dest] = dataclasses.replace(s, path=dest)
         try:
@@ -235,12 +237,12 @@ class Ingestor:
         finally:
             caught_up = self.sources.pop(dest)
             self.sources[src] = dataclasses.replace(caught_up, path=src)
-        if caught_up.offset > s.offset:
-            self._event(
-                src,
-                f"was renamed to {dest}: its last {caught_up.offset - s.offset} bytes were read there, "
-                "before the new file under its name",
-            )
+            if known is not None:  # the renamed file goes on from where its old life stopped, never from 0
+                self.sources[dest] = dataclasses.replace(caught_up, id=known.id, path=dest)
+                with self.store.transaction() as cur:
+                    self.store.save_source(cur, self.sources[dest])
+        if (read := caught_up.offset - s.offset) > 0:
+            self._event(src, f"was renamed to {dest}: its last {read} bytes were read there first")
 
     def _bulk_chunk(self, s0: SourceState) -> bool:
         """Ingest one chunk of a big verl JSONL backlog in its own transaction; True when more is waiting."""
@@ -306,10 +308,8 @@ class Ingestor:
         cycle = Cycle()
         with self.store.transaction() as cur:
             for path in paths:
-                s = dataclasses.replace(self.sources[path])
-                more = self._read_one(cur, s, cycle)
-                new_states[path] = s
-                if more:
+                new_states[path] = s = dataclasses.replace(self.sources[path])
+                if self._read_one(cur, s, cycle):
                     pending.add(path)
             store_points.add_points_many(cur, cycle.plain)
             self.store.save_sources(cur, cycle.saves)

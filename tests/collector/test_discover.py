@@ -267,3 +267,28 @@ def test_symlinks_that_leave_the_root_are_not_followed(tmp_path):
     assert root / "a" / "status.json" not in sources
     assert run_for_path(root / "b" / "leak.jsonl", [root]) is None
     assert run_for_path(root / "c" / "metrics.jsonl", [root]) is None
+
+
+def test_a_rotated_log_is_an_earlier_life_of_its_run(tmp_path):
+    """`metrics.jsonl.1` (logrotate's name, or a trainer's own rotation) is read with its run, never dropped;
+    in a verl project folder `<experiment>.jsonl.1` joins `<experiment>.jsonl`; a rotated whole document
+    (`trainer_state.json.1`) or an unknown `x.1` is not a log and is listed, not read."""
+    run = tmp_path / "exp"
+    write(run / "metrics.jsonl", '{"step": 3, "data": {"loss": 1}}\n')
+    write(run / "metrics.jsonl.1", '{"step": 2, "data": {"loss": 1}}\n')
+    write(run / "metrics.jsonl.2", '{"step": 1, "data": {"loss": 1}}\n')
+    write(run / "trainer_state.json.1", "{}")
+    project = tmp_path / "proj"
+    write(project / "sft.jsonl", '{"step": 2, "data": {"loss": 1}}\n')
+    write(project / "sft.jsonl.1", '{"step": 1, "data": {"loss": 1}}\n')
+    runs = {r.id: r for r in find_runs([tmp_path])}
+    assert set(runs) == {"exp", "proj/sft"}
+    assert {s.path.name for s in runs["exp"].metrics_sources()} == {
+        "metrics.jsonl",
+        "metrics.jsonl.1",
+        "metrics.jsonl.2",
+    }
+    assert {s.path.name for s in runs["proj/sft"].metrics_sources()} == {"sft.jsonl", "sft.jsonl.1"}
+    assert runs["proj/sft"].path == project / "sft.jsonl"
+    assert classify(run / "trainer_state.json.1") is None
+    assert "trainer_state.json.1" in {p.name for p, _ in runs["exp"].skipped}

@@ -40,7 +40,8 @@ def test_names_alone_decide_without_reading_and_sniffed_names_need_the_content(t
         "d.txt": (b"hello\n", None),
         "e.json": (json.dumps({"log_history": []}).encode(), "hf_trainer_state"),
         "f.json": (b"{}", None),
-        "metrics.jsonl.1": (b'{"step": 1, "data": {"a": 1}}\n', None),
+        "metrics.jsonl.1": (b'{"step": 1, "data": {"a": 1}}\n', "jsonl"),  # a rotated log: its base's format
+        "trainer_state.json.1": (json.dumps({"log_history": []}).encode(), None),  # not a log: a stale copy
     }
     for name, (content, fmt) in samples.items():
         (tmp_path / name).write_bytes(content)

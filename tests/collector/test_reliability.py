@@ -263,9 +263,14 @@ def test_lines_written_before_a_rotation_while_the_collector_was_down_are_read(t
     ing.ingest_all()
     assert stored(store, "r") == expected_points(20)
     assert any("renamed to" in e.message and "metrics.jsonl.1" in e.message for e in ing.events)
-    [src] = store_read.sources(store, "r")
+    src, rotated = sorted(store_read.sources(store, "r"), key=lambda x: x["path"])
     assert (src["offset"], src["lines"], src["segment"]) == (f.stat().st_size, 5, 1)
+    # The renamed file is a source of its own that starts where its old life stopped: read once, not again.
+    old_life = root / "r" / "metrics.jsonl.1"
+    assert rotated["path"] == str(old_life) and rotated["offset"] == old_life.stat().st_size
     assert store.rows("SELECT count(*) FROM points_replaced")[0][0] == 0
+    ing.ingest_all()
+    assert stored(store, "r") == expected_points(20)
     ing.close()
     store.close()
 
