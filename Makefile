@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-8)
 DATA := data/build/.done
 
-.PHONY: demo demo-headless demo-rl demo-rl-headless test test-fast lint format bench venv data browser clean
+.PHONY: demo demo-headless demo-rl demo-rl-headless test test-fast lint format bench venv data browser sshd clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt
@@ -23,6 +23,12 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# Debian's OpenSSH server and client for the remote-root tests (a real sshd on 127.0.0.1, keys made by the test).
+sshd:
+	@{ test -x /usr/sbin/sshd && command -v ssh-keygen >/dev/null && command -v scp >/dev/null; } || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssh-server openssh-client >/dev/null; }
+
 demo: $(DATA)
 	$(PY) scripts/demo.py
 
@@ -36,10 +42,10 @@ demo-rl: $(DATA)
 demo-rl-headless: $(DATA)
 	$(PY) scripts/demo.py --rl --headless
 
-test: $(DATA) browser
+test: $(DATA) browser sshd
 	$(PY) -m pytest
 
-test-fast: $(DATA)
+test-fast: $(DATA) sshd
 	$(PY) -m pytest -m "not slow and not browser"
 
 lint: $(STAMP)

@@ -41,7 +41,8 @@ def start_collector(db: Path, roots: tuple[Path, ...]) -> subprocess.Popen:
     """Start a detached collector for `db` watching `roots`; its output goes to `DB.collector.log`."""
     db.parent.mkdir(parents=True, exist_ok=True)
     for root in roots:
-        root.mkdir(parents=True, exist_ok=True)
+        if isinstance(root, Path):  # (a remote root is on another machine: the collector checks it)
+            root.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "collector", "serve", "--db", str(db), *map(str, roots), "--port", "0"]
     with open(log_path(db), "ab") as log:
         # Its own session: the collector keeps running when the dashboard stops (it serves the CLI too).
@@ -94,5 +95,5 @@ def connect(db: Path, roots: tuple[Path, ...]) -> Connection:
 
 def roots_differ(info: dict, roots: tuple[Path, ...]) -> list[str]:
     """The configured roots the running collector does not watch (it was started with other roots)."""
-    watched = {str(Path(r).resolve()) for r in info.get("roots") or []}
+    watched = {r if r.startswith("ssh://") else str(Path(r).resolve()) for r in info.get("roots") or []}
     return [str(r) for r in roots if str(r) not in watched]

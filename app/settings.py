@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +26,14 @@ class SettingsError(ValueError):
 @dataclass(frozen=True)
 class Settings:
     db: Path
-    roots: tuple[Path, ...]
+    roots: tuple[Path | str, ...]  # a local folder, or `ssh://[user@]host[:port]/path` kept as written
     refresh_s: float
+
+
+def split_roots(text: str) -> list[str]:
+    """RUNWATCH_ROOTS's roots: separated by `os.pathsep`; an `ssh://host[:port]/path` root keeps its colons."""
+    sep = re.escape(os.pathsep)
+    return re.findall(rf"ssh://[^/]+/[^{sep}]*|[^{sep}]+", text)
 
 
 def _refresh(text: str, source: str) -> float:
@@ -54,7 +61,7 @@ def read_settings(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> Set
     if flags.root:
         roots_text = list(flags.root)
     elif env.get("RUNWATCH_ROOTS"):
-        roots_text = [r for r in env["RUNWATCH_ROOTS"].split(os.pathsep) if r]
+        roots_text = split_roots(env["RUNWATCH_ROOTS"])
     else:
         roots_text = [str(DEFAULT_ROOT)]
     if flags.refresh is not None:
@@ -70,6 +77,6 @@ def read_settings(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> Set
 
     return Settings(
         db=absolute(db_text).resolve(),
-        roots=tuple(absolute(r).resolve() for r in roots_text),
+        roots=tuple(r if r.startswith("ssh://") else absolute(r).resolve() for r in roots_text),
         refresh_s=refresh,
     )

@@ -71,12 +71,26 @@ with st.sidebar:
         )
         st.query_params["run"] = st.session_state[ui.RUN_KEY]
     conn = ui.connection()
+    # Each root's state from the collector: a remote one is connected, connecting or disconnected.
+    root_states = {s["root"]: s for s in api.health().get("root_states", [])}
+
+    def root_label(root) -> str:
+        state = root_states.get(str(root), {}).get("state", "local")
+        return f"`{root}`" + ("" if state == "local" else f" ({state})")
+
     st.caption(
-        f"Database `{conf.db}`  \nRoots: {', '.join(f'`{r}`' for r in conf.roots)}  \n"
+        f"Database `{conf.db}`  \nRoots: {', '.join(root_label(r) for r in conf.roots)}  \n"
         f"Collector pid {conn.info.get('pid')} on port {conn.info.get('port')}"
         + (" (started by this dashboard)" if conn.started_here else "")
         + f"  \nLive charts refresh every {conf.refresh_s:g} s"
     )
+    for root in root_states.values():
+        if root["state"] == "disconnected":
+            why = f": {root['error']}" if root.get("error") else ""
+            st.warning(
+                f"`{root['root']}` is disconnected{why}. Its runs show what was read before; the collector "
+                "reconnects by itself and reads on from where it stopped."
+            )
     missing = roots_differ(conn.info, conf.roots)
     if missing:
         st.warning(

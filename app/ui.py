@@ -66,7 +66,7 @@ def settings() -> Settings:
 
 @st.cache_resource(show_spinner="Connecting to the collector...")
 def _connection(db: str, roots: tuple[str, ...]) -> Connection:
-    return connect(Path(db), tuple(Path(r) for r in roots))
+    return connect(Path(db), tuple(r if r.startswith("ssh://") else Path(r) for r in roots))
 
 
 @st.cache_resource(show_spinner=False)

@@ -39,7 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve", parents=[common], help="run the collector daemon (watch, ingest, detect, API)"
     )
-    serve.add_argument("roots", nargs="+", type=Path, help="folders (or files) holding runs")
+    serve.add_argument(
+        "roots",
+        nargs="+",
+        help="folders (or files) holding runs; ssh://[user@]host[:port]/path for another machine",
+    )
     serve.add_argument("--port", type=int, default=0, help="API port on 127.0.0.1 (0 = a free one)")
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
@@ -49,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--once", action="store_true", help="ingest what is there now, then exit")
 
     ingest = sub.add_parser("ingest", parents=[common], help="ingest these paths once (twice adds nothing)")
-    ingest.add_argument("paths", nargs="+", type=Path)
+    ingest.add_argument(
+        "paths", nargs="+", help="files or folders; ssh://[user@]host[:port]/path for another machine"
+    )
 
     sub.add_parser("runs", parents=[common], help="list runs")
 
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )
     # httpx logs every request at INFO: noise on stderr for each CLI call, not news for the user.
-    for noisy in ("httpx", "httpcore"):
+    for noisy in ("httpx", "httpcore", "asyncssh"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args.db = args.db.expanduser().resolve()
     keep_private(args.db)
@@ -127,9 +133,7 @@ def _serve(args: argparse.Namespace) -> int:
         polling=args.polling,
         webhook=args.webhook,
     )
-    for root in settings.roots:
-        if not root.exists():
-            raise CliError(f"root {root} does not exist")
+    settings.roots = _roots(args.roots, wait=args.once)
     try:
         check_not_running(args.db)
         if args.once:
@@ -145,15 +149,46 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
 
 
+def _roots(texts: list[str], wait: bool) -> list:
+    """The roots as the collector takes them (a local Path, or a RemotePath for `ssh://`), each checked: a
+    local one must exist; a remote one is connected to once. An unknown host key is always an error (with
+    the command that accepts it); an unreachable host is one only when `wait` (a one-shot read), else the
+    daemon keeps trying."""
+    from collector.ingest import fs
+    from collector.ingest.ssh_target import HostKeyUnknown, HostUnreachable
+
+    roots = []
+    for text in texts:
+        try:
+            root = fs.root_path(text)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        if isinstance(root, fs.RemotePath):
+            try:
+                if not root.exists():
+                    raise CliError(f"{text}: no such folder or file on {root.host.label}")
+            except HostKeyUnknown as e:
+                raise CliError(str(e)) from None
+            except HostUnreachable as e:
+                if wait:
+                    raise CliError(str(e)) from None
+                logging.getLogger("collector").warning("%s; the collector starts and keeps trying", e)
+        elif not root.exists():
+            raise CliError(f"root {root} does not exist")
+        roots.append(root)
+    return roots
+
+
+def _root_text(root) -> str:
+    return getattr(root, "url", None) or str(root)
+
+
 def _ingest(args: argparse.Namespace) -> int:
-    paths = [p.expanduser().resolve() for p in args.paths]
-    for p in paths:
-        if not p.exists():
-            raise CliError(f"{p} does not exist")
     client = Client.for_db(args.db)
+    paths = _roots(args.paths, wait=client is None)
     if client is not None:
         # The daemon holds the database: ask it (it only takes paths inside its roots).
-        result = client.post("/api/ingest", {"paths": [str(p) for p in paths]})
+        result = client.post("/api/ingest", {"paths": [_root_text(p) for p in paths]})
         print(
             json.dumps(result)
             if args.json

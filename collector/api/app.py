@@ -24,6 +24,8 @@ from starlette.concurrency import run_in_threadpool
 from collector.api import playback
 from collector.api import stop as api_stop
 from collector.api import views as api_views
+from collector.api.run_state import health_info
+from collector.ingest import fs
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -51,11 +53,13 @@ class StopRequest(BaseModel):
 
 
 def confine(path: str, roots: list[Path]) -> Path:
-    """`path` resolved (symlinks followed) when it lies inside one of `roots`; else ValueError."""
-    resolved = Path(path).expanduser().resolve()
+    """`path` resolved (symlinks followed) when it lies inside one of `roots` (an `ssh://` path: inside a
+    remote root on the same host); else ValueError."""
+    resolved = fs.root_path(path, watch=False)
     for root in roots:
-        root = Path(root).resolve()
-        if resolved == root or resolved.is_relative_to(root):
+        root = fs.root_path(root)
+        same_machine = getattr(resolved, "host", None) is getattr(root, "host", None)
+        if same_machine and (resolved == root or resolved.is_relative_to(root)):
             return resolved
     raise ValueError(f"{path} is outside the watched roots ({', '.join(map(str, roots))}); refused")
 
@@ -100,7 +104,7 @@ def create_app(
 
     @app.get("/api/health")
     def health() -> JSONWithNaN:
-        return JSONWithNaN(api_views.health_info(db, [str(r) for r in roots]))
+        return JSONWithNaN(health_info(db, roots, api_views.VERSION))
 
     @app.get("/api/runs", dependencies=guard)
     def runs() -> JSONWithNaN:

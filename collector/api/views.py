@@ -5,13 +5,14 @@ NaN or infinite: the API writes them as bare `NaN` / `Infinity`, which Python's 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from collector.api import run_files
+from collector.api.run_state import run_status
 from collector.core.roles import role_of
 from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.detect.thresholds import thresholds_for
+from collector.ingest.fs import root_state
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -109,22 +110,6 @@ def anomaly(error_alert: dict | None) -> dict:
     }
 
 
-def run_status(r: dict, stalled: bool) -> str:
-    """What the run is doing, in the overview's words: `stalled` while a stalled alert is not resolved;
-    else status.json's state (`running`, `completed`, `failed`); an HF trainer_state run is `completed` once
-    `global_step` reaches `max_steps`; else `unknown`. A dead trainer pid is left to the stalled rule."""
-    if stalled:
-        return "stalled"
-    if r["status"] and r["status"] != "unknown":
-        return r["status"]
-    if r["format"] == "hf_trainer_state":
-        state = store_read.parse_json(r["config"]) or {}
-        done, total = state.get("global_step"), state.get("max_steps")
-        if isinstance(done, int) and isinstance(total, int) and total > 0 and done >= total:
-            return "completed"
-    return "unknown"
-
-
 def _run_summary(
     store: Store,
     r: dict,
@@ -138,11 +123,13 @@ def _run_summary(
     # A lone trainer_state.json has no checkpoint folders to index; its advice infers them from save_steps.
     if has_checkpoints or r["format"] == "hf_trainer_state":
         recommended = _recommended_step(store, r, stats, signature)
+    state = root_state(r["path"])["state"]
     return {
         "id": r["id"],
         "path": r["path"],
         "format": r["format"],
-        "status": run_status(r, stalled),
+        "status": run_status(r, stalled, state != "disconnected"),
+        "root_state": state,
         "last_step": r["last_step"],
         "total_steps": r["total_steps"],
         "updated_at": r["updated_at"],
@@ -367,10 +354,6 @@ def _flatten(obj: dict, prefix: str = "") -> dict:
         else:
             out[key] = v
     return out
-
-
-def health_info(db: Path, roots: list[str]) -> dict:
-    return {"ok": True, "db": str(db), "roots": roots, "version": VERSION}
 
 
 def finite(value: float | None) -> float | None:

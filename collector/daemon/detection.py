@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from collector.core.model import Points, RunInfo
@@ -41,6 +42,7 @@ class Detection:
         self.detectors: dict[str, RunDetector] = {}
         self.run_dirs: dict[str, Path] = {}
         self.status: dict[str, dict] = {}
+        self.reachable: Callable[[str], bool] = lambda run: True  # False while a remote run's host is down
         self.run_info: dict[str, dict] = {}
         # Runs whose newest stored points the detector has not seen (a bulk backlog): step fed up to.
         self.behind: dict[str, int] = {}
@@ -185,6 +187,8 @@ class Detection:
         now = time.time() if now is None else now
         last_point = {r["id"]: r["last_point_at"] for r in store_read.runs(self.store)}
         for run, status in self.status.items():
+            if not self.reachable(run):
+                continue  # its host is out of reach: the run is "unreachable", not stalled
             self._handle(run, self.detector(run).tick(now, status, last_point.get(run)))
 
     def _handle(self, run: str, events: list[AlertEvent]) -> None:

@@ -27,6 +27,7 @@ from collector.core.runtime import (
 )
 from collector.daemon.detection import Detection, default_sinks
 from collector.formats import discover
+from collector.ingest import fs
 from collector.ingest.reader import Ingestor
 from collector.store.db import Store
 
@@ -51,7 +52,7 @@ class Collector:
     def __init__(self, settings: Settings, sinks: list | None = None) -> None:
         self.settings = settings
         self.db = Path(settings.db).resolve()
-        self.roots = [Path(r).resolve() for r in settings.roots]
+        self.roots = [fs.root_path(r) for r in settings.roots]  # local, or ssh:// (RemotePath)
         keep_private(self.db)
         self.store = Store(self.db)
         self.detection = Detection(
@@ -65,6 +66,7 @@ class Collector:
             on_backlog=self.detection.backlog_added,
         )
         self.detection.run_dirs = self.ingestor.run_dirs
+        self.detection.reachable = self._reachable
         self._stop = threading.Event()
         self._requests: list[Path] = []
         self._requests_lock = threading.Lock()
@@ -84,9 +86,21 @@ class Collector:
         self.detection.close()
         self.ingestor.close()
         self.store.close()
+        for host in self.hosts():
+            host.close()
+
+    def hosts(self) -> list:
+        """The SSH hosts of the remote roots (one connection each, shared by all their runs)."""
+        return list({id(r.host): r.host for r in self.roots if isinstance(r, fs.RemotePath)}.values())
+
+    def _reachable(self, run: str) -> bool:
+        run_dir = self.ingestor.run_dirs.get(run)
+        return run_dir is None or fs.root_state(run_dir)["state"] != "disconnected"
 
     def _scan_all_checkpoints(self) -> None:
         for run in list(self.ingestor.run_dirs):
+            if not self._reachable(run):
+                continue
             try:
                 self.detection.scan_checkpoints(run)
             except OSError as e:
@@ -101,6 +115,7 @@ class Collector:
         import uvicorn
 
         from collector.api.app import create_app
+        from collector.ingest.poll import RemotePoller
         from collector.ingest.tail import Tailer
 
         token = ensure_token(self.db)
@@ -116,14 +131,17 @@ class Collector:
             if not api_thread.is_alive():
                 raise RuntimeError(f"the API server on {self.settings.host}:{port} failed to start")
             time.sleep(0.02)
-        tailer = Tailer(self.roots, polling=self.settings.polling)
+        tailer = Tailer([r for r in self.roots if isinstance(r, Path)], polling=self.settings.polling)
         tailer.start()
+        pollers = [RemotePoller(host, tailer.changes) for host in self.hosts()]
+        for poller in pollers:
+            poller.start()
         info = {
             "pid": os.getpid(),
             "host": self.settings.host,
             "port": port,
             "started_at": time.time(),
-            "roots": [str(r) for r in self.roots],
+            "roots": [root_text(r) for r in self.roots],
             "db": str(self.db),
         }
         write_marker(self.db, info)
@@ -133,6 +151,8 @@ class Collector:
         try:
             self._loop(tailer)
         finally:
+            for poller in pollers:
+                poller.stop()
             tailer.stop()
             server.should_exit = True
             api_thread.join(timeout=10)
@@ -194,14 +214,15 @@ class Collector:
                 checkpoint_runs |= set(self.ingestor.run_dirs)
                 self._safely(self.detection.tick)
             for run in checkpoint_runs:
-                self._safely(self.detection.scan_checkpoints, run)
+                if self._reachable(run):
+                    self._safely(self.detection.scan_checkpoints, run)
             checkpoint_runs.clear()
         # Final commit: what is already on disk goes in before exit.
         self._safely(lambda: self.ingestor.ingest(self.ingestor.discover()))
 
     def _checkpoint_run(self, path: str) -> str | None:
         """The run whose checkpoint folder `path` is in (a save in progress or finished), if any."""
-        p = Path(path)
+        p = fs.path_of(path)
         if not any(part.startswith(("global_step_", "checkpoint-")) for part in p.parts):
             return None
         run = discover.run_for_path(p, self.roots)
@@ -212,6 +233,11 @@ class Collector:
             fn(*args)
         except Exception:
             log.exception("%s failed; the collector goes on", getattr(fn, "__name__", "step"))
+
+
+def root_text(root) -> str:
+    """A root as the user wrote it (`ssh://host/path` for a remote one)."""
+    return root.url if isinstance(root, fs.RemotePath) else str(root)
 
 
 def check_not_running(db: Path) -> None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from collector.core.severity import SEVERITIES
 from collector.detect.stop import StopConfigError, StopSettings, parse_stop
@@ -247,10 +247,11 @@ def load_config(db_toml: Path | None = None, run_toml: Path | None = None) -> De
     """
     config = DetectConfig()
     for path in (db_toml, run_toml):
-        if path is None or not Path(path).is_file():
+        path = path if isinstance(path, PurePath) or path is None else Path(path)  # (a remote path stays one)
+        if path is None or not path.is_file():
             continue
         try:
-            doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(
                 f"{path}: not valid TOML ({exc}); detection keeps its previous thresholds"

@@ -14,9 +14,8 @@ Stable interface:
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from collector.core.runtime import thresholds_path
 from collector.detect.config import ConfigError, DetectConfig, load_config
@@ -33,7 +32,7 @@ def _stamp(path: Path | None) -> tuple[int, int] | None:
     if path is None:
         return None
     try:
-        st = os.stat(path)
+        st = path.stat()
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size)
@@ -50,8 +49,10 @@ class Thresholds:
     def for_run(self, run_path: str | Path | None) -> DetectConfig:
         """The thresholds for the run at `run_path` (None: the database's only)."""
         run_toml = None
-        if run_path is not None and Path(run_path).is_dir():
-            run_toml = Path(run_path) / RUN_TOML
+        # (a remote run's folder is a path object of its host: kept, so its runwatch.toml is read there)
+        folder = run_path if isinstance(run_path, PurePath) or run_path is None else Path(run_path)
+        if folder is not None and folder.is_dir():
+            run_toml = folder / RUN_TOML
         key = str(run_path or "")
         signature = (_stamp(self.db_toml), _stamp(run_toml))
         with self._lock:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from collector import formats
 from collector.formats import layouts, peek, unread
@@ -74,23 +74,24 @@ def find_runs(roots: list[Path]) -> list[Run]:
     """
     found: list[Run] = []
     for root in roots:
-        root = Path(root)
+        root = _as_path(root)
         if root.is_file():
             found.extend(_file_root_runs(root))
             continue
-        for dirpath, dirnames, _ in os.walk(root):
+        for dirpath, dirnames, _ in _walk(root):
+            dirpath = _as_path(dirpath)
             has_wandb = WANDB_DIR in dirnames
             dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(d))
-            if layouts.is_mlflow_run(Path(dirpath)):
+            if layouts.is_mlflow_run(dirpath):
                 dirnames[:] = [
                     d for d in dirnames if d not in layouts.MLFLOW_PARTS
                 ]  # read as the run's files
-            if HF_LOGGING_DIR in dirnames and layouts.is_hf_output_folder(Path(dirpath)):
+            if HF_LOGGING_DIR in dirnames and layouts.is_hf_output_folder(dirpath):
                 dirnames.remove(HF_LOGGING_DIR)  # its TensorBoard files are sources of this folder's run
-            runs = _runs_in_dir(Path(dirpath), root)
+            runs = _runs_in_dir(dirpath, root)
             found.extend(runs)
             if has_wandb:
-                found.extend(_wandb_offline_runs(Path(dirpath), root, runs))
+                found.extend(_wandb_offline_runs(dirpath, root, runs))
     return _prefix_colliding_ids(found, roots)
 
 
@@ -119,7 +120,7 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
     to that run, and so does such a folder itself, so checkpoint changes can be noticed; files under `wandb/`,
     `.git` and the like belong to none.
     """
-    path = Path(path)
+    path = _as_path(path)
     root = _root_of(path, roots)
     if root is None:
         return None
@@ -172,7 +173,7 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     if not layouts.stays_inside(folder, real_root):
         return []  # reached through a folder link out of the root (a changed file's event path)
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        entries = sorted(_scandir(folder), key=lambda e: e.name)
     except OSError:
         return []
     files: list[tuple[Path, str]] = []
@@ -183,13 +184,13 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
         try:
             is_file = entry.is_file()
             is_dir = not is_file and entry.is_dir(follow_symlinks=False)
-            if is_file and entry.is_symlink() and not layouts.stays_inside(Path(entry.path), real_root):
+            if is_file and entry.is_symlink() and not layouts.stays_inside(folder / entry.name, real_root):
                 continue  # a link out of the watched root: runwatch reads only what it was given
             size = entry.stat().st_size if is_file else 0
         except OSError:
             continue
         if is_file:
-            path = Path(entry.path)
+            path = folder / entry.name
             fmt = classify(path)
             pointer = peek.pointer(path, size)
             if fmt is not None and pointer is None:
@@ -201,7 +202,7 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             )
             skipped.append((path, reason))
         elif is_dir and (match := _HF_CHECKPOINT_DIR.match(entry.name)):
-            state = Path(entry.path) / HF_STATE_NAME
+            state = folder / entry.name / HF_STATE_NAME
             if state.is_file() and layouts.stays_inside(state, real_root):
                 hf_checkpoints.append((int(match.group(1)), state))
 
@@ -319,7 +320,7 @@ def _prefix_colliding_ids(runs: list[Run], roots: list[Path]) -> list[Run]:
 def _with_unique_id(run: Run, roots: list[Path]) -> Run:
     """Prefix the run's id with its root's name when another root has a run with the same id."""
     for other in roots:
-        other = Path(other)
+        other = _as_path(other)
         if other == run.root:
             continue
         if other.is_file():
@@ -342,12 +343,28 @@ def _root_name(root: Path) -> str:
 def _root_of(path: Path, roots: list[Path]) -> Path | None:
     best: Path | None = None
     for root in roots:
-        root = Path(root)
-        if (path == root or path.is_relative_to(root)) and (
-            best is None or len(root.parts) > len(best.parts)
+        root = _as_path(root)
+        same_machine = getattr(path, "host", None) is getattr(root, "host", None)  # (a remote path's host)
+        if (
+            same_machine
+            and (path == root or path.is_relative_to(root))
+            and (best is None or len(root.parts) > len(best.parts))
         ):
             best = root
     return best
+
+
+def _as_path(path) -> Path:
+    """`path` as a Path; a path object of another machine (a remote root's `RemotePath`) is kept as it is."""
+    return path if isinstance(path, PurePath) else Path(path)
+
+
+def _scandir(folder: Path):
+    return os.scandir(folder) if isinstance(folder, Path) else folder.scandir()
+
+
+def _walk(root: Path):
+    return os.walk(root) if isinstance(root, Path) else root.walk()
 
 
 def _skipped_dir(name: str) -> bool:

@@ -19,7 +19,7 @@ def head(path: Path, size: int = SNIFF_BYTES, tail: bool = False) -> bytes | Non
     """The first `size` bytes of a file, and with `tail` its last `size` too (a console log shows what
     wrote it late: an HF Trainer's first logged dict can come after 100 KiB of set-up output)."""
     try:
-        with open(path, "rb") as f:
+        with path.open("rb") as f:
             first = f.read(size)
             if tail and len(first) == size:
                 end = f.seek(0, os.SEEK_END)

@@ -21,6 +21,7 @@ import numpy as np
 
 from collector.core.runtime import pid_alive, scratch_path
 from collector.formats import jsonl
+from collector.ingest.fs import Files
 from collector.ingest.segments import SIG_BYTES, read_range
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
@@ -75,7 +76,8 @@ class BulkReader:
         """Read the next chunk of `s` (a file as `st` saw it, past its offset) in its own transaction with
         the new offset. `after_step` is the run's highest stored step. None when the chunk is not plain
         verl records (nothing was stored): the caller parses it instead."""
-        if s.offset == 0 and st.st_size <= DIRECT_BYTES and _ends_with_newline(s.path, st.st_size):
+        local = s.path.startswith("/")  # DuckDB reads a local file in place; a remote one comes in pieces
+        if local and s.offset == 0 and st.st_size <= DIRECT_BYTES and _ends_with_newline(s.path, st.st_size):
             # The whole file is complete lines: DuckDB reads it in place, in one statement (no copy, no
             # chunks), while a thread counts its lines and values (DuckDB releases the GIL); the commit
             # checks the counts and that the file did not change meanwhile, else the chunked path runs.
@@ -150,7 +152,7 @@ class BulkReader:
         tmp = os.path.join(self.scratch, name)
         chunk = chunk or _Chunk(tmp if copy else path, direct=not copy)
         buf = bytearray(PIECE_BYTES)  # one buffer read into again and again: no 4 MiB allocation a piece
-        with open(path, "rb") as src, open(tmp if copy else os.devnull, "wb") as out:
+        with Files.open(path) as src, open(tmp if copy else os.devnull, "wb") as out:
             src.seek(start)
             left = size
             recent = b""  # the last bytes copied before this piece

@@ -29,8 +29,8 @@ def checkpoint_folders(run_dir: Path) -> list[Path]:
     found = [run_dir]
     configured, experiment = _configured(run_dir)
     if configured is not None:
-        path = Path(configured).expanduser()
-        found.append(path if path.is_absolute() else run_dir / path)
+        # (joined to the run folder: relative to it, or an absolute path on the run's own machine)
+        found.append(run_dir / (Path(configured).expanduser() if isinstance(run_dir, Path) else configured))
     tree = sorted(p for p in run_dir.glob("checkpoints/*/*") if p.is_dir())
     if experiment is not None and any(p.name == experiment for p in tree):
         tree = [p for p in tree if p.name == experiment]

@@ -82,14 +82,18 @@ def scan_checkpoints(run_dir: Path) -> CheckpointIndex:
 def _scan_folder(folder: Path, index: CheckpointIndex) -> None:
     """Add the checkpoint folders directly under `folder` (a step already indexed is kept once)."""
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        entries = sorted(
+            os.scandir(folder) if isinstance(folder, Path) else folder.scandir(), key=lambda e: e.name
+        )
+    except ConnectionError:
+        raise  # a remote host out of reach: no index is not an empty index
     except OSError:
         return
     seen = {(c.step, c.kind) for c in index.checkpoints}
     for entry in entries:
         if not entry.is_dir(follow_symlinks=False):
             continue
-        path = Path(entry.path)
+        path = folder / entry.name
         if match := _VERL_DIR.match(entry.name):
             step, kind = int(match.group(1)), "verl"
         elif match := _HF_DIR.match(entry.name):
@@ -150,7 +154,9 @@ def _weights_problem(folder: Path, where: str, adapter: bool = False) -> str | N
     """Why the weights in `folder` are not whole, or None when they are."""
     prefixes = ("adapter_model",) if adapter else ("model", "pytorch_model")
     try:
-        names = sorted(os.listdir(folder))
+        names = sorted(os.listdir(folder) if isinstance(folder, Path) else [e.name for e in folder.scandir()])
+    except ConnectionError:
+        raise
     except OSError as err:
         return f"{where}/ cannot be listed: {err.strerror}"
     safetensors = [n for n in names if n.endswith(".safetensors") and n.startswith(prefixes)]
@@ -167,7 +173,7 @@ def _weights_problem(folder: Path, where: str, adapter: bool = False) -> str | N
         if problem:
             return f"{where}/{name}: {problem}"
     for name in bins:
-        if not zipfile.is_zipfile(folder / name):
+        if not _is_zip(folder / name):
             return f"{where}/{name}: not a complete zip archive (truncated?)"
     for index_name in (n for n in names if n.endswith((".safetensors.index.json", ".bin.index.json"))):
         missing = _missing_shards(folder, index_name)
@@ -181,7 +187,7 @@ def safetensors_problem(path: Path) -> str | None:
     many bytes of JSON, and the tensors' data offsets must end exactly at the end of the file."""
     try:
         size = path.stat().st_size
-        with open(path, "rb") as f:
+        with path.open("rb") as f:
             head = f.read(8)
             if len(head) < 8:
                 return "shorter than a safetensors header (truncated?)"
@@ -189,6 +195,8 @@ def safetensors_problem(path: Path) -> str | None:
             if length > min(size - 8, _MAX_HEADER_BYTES):
                 return f"header length {length} does not fit in a {size}-byte file (truncated?)"
             header = json.loads(f.read(length))
+    except ConnectionError:
+        raise
     except OSError as err:
         return f"cannot be read: {err.strerror}"
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -209,6 +217,17 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def _is_zip(path: Path) -> bool:
+    """Whether the file is a complete zip archive (its end-of-archive directory is there): a ranged read."""
+    try:
+        with path.open("rb") as f:
+            return zipfile.is_zipfile(f)
+    except ConnectionError:
+        raise
+    except OSError:
+        return False
+
+
 def _missing_shards(folder: Path, index_name: str) -> list[str]:
     try:
         weight_map = json.loads((folder / index_name).read_text()).get("weight_map", {})
@@ -219,6 +238,8 @@ def _missing_shards(folder: Path, index_name: str) -> list[str]:
 
 
 def _total_bytes(folder: Path) -> int:
+    if not isinstance(folder, Path):
+        return folder.total_bytes()  # a remote folder: from its host's listing
     total = 0
     for dirpath, _, filenames in os.walk(folder):
         for name in filenames:

@@ -27,6 +27,8 @@ from collector.ingest import segments
 from collector.ingest.bulk import BULK_BYTES, BULK_MIN_BYTES, BulkReader, scratch_dir
 from collector.ingest.chunk import Cycle, read_chunk
 from collector.ingest.failures import Failures
+from collector.ingest.fs import Files, path_of, root_path
+from collector.ingest.segments import Event
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
 
@@ -36,14 +38,6 @@ CHUNK_BYTES = 8 << 20  # one Python read of a file; bounds memory while a backlo
 TXN_BYTES = 16 << 20  # bytes one shared transaction takes in before it commits
 
 PointsCallback = Callable[[str, Points], None]
-
-
-@dataclasses.dataclass(slots=True)
-class Event:
-    """Something the ingest did that a person may want to read (file, line, what was done)."""
-
-    path: str
-    message: str
 
 
 class Ingestor:
@@ -63,7 +57,7 @@ class Ingestor:
         bulk: bool = True,
     ) -> None:
         self.store = store
-        self.roots = [Path(r).resolve() for r in roots]
+        self.roots = [root_path(r) for r in roots]  # local folders, or `ssh://` ones (a RemotePath)
         self.on_points = on_points
         self.on_run_info = on_run_info
         # Points that DuckDB read in bulk never become Python objects here: detection is told the run has
@@ -101,7 +95,7 @@ class Ingestor:
         if key in self.roles:
             return key if self.roles[key] != "ignored" else None
         try:
-            run = discover.run_for_path(Path(path), self.roots)
+            run = discover.run_for_path(path_of(str(path)), self.roots)
         except OSError:
             return None
         if run is None:
@@ -160,6 +154,7 @@ class Ingestor:
             s = self.sources.get(path)
             if s and not self._whole(s) and not self.failures.waiting(path, now) and self.changed(s):
                 self.moved(path, segments.renamed_to(s))
+        Files.prefetch(segments.remote_starts(ordered, self.sources, self._whole))  # a round trip a host
         for path in ordered:
             s = self.sources.get(path)
             if s is None or self.failures.waiting(path, now) or not self.changed(s):
@@ -223,7 +218,7 @@ class Ingestor:
         if s is None or dest is None or self._whole(s):
             return
         try:
-            st = os.stat(dest)
+            st = Files.stat(dest)
         except OSError:
             return
         known = self.sources.get(dest)  # a rotated name is a source of its own (`metrics.jsonl.1`)
@@ -349,7 +344,7 @@ class Ingestor:
     def _identity(self, cur, s: SourceState) -> os.stat_result | None:
         """Stat the file and start a new segment when it is no longer the file the offset belongs to."""
         try:
-            st = os.stat(s.path)
+            st = Files.stat(s.path)
         except FileNotFoundError:
             if s.state != "deleted":
                 s.state = "deleted"

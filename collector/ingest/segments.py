@@ -8,24 +8,34 @@ update and simply read again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
+from collector.ingest.fs import Files
 from collector.store.db import SourceState
 
 SIG_BYTES = 32  # bytes before the offset remembered to notice a file rewritten in place
 
 
 def read_range(path: str, start: int, size: int) -> bytes:
-    """Up to `size` bytes of `path` from `start`."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        return f.read(size)
+    """Up to `size` bytes of `path` from `start` (a local file, or a remote one: `collector.ingest.fs`)."""
+    return Files.read_range(path, start, size)
+
+
+@dataclasses.dataclass(slots=True)
+class Event:
+    """Something the ingest did that a person may want to read (file, line, what was done)."""
+
+    path: str
+    message: str
 
 
 def changed(s: SourceState, whole_document: bool) -> bool:
     """Whether the file differs from what was ingested (cheap: one stat)."""
+    if not Files.reachable(s.path):
+        return False  # a remote file whose host is down: looked at again once it is back
     try:
-        st = os.stat(s.path)
+        st = Files.stat(s.path)
     except OSError:
         return s.state != "deleted"
     if s.state == "deleted" or (st.st_ino, st.st_dev) != (s.inode, s.device):
@@ -38,12 +48,22 @@ def changed(s: SourceState, whole_document: bool) -> bool:
 def backlog(s: SourceState) -> int:
     """Bytes of the file not yet ingested (all of it when it is a new life of the file)."""
     try:
-        st = os.stat(s.path)
+        st = Files.stat(s.path)
     except OSError:
         return 0
     if st.st_ino != s.inode or st.st_size < s.offset:
         return st.st_size
     return st.st_size - s.offset
+
+
+def remote_starts(paths: list[str], sources: dict[str, SourceState], whole) -> list[tuple[str, int]]:
+    """(key, offset less the bytes checked for a rewrite) of each remote source in `paths` read by lines
+    (`whole(s)` is False): what `Files.prefetch` fetches for all of them in one round trip per host."""
+    return [
+        (p, s.offset - len(s.tail_sig))
+        for p in paths
+        if not p.startswith("/") and (s := sources.get(p)) is not None and not whole(s)
+    ]
 
 
 def new_life(s: SourceState, st: os.stat_result) -> str | None:
@@ -71,10 +91,10 @@ def renamed_to(s: SourceState) -> str | None:
     if not s.inode or s.state == "deleted":
         return None
     try:
-        st = os.stat(s.path)
+        st = Files.stat(s.path)
         if (st.st_ino, st.st_dev) == (s.inode, s.device):
             return None
-        entries = list(os.scandir(os.path.dirname(s.path)))
+        entries = list(Files.scandir(os.path.dirname(s.path)))
     except OSError:
         return None
     for entry in entries:
@@ -120,7 +140,7 @@ def inside_line(s: SourceState) -> bool:
 def mtime_of(path: str) -> float:
     """The file's modification time, 0 when it cannot be read."""
     try:
-        return os.stat(path).st_mtime
+        return Files.stat(path).st_mtime
     except OSError:
         return 0.0
 
@@ -128,7 +148,7 @@ def mtime_of(path: str) -> float:
 def size_of(path: str | os.PathLike) -> int:
     """The file's size, 0 when it cannot be read."""
     try:
-        return os.stat(path).st_size
+        return Files.stat(str(path)).st_size
     except OSError:
         return 0
 

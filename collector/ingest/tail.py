@@ -53,6 +53,19 @@ class Changes(FileSystemEventHandler):
                 return
         self.wakeup.set()
 
+    def add(self, path: str) -> None:
+        """Mark a path changed by hand (an ingest request from the API)."""
+        with self._lock:
+            self._paths.add(path)
+        self.wakeup.set()
+
+    def add_move(self, src: str, dest: str) -> None:
+        """Mark a rename seen by other means than watchdog (a remote host's listing)."""
+        with self._lock:
+            self._moved.append((src, dest))
+            self._paths.update((src, dest))
+        self.wakeup.set()
+
     def drain(self) -> tuple[set[str], list[tuple[str, str]], bool]:
         """(changed paths, moves (src, dest), whether folders appeared) since the last call."""
         with self._lock:

@@ -1,0 +1,36 @@
+"""In what state a run and a watched root are: the overview's status words, and each root's reachability."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collector.ingest.fs import root_state
+from collector.store import read as store_read
+
+
+def run_status(r: dict, stalled: bool, reachable: bool = True) -> str:
+    """What the run is doing, in the overview's words: `unreachable` while the host of a remote run that has
+    not finished cannot be reached; `stalled` while a stalled alert is not resolved;
+    else status.json's state (`running`, `completed`, `failed`); an HF trainer_state run is `completed` once
+    `global_step` reaches `max_steps`; else `unknown`. A dead trainer pid is left to the stalled rule."""
+    if not reachable and r["status"] not in ("completed", "failed"):
+        return "unreachable"
+    if stalled:
+        return "stalled"
+    if r["status"] and r["status"] != "unknown":
+        return r["status"]
+    if r["format"] == "hf_trainer_state":
+        state = store_read.parse_json(r["config"]) or {}
+        done, total = state.get("global_step"), state.get("max_steps")
+        if isinstance(done, int) and isinstance(total, int) and total > 0 and done >= total:
+            return "completed"
+    return "unknown"
+
+
+def health_info(db: Path, roots: list, version: str) -> dict:
+    """The database, the roots as given (a path or `ssh://host/path`) and `root_states`: each root's `state`
+    ("local", or its host's "connected"/"connecting"/"disconnected"), `since`, `error`, and for a remote root
+    its host's `read_bytes` and `listing_bytes` so far."""
+    states = [root_state(r) for r in roots]
+    roots_text = [s["root"] for s in states]
+    return {"ok": True, "db": str(db), "roots": roots_text, "root_states": states, "version": version}

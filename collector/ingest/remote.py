@@ -1,0 +1,372 @@
+"""Run folders on another machine, over SSH: one connection per host, the tree listed in one round trip.
+
+A remote root is written `ssh://[user@]host[:port]/path`. Host, user, port, keys and jump hosts come from the
+user's `~/.ssh/config` and agent, as `ssh` would use them (asyncssh reads both); the host key must be in
+`known_hosts` (an unknown host is refused with the command that accepts it). Nothing secret is kept: the
+connection is described by its label (`user@host:port` as typed) and the remote path only.
+
+What ingest needs of a remote file comes from the host's *listing*: one `find ... -printf` over its roots (size,
+mtime, inode, device, type per path), refreshed by the poller; between two listings a stat is answered from it.
+Bytes come over SFTP (ranged reads, pipelined by asyncssh). A host that cannot be reached raises
+`HostUnreachable` (an `OSError`, never `FileNotFoundError`: a dropped link is not a deleted file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import shlex
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from collector.ingest.ssh_target import (
+    HostKeyUnknown,
+    HostUnreachable,
+    RemoteStat,
+    Target,
+    find_printf,
+    parse_listing,
+    reason,
+    unknown_key_message,
+)
+
+if TYPE_CHECKING:
+    import asyncssh
+
+log = logging.getLogger("collector.ingest.remote")
+
+CONNECT_TIMEOUT_S = 10.0
+OP_TIMEOUT_S = 20.0  # one remote operation; a stalled network fails it, the next cycle retries
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # waits between reconnect attempts
+READ_AHEAD_BYTES = 4 << 20  # a small read near a file's end fetches up to this much, to serve the next read
+# Folders whose contents no run reads (discovery skips them too).
+PRUNED = (".git", "node_modules", "__pycache__")
+
+
+class _Loop:
+    """One asyncio loop in a daemon thread, shared by every host; sync callers wait on its futures."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def run(cls, coro, timeout: float):
+        with cls._lock:
+            if cls._loop is None:
+                cls._loop = asyncio.new_event_loop()
+                threading.Thread(target=cls._loop.run_forever, name="ssh-loop", daemon=True).start()
+        future = asyncio.run_coroutine_threadsafe(coro, cls._loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+
+class Host:
+    """One SSH host: its connection (made on first use, remade with backoff), listing and byte counters.
+
+    Thread-safe: the ingest thread reads while the poller lists. `state` is "connected", "connecting" or
+    "disconnected"; `error` says why the last attempt failed (never a secret).
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.label = target.label
+        self.target = target
+        self.state = "connecting"
+        self.error: str | None = None
+        self.since = time.time()  # when `state` last changed
+        self.roots: list[str] = []
+        self.listing: dict[str, RemoteStat] = {}
+        self.listed = False  # whether a full listing was taken
+        self.bytes_read = 0  # file bytes over SFTP
+        self.bytes_listed = 0  # listing and stat output over exec
+        self.round_trips = 0
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._sftp: asyncssh.SFTPClient | None = None
+        self._lock = threading.RLock()
+        self._failures = 0
+        self._next_try = 0.0
+        self._ahead: dict[str, tuple[int, int, bytes]] = {}  # path -> (inode, start, bytes) read ahead
+
+    # ---- connection -------------------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        """The host's state for the API: label, state, since, error, and what this process moved over its
+        link (`read_bytes`: file bytes over SFTP, `listing_bytes`: listing output); no secret."""
+        return {
+            "host": self.label,
+            "state": self.state,
+            "since": self.since,
+            "error": self.error,
+            "read_bytes": self.bytes_read,
+            "listing_bytes": self.bytes_listed,
+        }
+
+    def _set_state(self, state: str, error: str | None = None) -> None:
+        if state != self.state:
+            self.since = time.time()
+            if state == "disconnected":
+                log.warning("%s: disconnected (%s); reconnecting with backoff", self.label, error)
+            elif state == "connected":
+                log.info("%s: connected", self.label)
+        self.state, self.error = state, error
+
+    def _connected(self) -> tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient]:
+        import asyncssh  # here, not at the top: a collector of local roots never pays for loading it
+
+        with self._lock:
+            if self._conn is not None and self._sftp is not None:
+                return self._conn, self._sftp
+            if time.monotonic() < self._next_try:
+                raise HostUnreachable(f"{self.label}: unreachable ({self.error}); will retry")
+            try:
+                self._conn, self._sftp = _Loop.run(self._connect(), CONNECT_TIMEOUT_S + 5)
+            except HostKeyUnknown as e:
+                self._failed(str(e))
+                raise
+            except (OSError, asyncssh.Error, TimeoutError) as e:
+                self._failed(reason(e))
+                raise HostUnreachable(f"{self.label}: cannot connect ({self.error}); will retry") from None
+            self._failures = 0
+            self._set_state("connected")
+            return self._conn, self._sftp
+
+    async def _connect(self) -> tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient]:
+        """The connection, its SFTP session and a shell kept open for listings: a command per poll costs
+        a line on its stdin, not a new session (whose login shell may run a slow `.bashrc`: conda, pyenv)."""
+        import asyncssh
+
+        t = self.target
+        options = {"username": t.user} if t.user else {}
+        if t.port:
+            options["port"] = t.port
+        try:
+            conn = await asyncio.wait_for(
+                asyncssh.connect(t.host, connect_timeout=CONNECT_TIMEOUT_S, keepalive_interval=5, **options),
+                CONNECT_TIMEOUT_S,
+            )
+        except asyncssh.HostKeyNotVerifiable as e:
+            raise HostKeyUnknown(unknown_key_message(t, e)) from None
+        try:
+            sftp = await conn.start_sftp_client()
+            self._shell = await conn.create_process("exec /bin/sh", encoding=None)
+            self._shell_lock = asyncio.Lock()
+            await self._shell_run(":")  # what the login shell printed at start is read and dropped here
+        except BaseException:
+            conn.close()
+            raise
+        return conn, sftp
+
+    async def _shell_run(self, command: str) -> bytes:
+        """`command`'s standard output, run by the kept shell (one command at a time)."""
+        end = f"\n{secrets.token_hex(8)}\n".encode()
+        async with self._shell_lock:
+            self._shell.stdin.write(command.encode() + b"\nprintf '" + end.replace(b"\n", b"\\n") + b"'\n")
+            out = await self._shell.stdout.readuntil(end)
+        out = out[: -len(end)]
+        if command == ":":
+            return b""
+        return out
+
+    def _failed(self, reason: str) -> None:
+        self._failures += 1
+        self._next_try = time.monotonic() + BACKOFF_S[min(self._failures, len(BACKOFF_S)) - 1]
+        self._set_state("disconnected", reason)
+
+    def _dropped(self, e: BaseException) -> HostUnreachable:
+        """Forget a connection that failed mid-operation; the next use reconnects (after backoff)."""
+        with self._lock:
+            conn, self._conn, self._sftp = self._conn, None, None
+            self._ahead.clear()
+            self._failed(reason(e))
+        if conn is not None:
+            conn.abort()
+        return HostUnreachable(f"{self.label}: connection lost ({self.error}); will retry")
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn, self._sftp = self._conn, None, None
+        if conn is not None:
+            conn.close()
+
+    def _run(self, make_coro, timeout: float = OP_TIMEOUT_S):
+        """Run one remote operation; a dropped or stalled link becomes HostUnreachable."""
+        import asyncssh
+
+        conn, sftp = self._connected()
+        self.round_trips += 1
+        try:
+            return _Loop.run(make_coro(conn, sftp), timeout)
+        except (asyncssh.SFTPNoSuchFile, FileNotFoundError) as e:
+            raise FileNotFoundError(
+                2, "No such file on the remote host", getattr(e, "filename", None)
+            ) from None
+        except asyncssh.SFTPError as e:
+            raise OSError(f"{self.label}: {e.reason}") from None
+        except (asyncssh.Error, OSError, EOFError, TimeoutError, asyncio.CancelledError) as e:
+            raise self._dropped(e) from None
+
+    # ---- listing ----------------------------------------------------------------------------------
+
+    def list_tree(self, since: float | None = None) -> tuple[float, dict[str, RemoteStat]]:
+        """(the host's clock now, every path under its roots with its stat), in one round trip. With
+        `since` (a time from the host's clock), only what changed (written, renamed) after it; the listing is updated with it
+        (a full listing replaces it). Skips `.git`, `node_modules`, `__pycache__`."""
+        if not self.roots:
+            return time.time(), {}
+        prune = " -o ".join(f"-name {shlex.quote(n)}" for n in PRUNED)
+        newer = f"-newerct @{since:.6f} " if since is not None else ""  # ctime: renames too
+        roots = " ".join(shlex.quote(r) for r in self.roots)
+        command = (
+            f"date +%s.%N; find {roots} -mindepth 0 \\( {prune} \\) -prune -o {newer}"
+            r"-printf '%y\t%Y\t%s\t%T@\t%i\t%D\t%p\0' 2>/dev/null; true"
+        )
+        output = self._exec(command)
+        head, _, body = output.partition(b"\n")
+        now = float(head)
+        found = parse_listing(body)
+        with self._lock:
+            for path, st in found.items():
+                if self.listing.get(path) != st:
+                    self._ahead.pop(path, None)  # bytes read ahead may be of the file's older life
+            if since is None:
+                self.listed = True
+                gone = self.listing.keys() - found.keys()
+                for path in gone:
+                    self._ahead.pop(path, None)
+                self.listing = found
+            else:
+                self.listing.update(found)
+        return now, found
+
+    def ensure_listed(self) -> None:
+        """Take a full listing when none was taken since this process started (the poller keeps it fresh)."""
+        if not self.listed:
+            self.list_tree()
+
+    def stat(self, path: str) -> RemoteStat:
+        """The file's stat from the listing, else asked (one round trip); FileNotFoundError when absent."""
+        st = self.listing.get(path)
+        if st is None:
+            found = parse_listing(self._exec(find_printf([path], depth0=True)))
+            st = found.get(path)
+            if st is None:
+                raise FileNotFoundError(2, "No such file on the remote host", f"{self.label}:{path}")
+            with self._lock:
+                self.listing[path] = st
+        return st
+
+    def forget(self, path: str) -> None:
+        """Drop what is known of `path` (it was found gone): the next stat asks the host."""
+        with self._lock:
+            self.listing.pop(path, None)
+            self._ahead.pop(path, None)
+
+    def _exec(self, command: str) -> bytes:
+        async def go(conn, sftp):
+            return await self._shell_run(command)
+
+        out = self._run(go)
+        self.bytes_listed += len(out)
+        return out
+
+    # ---- bytes ------------------------------------------------------------------------------------
+
+    def read(self, path: str, start: int, size: int) -> bytes:
+        """`size` bytes of `path` from `start` (fewer at its end). A small read also fetches what follows,
+        up to the listed size, so the next read of the same cycle (the new lines after the check of the
+        bytes before the offset) costs no round trip."""
+        st = self.listing.get(path)
+        cached = self._ahead.get(path)
+        if cached is not None and st is not None and cached[0] == st.st_ino:
+            _, at, data = cached
+            if at <= start and start + size <= at + len(data):
+                return data[start - at : start - at + size]
+        want = size
+        if st is not None and st.kind == "f" and size < READ_AHEAD_BYTES:
+            want = max(size, min(st.st_size - start, READ_AHEAD_BYTES))
+        # A whole small document (status.json, trainer_state.json) is replaced, not appended: it is read as
+        # it is now, whole, even when it changed since the listing (a cut copy would read as half-written).
+        whole = start == 0 and st is not None and size == st.st_size and size < READ_AHEAD_BYTES
+
+        async def go(conn, sftp):
+            async with sftp.open(path, "rb") as f:
+                return await f.read(-1 if whole else want, start)
+
+        data = self._run(go)
+        self.bytes_read += len(data)
+        if whole:
+            if len(data) > size:  # it grew since the listing: never let a stat say less than was read
+                with self._lock:
+                    self.listing[path] = dataclasses.replace(st, st_size=len(data))
+            return data
+        if st is not None and want > size:
+            with self._lock:
+                self._ahead[path] = (st.st_ino, start, data)
+        return data[:size]
+
+    def prefetch(self, starts: list[tuple[str, int]]) -> None:
+        """Read what is new in many files at once (pipelined: one round trip for all), from each `start` up
+        to its listed size; the reads that follow are served from it. Errors are left to those reads."""
+        wanted = []
+        for path, start in starts:
+            st = self.listing.get(path)
+            if st is not None and st.kind == "f" and st.st_size > start:
+                wanted.append((path, st.st_ino, start, min(st.st_size - start, READ_AHEAD_BYTES)))
+        if not wanted:
+            return
+
+        async def one(sftp, path: str, start: int, size: int) -> bytes:
+            async with sftp.open(path, "rb") as f:
+                return await f.read(size, start)
+
+        async def go(conn, sftp):
+            return await asyncio.gather(
+                *(one(sftp, p, at, n) for p, _, at, n in wanted), return_exceptions=True
+            )
+
+        results = self._run(go)
+        with self._lock:
+            for (path, ino, start, _), data in zip(wanted, results, strict=True):
+                if isinstance(data, bytes):
+                    self.bytes_read += len(data)
+                    self._ahead[path] = (ino, start, data)
+
+    def invalidate(self) -> None:
+        """Forget bytes read ahead (a new listing may say the files grew or were replaced)."""
+        with self._lock:
+            self._ahead.clear()
+
+
+_HOSTS: dict[str, Host] = {}
+_HOSTS_LOCK = threading.Lock()
+
+
+def host_for(target: Target, watch: bool = True) -> Host:
+    """The one `Host` of a label in this process (all roots and runs on it share its connection); with
+    `watch`, the target's path is one of the roots its listing covers."""
+    with _HOSTS_LOCK:
+        host = _HOSTS.get(target.label)
+        if host is None:
+            host = _HOSTS[target.label] = Host(target)
+        if watch and target.path not in host.roots:
+            host.roots.append(target.path)
+        return host
+
+
+def hosts() -> list[Host]:
+    with _HOSTS_LOCK:
+        return list(_HOSTS.values())
+
+
+def forget_hosts() -> None:
+    """Close and forget every host (a collector closing; tests)."""
+    with _HOSTS_LOCK:
+        old = list(_HOSTS.values())
+        _HOSTS.clear()
+    for host in old:
+        host.close()

@@ -1,0 +1,83 @@
+"""A remote root (over a real sshd on 127.0.0.1) beside a local one, in one dashboard (streamlit.testing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.app.conftest import REPO, start_collector, stop_process, wait_until
+from tests.sshd_support import SshServer, sshd_missing
+
+APP = str(REPO / "app" / "streamlit_app.py")
+
+
+def _lines(path: Path, steps: range) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for s in steps:
+            f.write(json.dumps({"step": s, "data": {"train/loss": 2.0 / s}}) + "\n")
+
+
+@pytest.fixture
+def two_roots(tmp_path, monkeypatch):
+    missing = sshd_missing()
+    if missing:
+        pytest.fail(missing)
+    server = SshServer(tmp_path / "ssh").start()
+    monkeypatch.setenv("HOME", str(server.home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    remote, local = tmp_path / "gpu-box", tmp_path / "laptop"
+    _lines(remote / "gpu-run" / "metrics.jsonl", range(1, 31))
+    _lines(local / "laptop-run" / "metrics.jsonl", range(1, 11))
+    url = server.url(remote)
+    db = tmp_path / "db" / "runwatch.duckdb"
+    db.parent.mkdir()
+    collector = start_collector(db, [url, local], tmp_path / "collector.log")
+    monkeypatch.setenv("RUNWATCH_DB", str(db))
+    monkeypatch.setenv("RUNWATCH_ROOTS", f"{url}:{local}")
+    try:
+        client = collector.client()
+        wait_until(
+            "both runs ingested",
+            lambda: (
+                {(r["id"], r["last_step"]) for r in client.get("/api/runs")}
+                == {("gpu-run", 30), ("laptop-run", 10)}
+            ),
+            120,
+            collector.proc,
+        )
+        yield server, url, client
+    finally:
+        stop_process(collector.proc)
+        server.stop()
+
+
+def _overview(at: AppTest) -> dict:
+    table = at.dataframe[0].value
+    return dict(zip(table["run"], table["status"], strict=True))
+
+
+def test_a_remote_root_beside_a_local_one_and_its_outage_in_one_dashboard(two_roots):
+    server, url, client = two_roots
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert set(at.sidebar.selectbox[0].options) == {"gpu-run", "laptop-run"}
+    caption = " ".join(c.value for c in at.sidebar.caption)
+    assert f"`{url}` (connected)" in caption
+    assert not at.sidebar.warning
+    assert _overview(at) == {"gpu-run": "unknown", "laptop-run": "unknown"}
+
+    server.stop()  # the GPU machine goes away
+    wait_until(
+        "the remote root shown disconnected",
+        lambda: any(s["state"] == "disconnected" for s in client.get("/api/health")["root_states"]),
+        60,
+    )
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert f"`{url}` (disconnected)" in " ".join(c.value for c in at.sidebar.caption)
+    assert any(url in w.value and "disconnected" in w.value for w in at.sidebar.warning)
+    assert _overview(at) == {"gpu-run": "unreachable", "laptop-run": "unknown"}
