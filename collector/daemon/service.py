@@ -194,19 +194,19 @@ class Collector:
                 break
             paths, moved, new_dirs = tailer.changes.drain()
             for src, dest in moved:
-                self.ingestor.moved(src, dest)
+                self._safely(self.ingestor.moved, src, dest)
             with self._requests_lock:
                 requests, self._requests = self._requests, []
             now = time.monotonic()
             if new_dirs or requests or now - last_rescan >= rescan_every:
-                pending |= set(self.ingestor.discover())
+                pending |= set(self._discover())
                 last_rescan, took = time.monotonic(), time.monotonic() - now
                 rescan_every = max(self.settings.rescan_interval_s, took / RESCAN_SHARE)
             for path in paths:
                 target = self.ingestor.note_path(path)
                 if target:
                     pending.add(target)
-                run = self._checkpoint_run(path)
+                run = self._safely(self._checkpoint_run, path)
                 if run:
                     checkpoint_runs.add(run)
             if now - last_tick >= TICK_INTERVAL_S:
@@ -220,6 +220,11 @@ class Collector:
         # Final commit: what is already on disk goes in before exit.
         self._safely(lambda: self.ingestor.ingest(self.ingestor.discover()))
 
+    def _discover(self) -> list[str]:
+        """The rescan's discovery; a failure (a remote host dropping mid-way) is logged and retried later."""
+        found = self._safely(self.ingestor.discover)
+        return found or []
+
     def _checkpoint_run(self, path: str) -> str | None:
         """The run whose checkpoint folder `path` is in (a save in progress or finished), if any."""
         p = fs.path_of(path)
@@ -228,11 +233,15 @@ class Collector:
         run = discover.run_for_path(p, self.roots)
         return run.id if run else None
 
-    def _safely(self, fn, *args) -> None:
+    def _safely(self, fn, *args):
+        """`fn(*args)`, or None when it raised (logged: one failing step never stops the daemon)."""
         try:
-            fn(*args)
+            return fn(*args)
+        except ConnectionError as e:  # a remote host out of reach: its state says so; no traceback
+            log.warning("%s: %s; the collector goes on", getattr(fn, "__name__", "step"), e)
         except Exception:
             log.exception("%s failed; the collector goes on", getattr(fn, "__name__", "step"))
+        return None
 
 
 def root_text(root) -> str:

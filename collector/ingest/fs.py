@@ -171,6 +171,11 @@ class RemotePath(PurePosixPath):
         return super().__str__()
 
     def _stat(self) -> RemoteStat | None:
+        """The path's stat, None when absent: a path under a listed root that the listing lacks is absent
+        (no round trip; nothing to ask while the host is down), else the host is asked."""
+        st = self.host.listing.get(self.remote)
+        if st is not None or self.host.covers(self.remote):
+            return st
         try:
             return self.host.stat(self.remote)
         except FileNotFoundError:

@@ -248,6 +248,16 @@ class Host:
         if not self.listed:
             self.list_tree()
 
+    def covers(self, path: str) -> bool:
+        """Whether a full listing was taken and `path` lies under one of the roots it lists (outside the
+        folders it prunes): then the listing knows whether `path` exists."""
+        if not self.listed:
+            return False
+        for root in self.roots:
+            if path.startswith(root.rstrip("/") + "/"):
+                return not any(part in PRUNED for part in path[len(root) :].split("/"))
+        return False
+
     def stat(self, path: str) -> RemoteStat:
         """The file's stat from the listing, else asked (one round trip); FileNotFoundError when absent."""
         st = self.listing.get(path)
