@@ -225,7 +225,9 @@ def worker_error(tail: list[str]) -> list[str]:
     return [line for line in tail if line.strip()][-8:]
 
 
-def finish_status(out: Path, rc: int, tail: list[str], total_steps: int, stopped_by: str | None) -> None:
+def finish_status(
+    out: Path, rc: int, tail: list[str], total_steps: int, stopped_by: str | None, preset: str = "smoke"
+) -> None:
     """After a failed torchrun, make status.json say `failed` with the reason, unless the run already did.
 
     The workers write `failed` themselves when Python sees the exception; a run killed by a signal, or one
@@ -238,7 +240,8 @@ def finish_status(out: Path, rc: int, tail: list[str], total_steps: int, stopped
         doc = {}
     if doc.get("state") == "failed":
         return
-    reason = f"stopped by {stopped_by}" if stopped_by else f"torchrun exited with code {rc}"
+    trainer = "torchrun" if PRESETS[preset].trainer == "sft" else "verl.trainer.main_ppo"
+    reason = f"stopped by {stopped_by}" if stopped_by else f"{trainer} exited with code {rc}"
     error_lines = worker_error(tail)
     doc.update(
         state="failed",
@@ -377,7 +380,7 @@ def run_workers(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if rc != 0:
-        finish_status(out, rc, list(tail), total_steps, stopped_by[0] if stopped_by else None)
+        finish_status(out, rc, list(tail), total_steps, stopped_by[0] if stopped_by else None, args.preset)
         print(f"trainer.launch: run {out} failed (exit code {rc}); see status.json", file=sys.stderr)
     return rc
 

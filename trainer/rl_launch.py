@@ -82,6 +82,18 @@ def check_ppo_run(overrides: list[str], out: Path, nproc: int) -> tuple[list[str
             f"data.train_batch_size={batch} and actor_rollout_ref.actor.ppo_mini_batch_size={mini} must be "
             f"multiples of --nproc {nproc}, and the batch a multiple of the mini-batch"
         )
+    samples = batch * int(override_value(overrides, "actor_rollout_ref.rollout.n", 1)) // max(1, nproc)
+    for key in (
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    ):
+        micro = override_value(overrides, key)
+        if micro not in (None, "null") and samples % int(micro):
+            problems.append(
+                f"{key}={micro} must divide the {samples} samples each process gets "
+                f"(data.train_batch_size x rollout.n / --nproc {nproc}); verl asserts it after start-up"
+            )
     rows = sum(parquet_rows(p) for p in train) if not problems else 0
     total = override_value(overrides, "trainer.total_training_steps")
     epochs = int(override_value(overrides, "trainer.total_epochs", 1))

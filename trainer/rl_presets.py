@@ -46,15 +46,15 @@ PPO_CPU_BASE: dict[str, Any] = {
     # 2e-3 collapses the policy's entropy within 5 steps; 5e-4 lets it fall gradually.
     "actor_rollout_ref.actor.optim.lr": 5e-4,
     "actor_rollout_ref.actor.ppo_mini_batch_size": 8,  # one update per step
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 64,
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 32,
     "actor_rollout_ref.actor.use_kl_loss": "true",
     "actor_rollout_ref.actor.kl_loss_coef": 0.01,
     "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
     "actor_rollout_ref.actor.entropy_coeff": 0,
     "actor_rollout_ref.actor.calculate_entropy": "true",
     "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra,hf_model]",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 64,
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 64,
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 32,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 32,
     "actor_rollout_ref.rollout.name": "hf",
     "actor_rollout_ref.rollout.n": 8,
     "actor_rollout_ref.rollout.temperature": 1.0,

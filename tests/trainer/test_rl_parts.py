@@ -155,7 +155,14 @@ def test_run_grpo_sh_dry_run_uses_vllm_on_gpus(built_data, tmp_path):
     )
     assert proc.returncode == 2 and "holds no full batch of data.train_batch_size=256" in proc.stderr
     proc = subprocess.run(
-        [str(script), "--dry-run", "8", str(tmp_path / "run"), "data.train_batch_size=64"],
+        [
+            str(script),
+            "--dry-run",
+            "8",
+            str(tmp_path / "run"),
+            "data.train_batch_size=64",
+            "actor_rollout_ref.rollout.n=4",
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -176,3 +183,16 @@ def test_run_grpo_sh_dry_run_uses_vllm_on_gpus(built_data, tmp_path):
     assert not PRESETS["grpo_gpu"].cpu
     usage = subprocess.run([str(script)], env=env, capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+def test_grpo_preflight_checks_micro_batches_against_samples_per_process(built_data, tmp_path):
+    # 8 prompts x 8 samples over 3 processes: no micro batch divides that; verl would assert after start-up.
+    proc = launch("--preset", "grpo", "--out", str(tmp_path / "run"), "--nproc", "3", "--dry-run")
+    assert proc.returncode == 2
+    assert "must be multiples of --nproc 3" in proc.stderr
+    proc = launch(
+        "--preset", "grpo", "--out", str(tmp_path / "run"), "--dry-run",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=48",
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "ppo_micro_batch_size_per_gpu=48 must divide the 64 samples each process gets" in proc.stderr
