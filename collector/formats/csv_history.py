@@ -142,3 +142,11 @@ def has_step_column(head: bytes) -> bool:
 
 
 FORMAT = Format(name="csv", parse=parse, sniffed=("*.csv",), sniff=has_step_column, copy=True)
+
+
+def column_roles(names: list[str]) -> tuple[int | None, int | None, list[tuple[int, str]]]:
+    """For a header in force (the `state` `parse` returns): the index of the step column (None: none), of
+    the wall-time column (None: none), and the (index, metric name) of every metric column, by the same
+    rules `parse` reads rows with; for a reader that reads the rows another way (DuckDB's CSV reader)."""
+    layout = _Layout(names)
+    return layout.step_index, layout.wall_time_index, list(layout.metric_columns)

@@ -5,10 +5,11 @@ with the format's parser, and commits the points together with the new offset in
 any moment loses and repeats nothing. A file that shrank (truncated), was replaced (new inode: rotation) or was
 rewritten in place starts a new segment from offset 0; what was ingested from the old life stays.
 
-Large backlogs of verl JSONL are read by DuckDB's own JSON reader (several times faster than Python, see
-`collector.ingest.bulk.BulkReader`); a chunk that it cannot read as plain verl records goes through the Python
-parser so its bad lines are quarantined with their line numbers. What a format is (whole document or lines,
-its parser state, its run facts) comes from its `Format` descriptor only.
+Large backlogs of verl JSONL and CSV histories are read by DuckDB's own readers (many times faster than Python,
+see `collector.ingest.bulk.BulkReader` and `collector.ingest.bulk_csv.CsvBulkReader`); a chunk that it cannot
+read as plain records or rows goes through the Python parser so its bad lines are quarantined with their line
+numbers. What a format is (whole document or lines, its parser state, its run facts) comes from its `Format`
+descriptor only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collector.core.model import Format, Points, RunInfo
 from collector.formats import discover
 from collector.ingest import segments
 from collector.ingest.bulk import BULK_BYTES, BULK_MIN_BYTES, BulkReader, scratch_dir
+from collector.ingest.bulk_csv import CsvBulkReader
 from collector.ingest.chunk import Cycle, read_chunk
 from collector.ingest.failures import Failures
 from collector.ingest.fs import Files, path_of, root_path
@@ -74,6 +76,11 @@ class Ingestor:
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
         self.failures = Failures()  # files whose reads fail as a whole: retried with backoff
         self.bulk_reader = BulkReader(store, scratch_dir(store.path), bulk_bytes)
+        # format -> its DuckDB reader for big backlogs (the JSONL one owns the scratch folder)
+        self.bulk_readers = {
+            "jsonl": self.bulk_reader,
+            "csv": CsvBulkReader(store, self.bulk_reader.scratch, bulk_bytes),
+        }
         self._formats: dict[str, Format | None] = {}
 
     def close(self) -> None:
@@ -166,7 +173,7 @@ class Ingestor:
                 busy.add(s.run_id)
             if (
                 self.bulk
-                and s.format == "jsonl"
+                and s.format in self.bulk_readers
                 and not segments.inside_line(s)
                 and segments.backlog(s) >= BULK_MIN_BYTES
             ):
@@ -240,16 +247,16 @@ class Ingestor:
             self._event(src, f"was renamed to {dest}: its last {read} bytes were read there first")
 
     def _bulk_chunk(self, s0: SourceState) -> bool:
-        """Ingest one chunk of a big verl JSONL backlog in its own transaction; True when more is waiting."""
+        """Ingest one chunk of a big verl JSONL or CSV backlog in its own transaction; True when more waits."""
         s = dataclasses.replace(s0)
         with self.store.transaction() as cur:
             st = self._identity(cur, s)
             if st is None or st.st_size == s.offset:
                 self.sources[s.path] = s
                 return False
-        done = self.bulk_reader.read(s, st, self.max_step.get(s.run_id, -(2**62)))
+        done = self.bulk_readers[s.format].read(s, st, self.max_step.get(s.run_id, -(2**62)))
         if done is None:
-            # Not plain verl records (or a bad line in there): the Python parser finds and quarantines them.
+            # Not plain records or rows (a bad line there): the Python parser finds and quarantines them.
             pending: set[str] = set()
             self.sources[s.path] = s
             self._read_many([s.path], pending)

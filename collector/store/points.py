@@ -150,18 +150,24 @@ def bulk_ndjson(
     """
     _read_wide(cur, path, keys)  # in file order: a merge needs it (staging unordered gains nothing)
     try:
-        return _bulk_from_wide(cur, s, after_step, keys, expected_points)
+        return bulk_from_wide(cur, s, after_step, keys, expected_points)
     finally:
         cur.execute("DROP TABLE IF EXISTS rw_wide")
 
 
-def _bulk_from_wide(
+def bulk_from_wide(
     cur: duckdb.DuckDBPyConnection,
     s: SourceState,
     after_step: int,
     keys: list[str],
     expected_points: Callable[[], int],
+    wall_time: bool = False,
 ) -> tuple[int, int]:
+    """Insert the staged temp table `rw_wide` (step BIGINT in file order, c0.. holding `keys[i]`, and with
+    `wall_time` a wall_time column) by the rules of `bulk_ndjson`, which every bulk reader shares: the
+    per-metric checks against `expected_points()`, one block per metric, or the merge. Returns (points,
+    highest step); raises BulkMismatch when the count differs."""
+    wall = "wall_time" if wall_time else "NULL"
     low, high = cur.execute("SELECT min(step), max(step) FROM rw_wide").fetchall()[0]
     # Repeated steps of a metric are counted exactly with one bit per step of the range (about 10x
     # cheaper than count(DISTINCT), which hashes every value); a range too sparse for bits (huge step
@@ -196,7 +202,7 @@ def _bulk_from_wide(
     if low > after_step and all(n == distinct for _, _, n, distinct, *_ in found):
         ids = _series_ids(cur, s.run_id, [k for _, k, *_ in found])
         blocks = " UNION ALL ".join(
-            f"SELECT {ids[k]}, step, c{i}, NULL, ?, ? FROM rw_wide WHERE c{i} IS NOT NULL"
+            f"SELECT {ids[k]}, step, c{i}, {wall}, ?, ? FROM rw_wide WHERE c{i} IS NOT NULL"
             for i, k, *_ in found
         )
         with _unordered(cur):  # every read sorts by step: ~1.5x faster
@@ -215,11 +221,11 @@ def _bulk_from_wide(
         return count, high
     # Steps already stored, or a metric's step twice: the merge (file order decides within the chunk).
     blocks = " UNION ALL ".join(
-        f"SELECT ? AS metric, step, c{i} AS value, rowid AS line FROM rw_wide WHERE c{i} IS NOT NULL"
+        f"SELECT ? AS metric, step, c{i} AS value, {wall} AS wall_time, rowid AS line FROM rw_wide WHERE c{i} IS NOT NULL"
         for i, *_ in found
     )
     cur.execute(
-        f"""CREATE OR REPLACE TEMP TABLE rw_stage AS SELECT metric, step, value, NULL::DOUBLE AS wall_time,
+        f"""CREATE OR REPLACE TEMP TABLE rw_stage AS SELECT metric, step, value, wall_time::DOUBLE AS wall_time,
             row_number() OVER (ORDER BY line) AS seq FROM ({blocks})""",
         [k for _, k, *_ in found],
     )
