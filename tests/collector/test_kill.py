@@ -16,6 +16,7 @@ from tests.collector.test_ingest import expected_from_jsonl, same
 
 BACKLOG_STEPS = 150_000  # ~12 MiB: several chunks through the DuckDB path while kills land
 LIVE_STEPS = 6_000
+CSV_STEPS = 400_000
 
 WRITER = textwrap.dedent(
     """
@@ -107,5 +108,65 @@ def test_kill_9_at_random_moments_then_restart_loses_and_repeats_nothing(tmp_pat
             assert (offset, lines, segment) == (path.stat().st_size, len(path.read_bytes().splitlines()), 0)
         assert store.rows("SELECT count(*) FROM points_replaced")[0][0] == 0
         assert store.rows("SELECT count(*) FROM quarantine")[0][0] == 0
+    finally:
+        store.close()
+
+
+def expected_from_csv(path) -> dict[tuple[str, int], float]:
+    """What a plain CSV history says (header line 1, every cell a number or empty), read with the stdlib."""
+    import csv
+
+    with path.open(newline="") as f:
+        rows = csv.reader(f)
+        names = next(rows)
+        return {(n, int(r[0])): float(c) for r in rows for n, c in zip(names[1:], r[1:], strict=True) if c}
+
+
+def test_kill_9_during_a_csv_backlog_then_restart_loses_and_repeats_nothing(tmp_path):
+    rng = random.Random(20261124)
+    run_dir = tmp_path / "root" / "csv"
+    run_dir.mkdir(parents=True)
+    f = run_dir / "training_history.csv"
+    with f.open("w") as out:  # ~24 MiB: many 64 MiB-or-less chunks through DuckDB's reader while kills land
+        out.write("step,train/loss,train/lr,grad_norm,val/loss\n")
+        for step in range(1, CSV_STEPS + 1):
+            val = repr(2.0 / step) if step % 100 == 0 else ""
+            out.write(f"{step},{1.0 / step!r},{step * 1e-6!r},{1 + (step % 7) / 10},{val}\n")
+    db = tmp_path / "rw.duckdb"
+    daemon = Daemon(db, [tmp_path / "root"])
+    progress: list[str] = []
+    try:
+        for _ in range(6):
+            daemon.start(wait=rng.random() < 0.5)
+            time.sleep(rng.uniform(0.3, 3.0))
+            daemon.kill9()
+            progress.append(_offset(db, f))
+        daemon.start()
+        n_lines = CSV_STEPS + 1
+        wait_for(
+            lambda: (
+                daemon.client().get("/api/runs/csv")["sources"][0]["lines"] >= n_lines
+                if any(r["id"] == "csv" for r in daemon.client().get("/api/runs"))
+                else False
+            ),
+            "csv: every line ingested",
+        )
+        assert daemon.stop() == 0
+    finally:
+        daemon.ensure_stopped()
+    print("killed at:", ", ".join(progress))
+    store = Store(db)
+    try:
+        rows = store.rows("SELECT metric, step, value FROM points WHERE run_id = 'csv'")
+        got = {(m, s): v for m, s, v in rows}
+        assert len(rows) == len(got), "a (metric, step) is stored twice"
+        assert same(got, expected_from_csv(f)), "stored points differ from the file"
+        assert store.rows("SELECT byte_offset, lines, segment FROM sources") == [
+            (f.stat().st_size, n_lines, 0)
+        ]
+        assert store.rows("SELECT count(*) FROM points_replaced")[0][0] == 0
+        assert store.rows("SELECT count(*) FROM quarantine")[0][0] == 0
+        stats = store.rows("SELECT metric, points FROM metric_stats WHERE run_id = 'csv' ORDER BY metric")
+        assert stats == sorted((m, sum(1 for k in got if k[0] == m)) for m in {k[0] for k in got})
     finally:
         store.close()
