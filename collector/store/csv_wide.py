@@ -65,6 +65,8 @@ def bulk_csv(
                 f"read {got_rows} rows and {got_cells} cells, the bytes hold {rows} and {cells}"
             )
         names = [name for _, name in metrics]
-        return bulk_from_wide(cur, s, after_step, names, lambda: points, wall_time=wall is not None)
+        return bulk_from_wide(
+            cur, s, after_step, names, lambda: points, wall_time=wall is not None, infinities_to_parser=False
+        )
     finally:
         cur.execute("DROP TABLE IF EXISTS rw_wide")

@@ -162,11 +162,13 @@ def bulk_from_wide(
     keys: list[str],
     expected_points: Callable[[], int],
     wall_time: bool = False,
+    infinities_to_parser: bool = True,
 ) -> tuple[int, int]:
     """Insert the staged temp table `rw_wide` (step BIGINT in file order, c0.. holding `keys[i]`, and with
     `wall_time` a wall_time column) by the rules of `bulk_ndjson`, which every bulk reader shares: the
     per-metric checks against `expected_points()`, one block per metric, or the merge. Returns (points,
-    highest step); raises BulkMismatch when the count differs."""
+    highest step); raises BulkMismatch when the count differs, NotPlainVerl at an infinite value when
+    `infinities_to_parser` (JSON: the parser refuses what DuckDB reads as one)."""
     wall = "wall_time" if wall_time else "NULL"
     low, high = cur.execute("SELECT min(step), max(step) FROM rw_wide").fetchall()[0]
     # Repeated steps of a metric are counted exactly with one bit per step of the range (about 10x
@@ -181,7 +183,11 @@ def bulk_from_wide(
         per_key.append(f"count(c{i}), {distinct}, min(step) {has}, max(step) {has}, arg_max(c{i}, step)")
     # An infinity is rare, and DuckDB makes one of a number too long for a float (a 5,000-digit integer),
     # which the parser quarantines as unreadable: such a chunk goes to the parser, which decides.
-    per_key.append("count(*) FILTER (WHERE " + " OR ".join(f"isinf(c{i})" for i in range(len(keys))) + ")")
+    # (A CSV cell reads as infinite in DuckDB exactly when it does in Python's `float`: no check there.)
+    if infinities_to_parser:
+        per_key.append(
+            "count(*) FILTER (WHERE " + " OR ".join(f"isinf(c{i})" for i in range(len(keys))) + ")"
+        )
     stats = (
         cur.execute(
             f"SELECT {', '.join(per_key)} FROM rw_wide", [low, high] * len(keys) if bitmap else []
@@ -189,7 +195,7 @@ def bulk_from_wide(
         if keys and low is not None
         else ()
     )
-    if stats and stats[-1]:
+    if infinities_to_parser and stats and stats[-1]:
         raise NotPlainVerl(f"{stats[-1]} infinite values: the parser reads them")
     # (column, metric, values, distinct steps, first step, last step, value at the last step)
     found = [(i, keys[i], *stats[5 * i : 5 * i + 5]) for i in range(len(keys)) if stats and stats[5 * i]]
