@@ -76,11 +76,13 @@ class Ingestor:
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
         self.failures = Failures()  # files whose reads fail as a whole: retried with backoff
         self.bulk_reader = BulkReader(store, scratch_dir(store.path), bulk_bytes)
-        # format -> its DuckDB reader for big backlogs (the JSONL one owns the scratch folder)
+        csv = CsvBulkReader(
+            store, self.bulk_reader.scratch, bulk_bytes
+        )  # (the JSONL reader owns the scratch)
         self.bulk_readers = {
             "jsonl": self.bulk_reader,
-            "csv": CsvBulkReader(store, self.bulk_reader.scratch, bulk_bytes),
-        }
+            "csv": csv,
+        }  # format -> DuckDB's reader of its backlogs
         self._formats: dict[str, Format | None] = {}
 
     def close(self) -> None:
