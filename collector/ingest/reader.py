@@ -5,11 +5,10 @@ with the format's parser, and commits the points together with the new offset in
 any moment loses and repeats nothing. A file that shrank (truncated), was replaced (new inode: rotation) or was
 rewritten in place starts a new segment from offset 0; what was ingested from the old life stays.
 
-Large backlogs of verl JSONL and CSV histories are read by DuckDB's own readers (many times faster than Python,
-see `collector.ingest.bulk.BulkReader` and `collector.ingest.bulk_csv.CsvBulkReader`); a chunk that it cannot
-read as plain records or rows goes through the Python parser so its bad lines are quarantined with their line
-numbers. What a format is (whole document or lines, its parser state, its run facts) comes from its `Format`
-descriptor only.
+Large backlogs of verl JSONL and CSV histories are read by DuckDB's own readers (`ingest.bulk`, `bulk_csv`:
+many times faster than Python); a chunk they cannot read as plain records goes through the Python parser so its
+bad lines are quarantined with their numbers. What a format is (whole document or lines, its parser state, its
+run facts) comes from its `Format` descriptor only.
 """
 
 from __future__ import annotations
@@ -76,13 +75,9 @@ class Ingestor:
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
         self.failures = Failures()  # files whose reads fail as a whole: retried with backoff
         self.bulk_reader = BulkReader(store, scratch_dir(store.path), bulk_bytes)
-        csv = CsvBulkReader(
-            store, self.bulk_reader.scratch, bulk_bytes
-        )  # (the JSONL reader owns the scratch)
-        self.bulk_readers = {
-            "jsonl": self.bulk_reader,
-            "csv": csv,
-        }  # format -> DuckDB's reader of its backlogs
+        # format -> DuckDB's reader of its big backlogs (the JSONL reader owns the scratch folder)
+        csv = CsvBulkReader(store, self.bulk_reader.scratch, bulk_bytes)
+        self.bulk_readers = {"jsonl": self.bulk_reader, "csv": csv}
         self._formats: dict[str, Format | None] = {}
 
     def close(self) -> None:
