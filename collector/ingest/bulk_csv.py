@@ -50,6 +50,7 @@ class PlainRows:
     end: int = 0
     rows: int = 0
     cells: int = 0
+    tail: bytes = b""  # the last bytes copied (as they were read: what the next read checks is unchanged)
 
 
 class CsvBulkReader:
@@ -67,7 +68,7 @@ class CsvBulkReader:
         header = self._header(s)
         if header is None:
             return None
-        names, start, header_lines = header
+        names, start, header_lines, before = header
         step, wall, metrics = csv_history.column_roles(names)
         if step is None or len(names) < 2 or len({m for _, m in metrics}) != len(metrics):
             return None  # (a metric named twice: the parser's merge decides which value stays)
@@ -83,7 +84,7 @@ class CsvBulkReader:
                 )
                 new.offset = start + rows.end
                 new.lines = s.lines + header_lines + rows.rows
-                new.tail_sig = read_range(s.path, max(0, new.offset - SIG_BYTES), min(SIG_BYTES, new.offset))
+                new.tail_sig = (before + rows.tail)[-SIG_BYTES:]
                 new.parser_state = json.dumps(names)  # as the parser keeps it
                 new.size, new.mtime = st.st_size, st.st_mtime
                 self.store.save_source(cur, new)
@@ -97,11 +98,11 @@ class CsvBulkReader:
                 os.unlink(tmp)
         return BulkRead(new, count, max(after_step, high) if count else after_step, new.offset < st.st_size)
 
-    def _header(self, s: SourceState) -> tuple[list[str], int, int] | None:
-        """(The header in force, where the rows start, header lines there): the stored state past offset 0,
-        else line 1 of the file read by the CSV parser itself."""
+    def _header(self, s: SourceState) -> tuple[list[str], int, int, bytes] | None:
+        """(The header in force, where the rows start, header lines there, the bytes before that): the
+        stored state past offset 0, else line 1 of the file read by the CSV parser itself."""
         if s.offset:
-            return (json.loads(s.parser_state), s.offset, 0) if s.parser_state else None
+            return (json.loads(s.parser_state), s.offset, 0, s.tail_sig) if s.parser_state else None
         head = read_range(s.path, 0, PIECE_BYTES)
         end = head.find(b"\n") + 1
         if end == 0:
@@ -109,7 +110,7 @@ class CsvBulkReader:
         parsed = csv_history.parse(head[:end], 1)
         if parsed.bad or not parsed.state:
             return None  # (no step column, a blank first line: the parser says so)
-        return parsed.state, end, 1
+        return parsed.state, end, 1, head[:end]
 
 
 def copy_plain_rows(path: str, start: int, size: int, width: int, out_path: str) -> PlainRows:
@@ -143,6 +144,7 @@ def copy_plain_rows(path: str, start: int, size: int, width: int, out_path: str)
                 found.rows += rows
                 found.cells += classes.count(b",x") + classes.count(b",s") + (classes[0] != _COMMA)
                 found.end += end
+                found.tail = (found.tail + data[max(0, end - SIG_BYTES) : end])[-SIG_BYTES:]
             if rows < len(ends):
                 break  # a row that is not plain: the parser reads from there
             carry = data[end:]
