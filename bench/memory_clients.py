@@ -5,12 +5,15 @@ Each client loops: `GET /api/runs`, then for every run listed its run page and a
 `train/loss` (what the app asks for on a run page), until the backfill is stored and 20 s after (judging the
 backlog runs then). Peak RSS is the kernel's high-water mark of the daemon (`VmHWM` in /proc), read at the end.
 
-    .venv/bin/python bench/memory_clients.py [--steps 1000000] [--clients 20] [--format jsonl|csv]
+`--runs N` backfills N copies of the history at once (N run folders in one root).
+
+    .venv/bin/python bench/memory_clients.py [--steps 1000000] [--clients 20] [--format jsonl|csv] [--runs 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import threading
 import time
@@ -63,7 +66,7 @@ def one(root: Path, steps: int, clients: int) -> dict:
         stored_at = None
         while time.monotonic() - t0 < 900:
             runs = d.get("/api/runs")
-            if runs and runs[0].get("last_step") == steps and stored_at is None:
+            if runs and all(r.get("last_step") == steps for r in runs) and stored_at is None:
                 stored_at = time.monotonic() - t0
             if stored_at is not None and time.monotonic() - t0 > stored_at + AFTER_S:
                 break
@@ -83,25 +86,38 @@ def one(root: Path, steps: int, clients: int) -> dict:
     }
 
 
+def copies(root: Path, runs: int) -> Path:
+    """A root holding `runs` copies of the one run folder under `root` (made once)."""
+    if runs == 1:
+        return root
+    many = root.with_name(f"{root.name}-x{runs}")
+    for i in range(runs):
+        dest = many / f"{gen.RUN_NAME}-{i}"
+        if not dest.exists():
+            shutil.copytree(root / gen.RUN_NAME, dest)
+    return many
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    ap.add_argument("--runs", type=int, default=1)
     args = ap.parse_args()
     h = gen.history(args.steps)
-    root = gen.verl_root(h) if args.format == "jsonl" else csv_root(h)
-    rows, result = [], {"steps": args.steps, "format": args.format}
+    root = copies(gen.verl_root(h) if args.format == "jsonl" else csv_root(h), args.runs)
+    rows, result = [], {"steps": args.steps, "format": args.format, "runs": args.runs}
     for clients in (0, args.clients):
         r = one(root, args.steps, clients)
         result[f"clients_{clients}"] = r
         rows.append([clients, r["stored_s"], r["peak_rss_mb"], r["rss_end_mb"], r["requests"], r["errors"]])
     gen.print_table(
-        f"collector serve, {args.format} backfill of {args.steps:,} steps",
+        f"collector serve, {args.runs} x {args.format} backfill of {args.steps:,} steps",
         ["clients", "stored after s", "peak RSS MB", "RSS at end MB", "requests", "errors"],
         rows,
     )
-    gen.write_json(f"{NAME}_{args.format}", result)
+    gen.write_json(f"{NAME}_{args.format}_x{args.runs}", result)
 
 
 if __name__ == "__main__":
