@@ -1,7 +1,7 @@
 """The DuckDB fast path for big CSV history backlogs: `CsvBulkReader`, made with a store and a scratch folder.
 
-The rows after the stored offset are copied to a temp file, up to `bulk_bytes`, in pieces checked with numpy
-on the way: a row is taken only when it has the header's number of fields and holds nothing but numbers
+The rows after the stored offset are copied to a temp file, up to `bulk_bytes`, in pieces checked on the way
+(one byte translation and a few counts; numpy finds the first row that is not plain, when there is one): a row is taken only when it has the header's number of fields and holds nothing but numbers
 (digits, `.`, `e`, signs, `nan`, `inf`) and empty cells. The first row that is anything else (text, a short
 or long row, a quote, a blank line, a header written again or changed) ends the chunk before it; a chunk
 that would start there is not read here, and the caller's CSV parser reads it and quarantines what is bad
