@@ -24,6 +24,7 @@ import numpy as np
 
 from collector.formats import csv_history
 from collector.ingest.bulk import BULK_BYTES, PIECE_BYTES, BulkRead
+from collector.ingest.fs import Files
 from collector.ingest.segments import SIG_BYTES, read_range
 from collector.store import csv_wide
 from collector.store.db import SourceState, Store
@@ -119,7 +120,7 @@ def copy_plain_rows(path: str, start: int, size: int, width: int, out_path: str)
     stops before the first row that is not plain."""
     found = PlainRows()
     carry = b""  # the start of a row cut by the piece's end
-    with open(path, "rb") as src, open(out_path, "wb") as out:
+    with Files.open(path) as src, open(out_path, "wb") as out:
         src.seek(start)
         left = size
         while left > 0:
