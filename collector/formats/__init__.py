@@ -10,7 +10,8 @@ How to add a format (the whole contract):
 2. In that module declare `FORMAT = Format(name=..., parse=parse, ...)` (`collector.core.model.Format`):
    the file name patterns that are the format by name (`names`), the patterns that need a look at the first
    64 KiB (`sniffed` with `sniff(head) -> bool`), `whole_document` (re-read from 0 on every change),
-   `role` ("metrics" or "meta") and `run_info(info) -> RunInfo` when its `info` says something about the run.
+   `role` ("metrics" or "meta"), `run_info(info) -> RunInfo` when its `info` says something about the run,
+   and `lines=False` for a binary framing (records that are not newline-ended lines).
 3. Add the module's name to `MODULES` below: the order is the precedence when files of one run log the same
    (metric, step): a run's files are read in the reverse of this order (and, within a format, oldest
    modification first), so the later-read value wins. A format with `copy=True` (console logs, CSV

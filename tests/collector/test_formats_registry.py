@@ -73,3 +73,11 @@ def test_each_format_says_what_its_info_means_for_the_run():
         "platform_status",
         "mlflow_entry",
     }
+
+
+def test_binary_framings_are_not_newline_records():
+    assert {f for f in formats.names() if not formats.get(f).lines} == {
+        "tensorboard",
+        "hf_tensorboard",
+        "wandb_offline",
+    }
