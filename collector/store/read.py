@@ -130,7 +130,9 @@ def series(
         out.update(steps=table["step"].tolist(), values=table["value"].tolist(), downsampled=False)
         return out
     span = last - first + 1
-    bucket_of = "((step - ?) * ?) // ?"  # bucket b holds the steps first + [b*span/points, (b+1)*span/points)
+    # Bucket b holds the steps first + [b*span/points, (b+1)*span/points), in 128-bit arithmetic: steps span
+    # the whole int64 range, and (step - first) * points overflows 64 bits from a span of ~4.6e15 on.
+    bucket_of = "((step::HUGEINT - ?::HUGEINT) * ?) // ?::HUGEINT"
     rows = store.rows(
         # DuckDB sorts NaN above every number: max() is NaN (or +inf) and min() -inf exactly when the bucket
         # holds such a point; only those buckets need the slower finite-only pass below.

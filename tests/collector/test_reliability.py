@@ -453,3 +453,23 @@ def test_a_line_over_64_mib_is_one_quarantine_entry(tmp_path, finished_later):
     assert (src["offset"], src["lines"]) == (f.stat().st_size, 3)
     ing.close()
     store.close()
+
+
+def test_steps_across_the_whole_int64_range_chart_without_overflow(tmp_path):
+    """Issue 11 item 3: the default chart query buckets by step; with over 2,000 points and steps from -2**63 to
+    2**63-1 (a NaN among them, which takes the finite-range pass too) it answers, every point in a bucket."""
+    run = tmp_path / "root" / "r"
+    run.mkdir(parents=True)
+    steps = [-(2**63), *range(1, 3001), 2**52, 2**62, 2**63 - 1]
+    lines = [verl(s, loss=1.0 + s % 7) for s in steps]
+    lines[1500] = verl(steps[1500], loss=math.nan)
+    (run / "metrics.jsonl").write_text("".join(lines))
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [tmp_path / "root"])
+    ing.ingest_all()
+    out = store_read.series(store, "r", "loss", 2000)
+    assert out["downsampled"] and out["total_points"] == len(steps)
+    assert out["steps"][0] == -(2**63) and out["steps"][-1] == 2**63 - 1
+    assert sum(out["nonfinite"]) == 1 and any(math.isnan(v) for v in out["values"])
+    ing.close()
+    store.close()
