@@ -93,6 +93,19 @@ def _parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--run", required=True)
     checkpoints.add_argument("--metric", help="the evaluation metric that decides (default: the run's own)")
     checkpoints.add_argument("--direction", help="min or max: which way the metric is better")
+
+    check = sub.add_parser(
+        "check",
+        help="judge a run (or the runs under a path) in one pass: print the verdict, exit 2 on alerts",
+    )
+    check.add_argument("target", help="a run folder or metrics file (read once), or a run id of --db")
+    check.add_argument(
+        "--db", type=Path, help="the database of a run id (default for a path: a temporary one)"
+    )
+    check.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    check.add_argument(
+        "--fail-on", default="error", choices=["warn", "error"], help="exit 2 when an alert is at least this"
+    )
     return ap
 
 
@@ -104,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     # httpx logs every request at INFO: noise on stderr for each CLI call, not news for the user.
     for noisy in ("httpx", "httpcore", "asyncssh"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command == "check":
+        from collector import cli_check
+
+        try:
+            return cli_check.check(args, _ingest, _query)
+        except (CliError, StoreError, ApiError, api_views.NotFound, ValueError) as e:
+            print(f"collector check: {e}", file=sys.stderr)
+            return 1
     args.db = args.db.expanduser().resolve()
     keep_private(args.db)
     try:

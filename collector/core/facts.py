@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Container
 from statistics import median
 
+from collector.core.roles import eval_metric_direction
+
 # fact -> key names that carry it (verl run.json, HF TrainingArguments / trainer_state, generic)
 _FACT_KEYS: dict[str, tuple[str, ...]] = {
     "total_steps": ("total_training_steps", "total_steps", "max_steps"),
@@ -31,10 +33,14 @@ _FACT_KEYS: dict[str, tuple[str, ...]] = {
     "logging_steps": ("logging_steps",),
     "metric_for_best_model": ("metric_for_best_model",),
     "greater_is_better": ("greater_is_better",),
+    "best_metric": ("best_metric",),
+    "best_checkpoint_step": ("best_checkpoint_step", "best_global_step"),
 }
 
 
-_INT_FACTS = ("total_steps", "warmup_steps", "vocab_size", "save_freq", "test_freq", "logging_steps")
+_INT_FACTS = (
+    "total_steps", "warmup_steps", "vocab_size", "save_freq", "test_freq", "logging_steps", "best_checkpoint_step",
+)  # fmt: skip
 _FLOAT_FACTS = ("base_lr", "warmup_ratio", "min_lr_ratio")
 
 
@@ -99,7 +105,7 @@ class RunFacts:
 
     __slots__ = (
         "settings", "is_rl", "fresh_init", "checkpoint_steps", "eval_steps", "_eval_counts", "_rhythm",
-        "_train_loss", "_lr_now", "_lr_peak", "_val_best", "open_episodes",
+        "_train_loss", "_lr_now", "_lr_peak", "_lr_rising", "_val_best", "open_episodes", "_chosen",
     )  # fmt: skip
 
     def __init__(
@@ -117,8 +123,11 @@ class RunFacts:
         self._train_loss: deque[float] = deque(maxlen=max(1, train_window))
         self._lr_now: float | None = None
         self._lr_peak = 0.0
+        self._lr_rising = False  # the last lr point was above the one before: a warmup is under way
         self._val_best: tuple[int, float] | None = None
         self.open_episodes = open_episodes  # (rule, metric) keys of the episodes open now
+        # the run's own checkpoint metric (HF metric_for_best_model): [name, best step, best value, latest step]
+        self._chosen: list | None = None
 
     # ----- written by the engine -----
 
@@ -144,9 +153,31 @@ class RunFacts:
             self.fresh_init = abs(value - uniform) <= ln_vocab_rel * uniform
 
     def note_lr(self, value: float) -> None:
+        self._lr_rising = self._lr_now is not None and value > self._lr_now
         self._lr_now = value
         if value > self._lr_peak:
             self._lr_peak = value
+
+    def note_chosen(self, metric: str, step: int, value: float) -> None:
+        """An evaluation point of any metric: followed when it is the run's own checkpoint metric."""
+        wanted = self.settings.get("metric_for_best_model")
+        if not wanted or metric not in (wanted, f"eval_{wanted}"):
+            return
+        greater = self.settings.get("greater_is_better")
+        higher = greater if isinstance(greater, bool) else eval_metric_direction(metric) == "max"
+        chosen = self._chosen
+        if chosen is None or (value > chosen[2] if higher else value < chosen[2]):
+            self._chosen = chosen = [metric, step, value, step]
+        chosen[3] = step
+
+    def chosen_metric_at_best(self) -> tuple[str, int] | None:
+        """(name, step) of the run's own checkpoint metric when its latest evaluation is its best so far;
+        else, when the run names its best checkpoint (HF `best_model_checkpoint`), ("its best metric", step)."""
+        chosen = self._chosen
+        if chosen is not None:
+            return (chosen[0], chosen[1]) if chosen[1] == chosen[3] else None
+        best_step = self.settings.get("best_checkpoint_step")
+        return ("its best metric", best_step) if best_step else None
 
     def note_eval(self, step: int, val_loss: float | None = None) -> None:
         """An evaluation point at `step` (with its value when it is a validation loss)."""
@@ -174,6 +205,14 @@ class RunFacts:
                 if s > 0 and s % freq == 0:
                     return True
         return False
+
+    def settling(self, step: int, warmup_factor: float) -> bool:
+        """Whether the run is still in its lr warmup (up to `warmup_factor` times its configured length; the
+        lr still rising when the run states none): its metrics are still finding their level."""
+        warmup = self.settings.get("warmup_steps")
+        if warmup:
+            return step <= warmup_factor * warmup
+        return self._lr_rising
 
     def train_loss_level(self) -> float | None:
         """Median of the last few training-loss points (None before any)."""

@@ -9,7 +9,7 @@ Stable interface (the API and the app pick panels with it; the detectors pick ru
 
 Roles: "loss" (the language-model training loss), "val_loss", "val_score" (a validation metric where higher
 is better, e.g. verl's `val-core/.../reward/mean@1`), "grad_norm", "lr", "step_time", "kl", "reward",
-"reward_std", "entropy", "response_length", "epoch", "accuracy", "eval_metric" (other `eval_*` numbers).
+"reward_std", "entropy", "clip_ratio" (share of responses cut at the length limit), "response_length", "epoch", "accuracy", "eval_metric" (other `eval_*` numbers).
 
 Policy losses (`actor/pg_loss`, `critic/vf_loss`) are deliberately not "loss": they are not language-model
 losses, rise and fall with the advantages, and a spike or plateau in them means nothing on its own.
@@ -73,6 +73,11 @@ _EXACT: dict[str, str] = {
     "entropy": "entropy",
     "actor/entropy": "entropy",
     "actor/entropy_loss": "entropy",
+    "train/entropy": "entropy",
+    # share of responses cut at the length limit
+    "response_length/clip_ratio": "clip_ratio",
+    "completions/clipped_ratio": "clip_ratio",
+    "train/completions/clipped_ratio": "clip_ratio",
     "response_length/mean": "response_length",
     "completions/mean_length": "response_length",
     "epoch": "epoch",
@@ -89,7 +94,9 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^rewards/[^/]+/mean$"), "reward"),
     (re.compile(r"^timing_s/step$"), "step_time"),
     (re.compile(r"^(eval|val|test)[_/].*acc(uracy)?$"), "accuracy"),
+    (re.compile(r"^val/test_score/.+"), "val_score"),
     (re.compile(r"^eval_(runtime|samples_per_second|steps_per_second|num_tokens)$"), ""),
+    (re.compile(r"^eval_.+_loss$"), "val_loss"),  # HF with a dict of eval datasets: eval_<name>_loss
     (re.compile(r"^eval_.+"), "eval_metric"),
 ]
 

@@ -145,6 +145,13 @@ class Window:
             self._mad = median_of_sorted(deviations_sorted(self._frozen, self._mid))
         return self._mad
 
+    def quantile(self, q: float) -> float:
+        """The value below which a fraction `q` of the window lies now (nearest rank; 0 when empty)."""
+        ordered = self._sorted if self._sorted is not None else sorted(self.vals)
+        if not ordered:
+            return 0.0
+        return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
     def median_mad(self) -> tuple[float, float]:
         """Median and median absolute deviation of the window (0, 0 when empty)."""
         mid = self.median()

@@ -40,6 +40,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePath
 
 from collector.core.severity import SEVERITIES
+from collector.detect.config_rl import (
+    EntropyCollapseRule,
+    KlRiseRule,
+    KlSpikeRule,
+    ResponseTruncationRule,
+    RewardCollapseRule,
+)
 from collector.detect.stop import StopConfigError, StopSettings, parse_stop
 
 CUSTOM_OPS = (">", ">=", "<", "<=", "==", "!=", "falling", "rising")
@@ -53,6 +60,10 @@ class ConfigError(ValueError):
 class NonfiniteRule:
     enabled: bool = True
     clear_after: int = 5  # finite points before the episode closes (fp16 overflow NaNs come in bursts)
+    # a non-finite gradient norm alone is a step the dynamic loss scaler skipped (a notice); this many in one
+    # episode mean the scale collapsed (a warning), this many an error
+    grad_warn_after: int = 5
+    grad_error_after: int = 20
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,17 @@ class GradSpikeRule:
     )
     normal_max: float = 10.0
     abs_for: int = 3
-    sustained_points: int = 5  # spike points in one episode that make it an error
+    sustained_points: int = 5  # spike points in a row that make it an error
+    # the noise model: a point is a spike only when it also exceeds this many times the window's
+    # `tail_quantile` (a per-step log of small batches reaches 2-5x its median routinely)
+    tail_ratio: float = 1.5
+    tail_quantile: float = 0.95
+    tail_points: int = 200  # ...of this many recent points, spikes included (a series that often jumps)
+    settle_points: int = 10  # the first logged points only fill the baseline (start-up is jumpy)...
+    settle_warmup_factor: float = 2.0  # ...and so do the steps up to this many times the lr warmup
+    # one spike point is a notice (info); this many times the median (and above `normal_max`), a warning...
+    warn_ratio: float = 10.0
+    warn_after_points: int = 2  # ...and so are this many spike points in a row
     loss_jump_window: int = 10  # a loss spike within this many points after makes it an error
     vanish_ratio: float = 1000.0  # below median / this for `vanish_for` points: vanishing gradients
     vanish_for: int = 5
@@ -93,6 +114,16 @@ class LossSpikeRule:
     diverge_window: int = 10  # rolling median length for the divergence check
     diverge_rel: float = 0.3  # rolling median this much above its best so far = diverging
     diverge_for: int = 10  # for this many points
+    diverge_error_points: int = (
+        4  # a divergence found at this many trend checks (every half block) is an error
+    )
+    tail_ratio: float = 1.5  # and a jump above this many times the `tail_quantile` of the window's own jumps
+    tail_quantile: float = 0.95
+    settle_points: int = 10  # the first logged points only fill the baseline
+    warn_after_points: int = 2  # one high point is a notice (info); this many in one episode a warning
+    # (0: never by count) a spike episode this long is an error; by default the damage is told on the gradient
+    # spike before it (grad_spike turns error), and a loss that keeps rising is the divergence check's
+    error_after_points: int = 0
     clear_after: int = 5
 
 
@@ -100,6 +131,10 @@ class LossSpikeRule:
 class ValLossRiseRule:
     enabled: bool = True
     patience: int = 3  # evaluations in a row above the best
+    big_rise: float = 0.5  # ...or this much above it (relative)...
+    big_patience: int = 2  # ...for this many evaluations (a loss that nearly doubles after the first one)
+    noise_sigmas: float = 2.0  # and above the best by this many sigmas of the evaluations' own wobble
+    noise_evals: int = 10  # (from the differences between the last this-many evaluations)
     min_delta: float = 0.01  # relative: an evaluation within 1 % of the best is not "above" it
     train_window: int = 5  # train-loss points averaged at each evaluation to tell whether it still falls
 
@@ -129,6 +164,9 @@ class NoLearningRule:
     flat_rel: float = 1e-6  # loss moving less than this (relative) over `for_points` points is stuck
     ln_vocab_rel: float = 0.02  # loss within 2 % of ln(vocab size) = uniform prediction
     ln_vocab_after: int = 20  # ...still after this many points
+    # a loss that has fallen by this fraction from its highest has learned: flat later is a plateau or
+    # convergence (a console printing 2 decimals shows a slow fall as flat), not "nothing learned"
+    learned_drop: float = 0.1
     clear_after: int = 3
 
 
@@ -140,30 +178,6 @@ class StalledRule:
     save_factor: float = 20.0  # after a save or validation step the limit is this many times longer
     default_seconds: float = 1800.0  # when the step interval is unknown
     error_factor: float = 3.0  # silence this many times the threshold is an error
-
-
-@dataclass(frozen=True)
-class KlSpikeRule:
-    enabled: bool = True
-    max_value: float = 1.0
-    window: int = 50
-    min_history: int = 5
-    z: float = 8.0
-    ratio: float = 5.0
-    error_after_points: int = 5  # points above `max_value` in one episode that make it an error
-    clear_after: int = 3
-
-
-@dataclass(frozen=True)
-class RewardCollapseRule:
-    enabled: bool = True
-    window: int = 10  # rolling median length
-    patience: int = 20  # points the rolling median has been falling below its best
-    drop_sigma: float = 3.0  # drop counted only beyond this many noise sigmas
-    min_rel_drop: float = 0.1  # and 10 % of the reward's observed range
-    std_zero: float = 1e-6  # reward std at or below this: every sample got the same reward
-    std_for: int = 10
-    clear_after: int = 3
 
 
 @dataclass(frozen=True)
@@ -206,6 +220,9 @@ class Rules:
     kl_spike: KlSpikeRule = field(default_factory=KlSpikeRule)
     reward_collapse: RewardCollapseRule = field(default_factory=RewardCollapseRule)
     step_time_spike: StepTimeSpikeRule = field(default_factory=StepTimeSpikeRule)
+    entropy_collapse: EntropyCollapseRule = field(default_factory=EntropyCollapseRule)
+    response_truncation: ResponseTruncationRule = field(default_factory=ResponseTruncationRule)
+    kl_rise: KlRiseRule = field(default_factory=KlRiseRule)
     lr_anomaly: LrAnomalyRule = field(default_factory=LrAnomalyRule)
 
 

@@ -33,6 +33,7 @@ from statistics import median
 from collector.core.facts import RunFacts
 from collector.core.model import Points
 from collector.core.roles import role_of, value_scale
+from collector.core.severity import Severity
 from collector.detect.base import HOLD, Rule
 from collector.detect.config import DetectConfig
 from collector.detect.episodes import AlertEvent, Episodes
@@ -41,7 +42,8 @@ from collector.detect.runlevel import NONFINITE, STALLED, nonfinite_finding, sta
 
 __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
-_RL_ROLES = {"reward", "kl", "reward_std"}
+_RL_ROLES = {"reward", "kl", "reward_std", "clip_ratio"}
+_INCIDENT_RULES = ("no_learning",)  # rules whose findings on several metrics from one step are one alert
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
 _RECENT_LIMIT = 2 * _RECENT
 REPLAY_WARMUP = 50  # points per metric that only fill windows when replaying stored points
@@ -137,7 +139,8 @@ class RunDetector:
         metrics = self._metrics
         is_open = self.episodes.open_by_key  # misses only matter to open episodes: skip the call otherwise
         nonfinite_on = self.config.rules.nonfinite.enabled
-        nonfinite_clear = self.config.rules.nonfinite.clear_after
+        nonfinite_cfg = self.config.rules.nonfinite
+        nonfinite_clear = nonfinite_cfg.clear_after
         for step, metric, value, wall in zip(
             points.step, points.metric, points.value, points.wall_time, strict=True
         ):
@@ -163,7 +166,9 @@ class RunDetector:
             fed = True
             if not isfinite(value):
                 if nonfinite_on:
-                    self.episodes.hit(state.nonfinite_key, nonfinite_finding(metric, step, value), step)
+                    finding = nonfinite_finding(metric, step, value, nonfinite_cfg, state.role, facts.is_rl)
+                    if not self.episodes.join_incident(state.nonfinite_key, finding, step):
+                        self.episodes.hit(state.nonfinite_key, finding, step)
                 continue
             if state.nonfinite_key in is_open:
                 self.episodes.miss(state.nonfinite_key, nonfinite_clear)
@@ -226,6 +231,7 @@ class RunDetector:
                 self._step_times.append(value)
             elif role in ("val_loss", "val_score", "eval_metric"):
                 facts.note_eval(step, value if role == "val_loss" else None)
+                facts.note_chosen(metric, step, value)
         state.fed += 1
         warming = self._replay and state.fed <= REPLAY_WARMUP
         for rule, key, clear_after in state.judged:
@@ -236,8 +242,11 @@ class RunDetector:
                 if key in is_open:
                     episodes.miss(key, clear_after)
                 continue
+            if key[0] in _INCIDENT_RULES and episodes.join_incident(key, verdict, step):
+                continue  # the same condition on another metric from the same step: one alert names both
             episodes.hit(key, verdict, step)
-            if key[0] == "loss_spike":
+            # a loss that jumped for more than one point (a warning) after a gradient spike: the spike did damage
+            if key[0] == "loss_spike" and episodes.open_by_key[key].event.severity != Severity.INFO:
                 horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
                 self.episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
 

@@ -68,6 +68,7 @@ class _Episode:
     warn_after: int | None = None
     peak: float | None = None  # highest value of a spike episode so far
     note: str = ""  # appended to every message of the episode (an escalation's reason)
+    also: str = ""  # and the other metrics of the same incident
 
 
 class Episodes:
@@ -109,7 +110,7 @@ class Episodes:
                     # a lower point keeps the episode open; the peak stays what the alert reports
                     event.evidence["last_value"] = finding.value
             else:
-                event.message = finding.message + episode.note
+                event.message = finding.message + episode.note + episode.also
                 event.value = finding.value if episode.peak is None else episode.peak
                 event.evidence = {**event.evidence, **finding.evidence}
             if finding.severity.rank > event.severity.rank:
@@ -134,6 +135,49 @@ class Episodes:
             event.evidence["escalated"] = f"sustained for {episode.hits} points"
         event.evidence["points"] = episode.hits
         self._touch(event)
+
+    def join_incident(self, key: tuple[str, str], finding: Finding, step: int) -> bool:
+        """One root cause, one alert: a finding of `key`'s rule on another metric at the same step as an open
+        episode of that rule (every metric NaN at one step; loss and grad norm stuck from the same point)
+        joins that episode, which names every metric, instead of opening its own. False when there is none
+        (or `key` has its own open episode)."""
+        if key in self.open_by_key:
+            return False
+        rule, metric = key
+        first = finding.first_step if finding.first_step is not None else step
+        for (other_rule, other), episode in list(self.open_by_key.items()):
+            event = episode.event
+            if (
+                other_rule != rule
+                or other == metric
+                or not (event.last_step == step or event.first_step == first)
+            ):
+                continue
+            dirty_key = (event.rule, event.metric, event.first_step)
+            if finding.severity.rank > event.severity.rank and self._dirty.get(dirty_key) is event:
+                # the more severe metric heads the incident (a NaN loss over the grad norm the loss scaler
+                # skipped): the other episode, not handed out yet, folds into this one
+                del self.open_by_key[(other_rule, other)], self._dirty[dirty_key]
+                self.hit(key, finding, step)
+                head = self.open_by_key[key]
+                folded = [other, *[m for m in event.evidence.get("metrics", []) if m != other]]
+                head.event.evidence["metrics"] = [metric, *folded]
+                head.also = f" Same step, also: {', '.join(folded)}."
+                head.event.message += head.also
+                return True
+            metrics = event.evidence.setdefault("metrics", [other])
+            if metric not in metrics:
+                metrics.append(metric)
+                base = (
+                    event.message[: len(event.message) - len(episode.also)] if episode.also else event.message
+                )
+                episode.also = f" Same step, also: {', '.join(metrics[1:])}."
+                event.message = base + episode.also
+            if finding.severity.rank > event.severity.rank:
+                event.severity = finding.severity
+            self._touch(event)
+            return True
+        return False
 
     def miss(self, key: tuple[str, str], clear_after: int) -> None:
         """The condition does not hold at this point: an open episode closes after `clear_after` of these."""
@@ -211,7 +255,7 @@ def _take_peak(episode: _Episode, finding: Finding, step: int) -> None:
     event = episode.event
     episode.peak = finding.value
     event.value = finding.value
-    event.message = finding.message + episode.note
+    event.message = finding.message + episode.note + episode.also
     event.evidence = {**event.evidence, **finding.evidence, "peak": finding.value, "peak_step": step}
     event.evidence.pop("last_value", None)
 

@@ -1,7 +1,9 @@
-"""RL rules: what a PPO/GRPO run's reward signals do.
+"""RL rules: what a PPO/GRPO run's reward, entropy, response lengths and KL do, named as verl names them.
 
-`reward_collapse` (the reward's rolling median falling far below its best, every sample of a group getting
-the same reward). Each class is fed one finite point at a time; see `collector.detect.base`.
+`kl_spike` (KL above a ceiling it climbed to, or far above its baseline), `reward_collapse` (the reward's rolling median falling far below its best, every sample of a group getting
+the same reward), `entropy_collapse` (policy entropy toward 0, or exploding), `response_truncation` (nearly
+every response cut at the length limit), `kl_rise` (the KL accelerating). Each class is fed one finite point
+at a time; see `collector.detect.base`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,18 @@ from collector.detect.base import (
     MAD_TO_SIGMA,
     Finding,
     Verdict,
+    Window,
     fmt,
+    median_of_sorted,
+    robust_z,
 )
-from collector.detect.config import RewardCollapseRule
+from collector.detect.config_rl import (
+    EntropyCollapseRule,
+    KlRiseRule,
+    KlSpikeRule,
+    ResponseTruncationRule,
+    RewardCollapseRule,
+)
 from collector.detect.trends import ZeroStreak
 
 
@@ -33,6 +44,7 @@ class RewardCollapse:
         self.metric, self.cfg = metric, cfg
         self.clear_after = cfg.clear_after
         self.recent: deque[float] = deque(maxlen=max(2, cfg.window))
+        self.long: deque[float] = deque(maxlen=max(2, cfg.noise_points))  # the series' noise, longer-run
         self.best: float | None = None
         self.best_step = 0
         self.low: float | None = None
@@ -46,6 +58,7 @@ class RewardCollapse:
     def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
         self.recent.append(value)
+        self.long.append(value)
         if len(self.recent) < self.recent.maxlen:
             return HOLD
         values = list(self.recent)
@@ -54,6 +67,10 @@ class RewardCollapse:
             self.best, self.best_step = rolling, step
         self.low = rolling if self.low is None else min(self.low, rolling)
         spread = median(abs(v - rolling) for v in values) * MAD_TO_SIGMA
+        # a reward of a few discrete levels (k of n samples right) has a small MAD in a short window: the
+        # longer run's mean absolute deviation (x1.25 for a normal sigma) measures its real noise
+        long_mid = median(self.long)
+        spread = max(spread, 1.2533 * sum(abs(v - long_mid) for v in self.long) / len(self.long))
         # the rolling median of n points wobbles by about 1.25 sigma / sqrt(n)
         noise = 1.25 * spread / math.sqrt(len(values))
         needed = max(cfg.drop_sigma * noise, cfg.min_rel_drop * (self.best - self.low), 1e-12)
@@ -105,3 +122,181 @@ class RewardStdCollapse(ZeroStreak):
             {"threshold": self.cfg.std_zero, "points": points},
             first_step=since,
         )
+
+
+class EntropyCollapse:
+    """Policy entropy falling toward 0 (every sample the same answer) or exploding above its start (RL)."""
+
+    rule_id = "entropy_collapse"
+    unsafe_checkpoint = False
+
+    def __init__(self, metric: str, cfg: EntropyCollapseRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.start: list[float] = []
+        self.peak = 0.0
+        self.peak_step = 0
+
+    def rewind(self, step: int) -> None:
+        self.peak = 0.0
+
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        cfg = self.cfg
+        if len(self.start) < cfg.start_points:
+            self.start.append(value)
+        if value > self.peak:
+            self.peak, self.peak_step = value, step
+        rl = "Check sampled responses: the policy has stopped exploring."
+        if self.peak >= cfg.min_peak and 0 <= value < cfg.collapse_fraction * self.peak:
+            return Finding(
+                Severity.WARN,
+                value,
+                f"{self.metric} fell to {fmt(value)} at step {step}, under {fmt(cfg.collapse_fraction * 100)} % of its "
+                f"peak {fmt(self.peak)} (step {self.peak_step}): the policy's entropy collapsed, it samples almost "
+                f"one answer per prompt. Likely causes: lr too high, no entropy bonus or KL penalty, a reward that "
+                f"one short pattern satisfies. {rl} Lower the actor lr, raise the KL coefficient or add an entropy "
+                f"bonus, and keep the checkpoint near step {self.peak_step}.",
+                {"peak": self.peak, "peak_step": self.peak_step, "kind": "collapse"},
+                error_after_points=cfg.error_after_points,
+            )
+        start = median(self.start)
+        if len(self.start) >= cfg.start_points and start > 0 and value > cfg.explode_ratio * start:
+            return Finding(
+                Severity.WARN,
+                value,
+                f"{self.metric} rose to {fmt(value)} at step {step}, {fmt(value / start)}x its starting level "
+                f"{fmt(start)}: the policy's entropy is exploding (near-random tokens). Likely causes: lr too high, "
+                f"an entropy bonus too large, a diverging update. Check sampled responses for gibberish; lower the "
+                f"actor lr or the entropy coefficient.",
+                {"start_level": start, "kind": "explosion"},
+                error_after_points=cfg.error_after_points,
+            )
+        return None
+
+
+class ResponseTruncation:
+    """Nearly every response cut at the length limit (verl `response_length/clip_ratio`, TRL
+    `completions/clipped_ratio` near 1): rewards judge truncated answers (RL)."""
+
+    rule_id = "response_truncation"
+    unsafe_checkpoint = False
+
+    def __init__(self, metric: str, cfg: ResponseTruncationRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+
+    def rewind(self, step: int) -> None:
+        pass
+
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        if value < self.cfg.clip_ratio:
+            return None
+        return Finding(
+            Severity.WARN,
+            value,
+            f"{self.metric} = {fmt(value)} at step {step}: {fmt(value * 100)} % of responses hit the length limit, "
+            f"so the reward judges cut-off answers. Likely causes: max response length too short for the task, "
+            f"the policy learned to ramble (or repeats itself), no end-of-sequence reward. Check a few responses; "
+            f"raise the response length limit (verl `data.max_response_length`, TRL `max_completion_length`) or "
+            f"add a length penalty.",
+            {"threshold": self.cfg.clip_ratio},
+            error_after_points=self.cfg.error_after_points,
+            peak=True,
+        )
+
+
+class KlRise:
+    """The KL to the reference policy accelerating: three block medians climbing by growing steps to a level
+    that matters (RL). A KL that rises and levels off (saturating) is normal."""
+
+    rule_id = "kl_rise"
+    unsafe_checkpoint = False
+
+    def __init__(self, metric: str, cfg: KlRiseRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.recent: deque[float] = deque(maxlen=3 * max(1, cfg.block))
+        self.seen = 0
+
+    def rewind(self, step: int) -> None:
+        self.recent.clear()
+
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        cfg = self.cfg
+        self.recent.append(value)
+        self.seen += 1
+        if len(self.recent) < self.recent.maxlen:
+            return HOLD
+        if self.seen % max(1, cfg.block) != 0:
+            return HOLD  # judged once per block
+        k = max(1, cfg.block)
+        values = list(self.recent)
+        a, b, c = (median(values[i * k : (i + 1) * k]) for i in range(3))
+        accelerating = a < b < c and (c - b) > (b - a)
+        if not (accelerating and c >= cfg.min_level and c >= cfg.growth * max(a, 1e-12)):
+            return None
+        return Finding(
+            Severity.WARN,
+            value,
+            f"{self.metric} is accelerating: block medians {fmt(a)} -> {fmt(b)} -> {fmt(c)} to step {step}: the policy "
+            f"moves away from the reference faster and faster. Likely causes: actor lr too high, KL coefficient "
+            f"too small, too many PPO epochs per batch, reward hacking. Check sampled responses; lower the actor lr "
+            f"or raise the KL coefficient (verl `actor_rollout_ref.actor.kl_loss_coef`).",
+            {"block_medians": [a, b, c]},
+        )
+
+
+class KlSpike:
+    """KL to the reference policy above an absolute ceiling or far above its baseline (RL)."""
+
+    rule_id = "kl_spike"
+    unsafe_checkpoint = False
+
+    def __init__(self, metric: str, cfg: KlSpikeRule) -> None:
+        self.metric, self.cfg = metric, cfg
+        self.clear_after = cfg.clear_after
+        self.window = Window(cfg.window)
+        self.start: list[float] = []  # the first `min_history` values: where the KL began
+
+    def rewind(self, step: int) -> None:
+        self.window.rewind(step)
+
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        cfg = self.cfg
+        enough = len(self.window.vals) >= cfg.min_history
+        mid = self.window.median() if enough else 0.0
+        tail = self.window.quantile(cfg.tail_quantile) if enough else 0.0
+        self.window.add(step, value)
+        if len(self.start) < max(1, cfg.min_history):
+            self.start.append(value)
+        advice = (
+            "Likely causes: lr too high, too many PPO epochs per batch, KL coefficient too small, reward hacking. "
+            "Check responses at this step, lower the actor lr or raise the KL penalty."
+        )
+        # above the ceiling is trouble when the KL climbed there; a run that starts there (a later stage of a
+        # multi-stage run, measured against an earlier reference) is judged against its own level
+        start = median_of_sorted(sorted(self.start))
+        if value > cfg.max_value and value > cfg.ratio * start:
+            return Finding(
+                Severity.WARN,
+                value,
+                f"{self.metric} peaked at {fmt(value)} at step {step}, above {fmt(cfg.max_value)}: the policy "
+                f"drifted far from the reference. {advice}",
+                {"threshold": cfg.max_value},
+                error_after_points=cfg.error_after_points,
+                peak=True,
+            )
+        if not enough or not (mid > 0 and value > cfg.ratio * mid and value > cfg.tail_ratio * tail):
+            return None if enough else HOLD
+        mad = self.window.mad()
+        z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
+        if z >= cfg.z:
+            return Finding(
+                Severity.WARN,
+                value,
+                f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid)}x its median {fmt(mid)}. "
+                f"{advice}",
+                {"baseline_median": mid, "mad": mad, "z": z},
+                peak=True,
+            )
+        return None

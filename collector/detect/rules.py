@@ -19,10 +19,17 @@ from types import MappingProxyType
 from collector.detect.base import Rule
 from collector.detect.config import DetectConfig
 from collector.detect.custom import CustomThreshold, custom_matches
-from collector.detect.rl import RewardCollapse, RewardStdCollapse
+from collector.detect.rl import (
+    EntropyCollapse,
+    KlRise,
+    KlSpike,
+    ResponseTruncation,
+    RewardCollapse,
+    RewardStdCollapse,
+)
 from collector.detect.runlevel import UNSAFE_RUN_LEVEL_RULES
 from collector.detect.schedule import LrAnomaly
-from collector.detect.spikes import GradSpike, KlSpike, LossSpike, StepTimeSpike
+from collector.detect.spikes import GradSpike, LossSpike, StepTimeSpike
 from collector.detect.trends import LossPlateau, NoLearningGrad, NoLearningLoss, ValLossRise
 
 RULES_BY_ROLE: Mapping[str, tuple[tuple[type[Rule], str], ...]] = MappingProxyType(
@@ -32,7 +39,9 @@ RULES_BY_ROLE: Mapping[str, tuple[tuple[type[Rule], str], ...]] = MappingProxyTy
         "val_loss": ((ValLossRise, "val_loss_rise"),),
         "lr": ((LrAnomaly, "lr_anomaly"),),
         "step_time": ((StepTimeSpike, "step_time_spike"),),
-        "kl": ((KlSpike, "kl_spike"),),
+        "kl": ((KlSpike, "kl_spike"), (KlRise, "kl_rise")),
+        "entropy": ((EntropyCollapse, "entropy_collapse"),),
+        "clip_ratio": ((ResponseTruncation, "response_truncation"),),
         "reward": ((RewardCollapse, "reward_collapse"),),
         "reward_std": ((RewardStdCollapse, "reward_collapse"),),
     }

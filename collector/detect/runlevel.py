@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collector.core.severity import Severity
 from collector.detect.base import Finding, fmt
-from collector.detect.config import StalledRule
+from collector.detect.config import NonfiniteRule, StalledRule
 
 NONFINITE = "nonfinite"
 STALLED = "stalled"
@@ -12,8 +12,33 @@ STALLED = "stalled"
 UNSAFE_RUN_LEVEL_RULES = frozenset({NONFINITE})
 
 
-def nonfinite_finding(metric: str, step: int, value: float) -> Finding:
-    """NaN or Inf in any metric: always an error."""
+def nonfinite_finding(
+    metric: str, step: int, value: float, cfg: NonfiniteRule, role: str | None, rl: bool = False
+) -> Finding:
+    """NaN or Inf in a metric: an error, except a gradient norm's, which alone is a step the loss scaler
+    skipped (a notice that becomes a warning, then an error, as they add up in one episode)."""
+    if role == "grad_norm":
+        return Finding(
+            Severity.INFO,
+            value,
+            f"{metric} is {fmt(value)} at step {step}: with fp16 and a dynamic loss scaler the optimizer skips "
+            f"this step and lowers the scale (normal, a few times at the start). Many in a row mean the scale "
+            f"collapsed: switch to bf16 or lower the lr.",
+            {"value": str(value), "kind": "skipped_step"},
+            warn_after_points=cfg.grad_warn_after,
+            error_after_points=cfg.grad_error_after,
+        )
+    if rl:
+        return Finding(
+            Severity.ERROR,
+            value,
+            f"{metric} is {fmt(value)} at step {step} (an RL run). Likely causes: a group whose rewards are all "
+            f"equal (advantages normalised by a zero std), a token whose log-probability is -inf under the new "
+            f"policy (the importance ratio overflows), a reward function returning NaN, lr too high. Check the "
+            f"rewards and response lengths of this step's batch and the actor's grad norm; resume from the last "
+            f"good checkpoint and skip this batch if it repeats.",
+            {"value": str(value)},
+        )
     return Finding(
         Severity.ERROR,
         value,

@@ -1,6 +1,7 @@
 """Spike rules: a point far above its metric's recent robust baseline (median and MAD over a window).
 
-`grad_spike` (and vanishing gradients), `loss_spike` (and divergence), `kl_spike`, `step_time_spike`.
+`grad_spike` (and vanishing gradients), `loss_spike` (and divergence), `step_time_spike` (`kl_spike` is in
+`collector.detect.rl`).
 Each class is fed one finite point at a time; see `collector.detect.base` for the verdict protocol.
 """
 
@@ -12,7 +13,7 @@ from collections import deque
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Finding, Verdict, Window, fmt, median_of_sorted, robust_z
-from collector.detect.config import GradSpikeRule, KlSpikeRule, LossSpikeRule, StepTimeSpikeRule
+from collector.detect.config import GradSpikeRule, LossSpikeRule, StepTimeSpikeRule
 
 
 class GradSpike:
@@ -29,11 +30,16 @@ class GradSpike:
         self.vanishing = 0
         self.recent: deque[tuple[int, float, bool]] = deque(maxlen=max(2, cfg.window))
         self.spikes = 0  # spike points among `recent`
+        self.consecutive = 0  # spike points in a row up to the last one
+        self.history: deque[tuple[int, float]] = deque(maxlen=max(2, cfg.tail_points))  # spikes included
+        self.settled_after = -(2**62)  # the last step held back as start-up: the noise model starts after it
 
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
-        self.above_abs = self.vanishing = self.spikes = 0
+        self.above_abs = self.vanishing = self.spikes = self.consecutive = 0
         self.recent.clear()
+        while self.history and self.history[-1][0] >= step:
+            self.history.pop()
 
     def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
@@ -45,6 +51,8 @@ class GradSpike:
         if not isinstance(verdict, Finding):
             self.window.add(step, value)  # flagged points stay out of the baseline they are judged against
         self.recent.append((step, value, spike))
+        self.history.append((step, value))
+        self.consecutive = self.consecutive + 1 if spike else 0
         self.spikes += spike
         if len(self.recent) == self.recent.maxlen:
             if 2 * self.spikes >= len(self.recent):
@@ -55,6 +63,20 @@ class GradSpike:
             else:
                 self.spikes -= self.recent[0][2]
         return verdict
+
+    def _tail(self) -> float:
+        """The `tail_quantile` of the recent values, spikes included (a series that often jumps makes its
+        jumps normal: the noise model); the baseline window's when the recent values are fewer."""
+        history, after = self.history, self.settled_after
+        # the points before the latest few (an episode under way does not raise its own bar), after start-up
+        values = sorted(
+            history[i][1]
+            for i in range(max(0, len(history) - 2 * self.cfg.sustained_points))
+            if history[i][0] > after
+        )
+        if len(values) < max(1, self.cfg.settle_points):
+            return self.window.quantile(self.cfg.tail_quantile)
+        return values[min(len(values) - 1, int(self.cfg.tail_quantile * (len(values) - 1) + 0.5))]
 
     def _finding_its_feet(self, step: int, facts: RunFacts) -> bool:
         """Whether a freshly initialised model is still in its first, naturally jumpy steps."""
@@ -77,15 +99,30 @@ class GradSpike:
                 peak=True,
             )
         if not enough or (facts.fresh_init and self._finding_its_feet(step, facts)):
+            self.settled_after = step
             return HOLD
         # the MAD is worked out only for a point far enough above the median to be a spike
-        high = value > cfg.ratio * mid
+        high = value > cfg.ratio * mid and value > cfg.tail_ratio * self._tail()
         mad = self.window.mad() if high else 0.0
         z = robust_z(value, mid, mad, floor=0.05 * abs(mid)) if high else 0.0
         if high and z >= cfg.z:
             self.vanishing = 0
+            if len(self.window) < cfg.settle_points or facts.settling(step, cfg.settle_warmup_factor):
+                self.settled_after = step
+                return HOLD  # start-up and warmup: grad norms are still finding their level
+            # one point is a notice; a second in the episode, or one far above the median, is trouble
+            # one point is a notice; points in a row, or one far above both the median and the noise, trouble
+            tail, run = self._tail(), self.consecutive + 1
+            if run >= cfg.sustained_points:
+                severity = Severity.ERROR
+            elif run >= cfg.warn_after_points or value >= max(
+                cfg.warn_ratio * max(mid, tail), cfg.normal_max
+            ):
+                severity = Severity.WARN
+            else:
+                severity = Severity.INFO
             return Finding(
-                Severity.WARN,
+                severity,
                 value,
                 f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid if mid else float('inf'))}x "
                 f"its median {fmt(mid)} (robust z {fmt(z)}). Likely causes: a bad or unusually long batch, "
@@ -97,8 +134,8 @@ class GradSpike:
                     "z": z,
                     "threshold_ratio": cfg.ratio,
                     "window": len(self.window),
+                    "tail": self._tail(),
                 },
-                error_after_points=cfg.sustained_points,
                 peak=True,
             )
         if mid > 0 and 0 < value < mid / cfg.vanish_ratio:
@@ -175,17 +212,29 @@ class LossSpike:
         jump = value - mid
         # the noise is worked out only for a jump big enough to matter
         big = jump >= cfg.rel_jump * abs(mid) and jump >= cfg.abs_jump
+        if big:  # the noise model: above what the last `window` points reached, by a margin
+            vals = list(self.window.vals)[:-1]  # the window holds this point already
+            # jumps the loss made before (a trend moves every point the same way and inflates none of them)
+            jumps = sorted(abs(b - a) for a, b in zip(vals, vals[1:], strict=False))
+            tail = (
+                jumps[min(len(jumps) - 1, int(cfg.tail_quantile * (len(jumps) - 1) + 0.5))] if jumps else 0.0
+            )
+            big = jump > cfg.tail_ratio * tail
         sigma = self.window.diff_noise() if big else 0.0
         z = (value - mid) / max(sigma, 0.01 * abs(mid), 1e-12) if big else 0.0
         if big and z >= cfg.z:
+            if self.seen <= cfg.settle_points or facts.settling(step, 1.0):
+                return HOLD  # start-up: the loss falls fast and jumps with it
             return Finding(
-                Severity.WARN,
+                Severity.INFO,
                 value,
                 f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid if mid else float('inf'))}x "
                 f"its recent median {fmt(mid)} (robust z {fmt(z)}, a jump of {fmt(jump)}). Likely causes: a gradient spike just before, a bad batch, lr too high. "
                 f"Check grad_norm around this step and the batch; if the loss does not come back within a few "
                 f"steps, resume from the last good checkpoint with a lower lr.",
                 {"baseline_median": mid, "noise_sigma": sigma, "z": z, "jump": jump},
+                warn_after_points=cfg.warn_after_points,
+                error_after_points=cfg.error_after_points or None,
                 peak=True,
             )
         best = self.best_rolling
@@ -200,13 +249,16 @@ class LossSpike:
                 median_of_sorted(sorted(values[k : 2 * k])),
                 latest,
             )
-            if not blocks[0] < blocks[1] < blocks[2]:
+            # each block above the one before by more than a block median's own wobble (~1.25 sigma / sqrt(k)):
+            # three noisy medians fall in rising order by chance one time in six
+            wobble = 1.25 * self.window.diff_noise() / math.sqrt(k)
+            if not (blocks[1] - blocks[0] > wobble and blocks[2] - blocks[1] > wobble):
                 self.rising = 0
                 return HOLD  # far above its best but not climbing: recovering from a spike, not diverging
             self.rising += stride
             if self.rising >= cfg.diverge_for:
                 return Finding(
-                    Severity.ERROR,
+                    Severity.INFO,
                     value,
                     f"{self.metric} is diverging: block medians {fmt(blocks[0])} -> {fmt(blocks[1])} -> "
                     f"{fmt(blocks[2])} to step {step}, far above its best {fmt(best)} at step {self.best_step}. "
@@ -218,60 +270,13 @@ class LossSpike:
                         "block_medians": list(blocks),
                         "kind": "diverging",
                     },
+                    warn_after_points=2,  # still rising at the next trend check
+                    error_after_points=cfg.diverge_error_points,
                 )
             return HOLD
         if latest is None and self.rising:
             return HOLD  # between trend checks: keep the verdict of the last one
         self.rising = 0
-        return None
-
-
-class KlSpike:
-    """KL to the reference policy above an absolute ceiling or far above its baseline (RL)."""
-
-    rule_id = "kl_spike"
-    unsafe_checkpoint = False
-
-    def __init__(self, metric: str, cfg: KlSpikeRule) -> None:
-        self.metric, self.cfg = metric, cfg
-        self.clear_after = cfg.clear_after
-        self.window = Window(cfg.window)
-
-    def rewind(self, step: int) -> None:
-        self.window.rewind(step)
-
-    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
-        cfg = self.cfg
-        enough = len(self.window.vals) >= cfg.min_history
-        mid = self.window.median() if enough else 0.0
-        self.window.add(step, value)
-        advice = (
-            "Likely causes: lr too high, too many PPO epochs per batch, KL coefficient too small, reward hacking. "
-            "Check responses at this step, lower the actor lr or raise the KL penalty."
-        )
-        if value > cfg.max_value:
-            return Finding(
-                Severity.WARN,
-                value,
-                f"{self.metric} peaked at {fmt(value)} at step {step}, above {fmt(cfg.max_value)}: the policy "
-                f"drifted far from the reference. {advice}",
-                {"threshold": cfg.max_value},
-                error_after_points=cfg.error_after_points,
-                peak=True,
-            )
-        if not enough or not (mid > 0 and value > cfg.ratio * mid):
-            return None if enough else HOLD
-        mad = self.window.mad()
-        z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
-        if z >= cfg.z:
-            return Finding(
-                Severity.WARN,
-                value,
-                f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid)}x its median {fmt(mid)}. "
-                f"{advice}",
-                {"baseline_median": mid, "mad": mad, "z": z},
-                peak=True,
-            )
         return None
 
 

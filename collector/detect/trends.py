@@ -44,6 +44,7 @@ class ValLossRise:
         self.worse: deque[tuple[int, float]] = deque(maxlen=8)  # the latest evaluations above the best
         self.above = 0  # evaluations in a row above the best
         self.first_above = 0
+        self.history: deque[float] = deque(maxlen=max(3, cfg.noise_evals))  # recent evaluations
 
     def rewind(self, step: int) -> None:
         while self.worse and self.worse[-1][0] >= step:
@@ -51,7 +52,10 @@ class ValLossRise:
             self.above -= 1
 
     def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        if facts.is_rl:
+            return HOLD  # an RL run's eval "loss" is its policy objective, not a likelihood
         train_now = facts.train_loss_level()
+        self.history.append(value)
         if self.best is None or value < self.best:
             self.best, self.best_step, self.train_at_best = value, step, train_now
             self.worse.clear()
@@ -65,7 +69,17 @@ class ValLossRise:
             self.first_above = step
         self.worse.append((step, value))
         self.above += 1
-        if self.above < self.cfg.patience:
+        big = self.best > 0 and all(v >= (1 + self.cfg.big_rise) * self.best for _, v in self.worse)
+        if self.above < (self.cfg.big_patience if big else self.cfg.patience):
+            return HOLD
+        # the noise model: evaluations wobble (a small eval set); a rise within that wobble is not a turn
+        values = list(self.history)
+        diffs = sorted(b - a for a, b in zip(values, values[1:], strict=False))
+        wobble = 0.0
+        if len(diffs) >= 4:
+            mid = median_of_sorted(diffs)
+            wobble = MAD_TO_SIGMA * median_of_sorted(deviations_sorted(diffs, mid)) / math.sqrt(2)
+        if value - self.best < self.cfg.noise_sigmas * wobble:
             return HOLD
         train_falls = train_now is None or self.train_at_best is None or train_now < self.train_at_best
         if not train_falls:
@@ -76,13 +90,30 @@ class ValLossRise:
             if train_now is not None and self.train_at_best is not None
             else "(no training loss to compare)"
         )
+        # one voice with the checkpoint advice: a run that picks checkpoints by another metric still at its
+        # best keeps that choice, and this rise is a notice
+        chosen = facts.chosen_metric_at_best()
+        best_metric = facts.settings.get("best_metric")
+        by_this = best_metric is not None and math.isclose(best_metric, self.best, rel_tol=1e-6)
+        if chosen is not None and chosen[0] != self.metric and chosen[1] > self.best_step and not by_this:
+            severity = Severity.INFO
+            keep = (
+                f"The run picks checkpoints by {chosen[0]}, which is at its best at step {chosen[1]}: that "
+                f"checkpoint stays the one to keep (it differs because it is chosen by {chosen[0]}, not "
+                f"{self.metric}); watch {chosen[0]} for a turn."
+            )
+        else:
+            severity = Severity.WARN
+            keep = (
+                f"Keep the checkpoint nearest step {self.best_step}; consider stopping, more data, fewer epochs, "
+                f"a lower lr or more regularisation (dropout, weight decay, LoRA rank)."
+            )
         return Finding(
-            Severity.WARN,
+            severity,
             value,
             f"{self.metric} has been above its best {fmt(self.best)} (step {self.best_step}) for "
             f"{self.above} evaluations, now {fmt(value)} at step {step} (+{rise:.1%}) {train_text}: the model "
-            f"is overfitting. Keep the checkpoint nearest step {self.best_step}; consider stopping, more data, "
-            f"fewer epochs, a lower lr or more regularisation (dropout, weight decay, LoRA rank).",
+            f"is overfitting. {keep}",
             {
                 "best_step": self.best_step,
                 "best_value": self.best,
@@ -271,6 +302,7 @@ class NoLearningLoss:
         self.uniform_since = 0
         self.flat_points = 0  # points in a row the loss has not moved
         self.flat_since = 0
+        self.highest = 0.0  # the highest loss seen: one flat far below it has converged
 
     def rewind(self, step: int) -> None:
         self.recent.clear()
@@ -303,8 +335,14 @@ class NoLearningLoss:
                     first_step=self.uniform_since,
                 )
         values = self.recent
+        self.highest = max(self.highest, value)
         if len(values) < values.maxlen:
             return HOLD
+        if self.highest > 0 and value < (1 - cfg.learned_drop) * self.highest:
+            self.flat_points = 0
+            return (
+                HOLD  # it fell from where it started: learning happened (overfitting is val_loss_rise's job)
+            )
         # a step bigger than this already makes the window's spread exceed what "flat" allows (flat_rel at
         # most 0.25): no need to scan the window
         rel = cfg.flat_rel

@@ -41,13 +41,17 @@ def test_demo_warmup_raises_no_grad_spike_but_the_injected_one_is_caught():
     assert spikes and spikes[0][0] == 51  # the lr x10 at step 50
 
 
-def test_the_same_numbers_are_judged_when_the_model_is_not_known_to_be_fresh():
-    # no vocab size: nothing says the first loss is uniform guessing, so step 8 is a spike like any other
+def test_warmup_settles_any_model_not_only_a_fresh_one():
+    # issue 12: the demo warned at step 13 (5.3, inside twice the 10 warmup steps) while grad norms settled.
+    # Without the vocab size nothing says the model is fresh; the warmup alone holds the start-up back.
     spikes = grad_spikes(detect_series(demo_series(), run_info={"warmup_steps": 10}))
-    assert spikes[0][0] == 8
-    # a pretrained model fine-tuned (first loss far below ln(vocab)) is judged from its second point too
+    assert spikes[0][0] == 51
+    # a pretrained model fine-tuned (first loss far below ln(vocab)) settles during its warmup the same way
     pretrained = [(s, loss - 4.0, g) for s, loss, g in DEMO]
-    assert grad_spikes(detect_series(demo_series(pretrained), run_info=DEMO_INFO))[0][0] == 8
+    assert grad_spikes(detect_series(demo_series(pretrained), run_info=DEMO_INFO))[0][0] == 51
+    # the run states no warmup and logs no lr: its first points fill the baseline, start-up jumps included,
+    # and the later 5.3 at step 13 is within what they reached (the noise model)
+    assert grad_spikes(detect_series(demo_series(), run_info={}))[0][0] == 51
 
 
 def test_without_a_known_warmup_a_fresh_model_waits_twenty_points():

@@ -48,14 +48,16 @@ EXPECTED = {
         {"nonfinite", "no_learning", "lr_anomaly"},
     ),
     "rishikarpe": (
-        {("no_learning", "grad_norm"), ("no_learning", "loss")},
+        {("no_learning", "grad_norm")},  # one incident naming the loss too (issue 12: incidents, not storms)
         {"loss_plateau", "grad_spike", "lr_anomaly"},
     ),
-    "smolvlm": ({("grad_spike", "grad_norm")}, {"val_loss_rise", "nonfinite", "no_learning", "lr_anomaly"}),
+    # start-up: grad norm 4.3/15 in the first 30 steps (3 logs) while the loss falls 19 -> 0.4: no spike (issue 12)
+    "smolvlm": (set(), {"grad_spike", "val_loss_rise", "nonfinite", "no_learning", "lr_anomaly"}),
     # the training loss really does jump 10x at 10700 (0.0125 -> 0.158, back by 11000): a warning, not noise
+    # its eval_loss wobbles 0.21-0.27 around a flat level while WER improves to the end: no turn (issue 12)
     "whisper_flemish": (
-        {("val_loss_rise", "eval_loss"), ("loss_spike", "loss")},
-        {"nonfinite", "lr_anomaly", "no_learning", "grad_spike"},
+        {("loss_spike", "loss")},
+        {"nonfinite", "lr_anomaly", "no_learning", "grad_spike", "val_loss_rise"},
     ),
     "pranav": (
         set(),
@@ -98,7 +100,8 @@ def test_healthy_runs_raise_no_error_and_no_warning(results, name):
 
 def test_kg_llm_fp16_overflow_is_one_nonfinite_episode_at_the_start(results):
     (alert,) = alerts_of(results, "kg_llm", "nonfinite")
-    assert (alert["severity"], alert["first_step"], alert["last_step"]) == ("error", 1, 6)
+    # grad_norm NaN at 1, 2, 6 while the loss stays finite: the loss scaler skipping steps, a notice (issue 12)
+    assert (alert["severity"], alert["first_step"], alert["last_step"]) == ("info", 1, 6)
 
 
 def test_qwen_chess_grad_burst_around_2680_is_an_error_with_the_loss_bump(results):
@@ -111,17 +114,15 @@ def test_qwen_chess_grad_burst_around_2680_is_an_error_with_the_loss_bump(result
     assert loss["first_step"] <= 2700 <= loss["last_step"]
 
 
-def test_smolvlm_grad_spike_is_early(results):
-    (alert,) = alerts_of(results, "smolvlm", "grad_spike")
-    assert alert["first_step"] == 30 and alert["value"] > 15
+def test_smolvlm_start_up_is_not_a_grad_spike(results):
+    assert alerts_of(results, "smolvlm", "grad_spike") == []
 
 
 def test_rishikarpe_is_stuck_from_the_first_log(results):
-    for alert in alerts_of(results, "rishikarpe", "no_learning"):
-        assert alert["severity"] == "error" and alert["first_step"] == 10 and alert["active"]
-    assert "exactly 0" in next(
-        a["message"] for a in alerts_of(results, "rishikarpe") if a["metric"] == "loss"
-    )
+    # loss and grad norm stuck at exactly 0 from the same first log: one alert that names both
+    (alert,) = alerts_of(results, "rishikarpe", "no_learning")
+    assert alert["severity"] == "error" and alert["first_step"] == 10 and alert["active"]
+    assert alert["evidence"]["metrics"] == ["grad_norm", "loss"] and "also: loss" in alert["message"]
 
 
 def test_yongshuaiy_overfitting_names_best_step_200(results):
@@ -133,11 +134,10 @@ def test_yongshuaiy_overfitting_names_best_step_200(results):
     )
 
 
-def test_whisper_flemish_mild_rise_after_12000_is_named(results):
-    (alert,) = alerts_of(results, "whisper_flemish", "val_loss_rise")
-    assert alert["evidence"]["best_step"] == 12000 and alert["severity"] == "warn"
+def test_whisper_flemish_loss_blip_is_a_notice(results):
+    # one logged point 10x up and back by the next: a notice, not a warning (issue 12)
     (spike,) = alerts_of(results, "whisper_flemish", "loss_spike")
-    assert (spike["first_step"], spike["severity"]) == (10700, "warn")
+    assert (spike["first_step"], spike["severity"]) == (10700, "info")
 
 
 # ----- checkpoint advice against the run's own best_model_checkpoint -----

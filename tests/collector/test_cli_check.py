@@ -1,0 +1,55 @@
+"""`python -m collector check RUN_OR_PATH [--fail-on warn|error]`: one pass, a verdict, an exit code for CI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def _state(path, losses) -> None:
+    """A trainer_state.json written here: one log per 10 steps."""
+    history = [
+        {"step": 10 * (i + 1), "loss": v, "grad_norm": 1.0, "learning_rate": 1e-4}
+        for i, v in enumerate(losses)
+    ]
+    path.write_text(
+        json.dumps({"global_step": 10 * len(losses), "max_steps": 10 * len(losses), "log_history": history})
+    )
+
+
+def _check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "collector", "check", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_prints_the_verdict_and_fails_at_the_level(tmp_path):
+    run = tmp_path / "bad"
+    run.mkdir()
+    _state(run / "trainer_state.json", [2.0 - 0.01 * i for i in range(30)] + [float("nan")] + [1.6] * 5)
+    failed = _check(str(run), "--json")
+    assert failed.returncode == 2, failed.stderr
+    verdict = json.loads(failed.stdout)
+    assert verdict["failed"] and verdict["runs"][0]["verdict"] == "error"
+    assert [a["rule"] for a in verdict["runs"][0]["alerts"]] == ["nonfinite"]
+    text = _check(str(run))
+    assert text.returncode == 2 and "ERROR" in text.stdout and "nonfinite" in text.stdout
+
+    healthy = tmp_path / "good"
+    healthy.mkdir()
+    _state(healthy / "trainer_state.json", [2.0 * 0.98**i for i in range(40)])
+    ok = _check(str(healthy), "--fail-on", "warn")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "OK" in ok.stdout
+
+
+def test_check_names_a_missing_target(tmp_path):
+    missing = _check(str(tmp_path / "nowhere"))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
