@@ -14,12 +14,13 @@ from __future__ import annotations
 import fnmatch
 import io
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
-from collector.ingest.remote import Host, host_for, hosts
-from collector.ingest.ssh_target import HostUnreachable, RemoteStat, parse_root
+from collector.ingest.remote import Host
+from collector.ingest.ssh_target import HostUnreachable, RemoteStat, Target, parse_root
 
 
 def root_path(root: str | os.PathLike, watch: bool = True) -> Path | RemotePath:
@@ -316,7 +317,7 @@ class RemoteReader(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
-        data = self.host.read(self.path, self.pos, len(view))[: len(view)] if len(view) else b""
+        data = self.host.read_head(self.path, self.pos, len(view))[: len(view)] if len(view) else b""
         view[: len(data)] = data
         self.pos += len(data)
         return len(data)
@@ -334,3 +335,35 @@ def root_state(key: str | os.PathLike) -> dict:
     if host is None:
         return {"root": text, "state": "unknown", "since": None, "error": None}
     return {"root": text} | {k: v for k, v in host.describe().items() if k != "host"}
+
+
+# ---- the hosts of this process ----------------------------------------------------------------------
+
+_HOSTS: dict[str, Host] = {}
+_HOSTS_LOCK = threading.Lock()
+
+
+def host_for(target: Target, watch: bool = True) -> Host:
+    """The one `Host` of a label in this process (all roots and runs on it share its connection); with
+    `watch`, the target's path is one of the roots its listing covers."""
+    with _HOSTS_LOCK:
+        host = _HOSTS.get(target.label)
+        if host is None:
+            host = _HOSTS[target.label] = Host(target)
+        if watch and target.path not in host.roots:
+            host.roots.append(target.path)
+        return host
+
+
+def hosts() -> list[Host]:
+    with _HOSTS_LOCK:
+        return list(_HOSTS.values())
+
+
+def forget_hosts() -> None:
+    """Close and forget every host (a collector closing; tests)."""
+    with _HOSTS_LOCK:
+        old = list(_HOSTS.values())
+        _HOSTS.clear()
+    for host in old:
+        host.close()

@@ -42,6 +42,7 @@ CONNECT_TIMEOUT_S = 10.0
 OP_TIMEOUT_S = 20.0  # one remote operation; a stalled network fails it, the next cycle retries
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # waits between reconnect attempts
 READ_AHEAD_BYTES = 4 << 20  # a small read near a file's end fetches up to this much, to serve the next read
+HEAD_BYTES = 128 << 10  # the first bytes of each file kept for sniffing (discovery reads 64 KiB heads)
 # Folders whose contents no run reads (discovery skips them too).
 PRUNED = (".git", "node_modules", "__pycache__")
 
@@ -91,20 +92,16 @@ class Host:
         self._failures = 0
         self._next_try = 0.0
         self._ahead: dict[str, tuple[int, int, bytes]] = {}  # path -> (inode, start, bytes) read ahead
+        self._heads: dict[str, tuple[int, bytes]] = {}  # path -> (inode, its first bytes) for sniffing
 
     # ---- connection -------------------------------------------------------------------------------
 
     def describe(self) -> dict:
         """The host's state for the API: label, state, since, error, and what this process moved over its
         link (`read_bytes`: file bytes over SFTP, `listing_bytes`: listing output); no secret."""
-        return {
-            "host": self.label,
-            "state": self.state,
-            "since": self.since,
-            "error": self.error,
-            "read_bytes": self.bytes_read,
-            "listing_bytes": self.bytes_listed,
-        }
+        keys = ("state", "since", "error")
+        return {"host": self.label, **{k: getattr(self, k) for k in keys}, "read_bytes": self.bytes_read,
+                "listing_bytes": self.bytes_listed}  # fmt: skip
 
     def _set_state(self, state: str, error: str | None = None) -> None:
         if state != self.state:
@@ -231,13 +228,22 @@ class Host:
         found = parse_listing(body)
         with self._lock:
             for path, st in found.items():
-                if self.listing.get(path) != st:
-                    self._ahead.pop(path, None)  # bytes read ahead may be of the file's older life
+                old = self.listing.get(path)
+                # Bytes read ahead stay good while the file only grew (appended); else they may be of its
+                # older life (replaced, truncated).
+                if old != st and (
+                    old is None
+                    or (old.st_ino, old.st_dev) != (st.st_ino, st.st_dev)
+                    or st.st_size < old.st_size
+                ):
+                    self._ahead.pop(path, None)
+                    self._heads.pop(path, None)
             if since is None:
                 self.listed = True
                 gone = self.listing.keys() - found.keys()
                 for path in gone:
                     self._ahead.pop(path, None)
+                    self._heads.pop(path, None)
                 self.listing = found
             else:
                 self.listing.update(found)
@@ -319,6 +325,22 @@ class Host:
                 self._ahead[path] = (st.st_ino, start, data)
         return data[:size]
 
+    def read_head(self, path: str, start: int, size: int) -> bytes:
+        """Like `read`, for the first HEAD_BYTES of a file (discovery's sniffing, checkpoint headers, read
+        again at every rescan): kept per file while it only grows, so a rescan fetches only new bytes."""
+        st = self.listing.get(path)
+        if st is None or start + size > HEAD_BYTES:
+            return self.read(path, start, size)
+        ino, data = self._heads.get(path, (st.st_ino, b""))
+        if ino != st.st_ino:
+            data = b""
+        want = min(start + size, st.st_size)
+        if len(data) < want:
+            data += self.read(path, len(data), want - len(data))
+            with self._lock:
+                self._heads[path] = (st.st_ino, data)
+        return data[start : start + size]
+
     def prefetch(self, starts: list[tuple[str, int]]) -> None:
         """Read what is new in many files at once (pipelined: one round trip for all), from each `start` up
         to its listed size; the reads that follow are served from it. Errors are left to those reads."""
@@ -326,6 +348,7 @@ class Host:
         for path, start in starts:
             st = self.listing.get(path)
             if st is not None and st.kind == "f" and st.st_size > start:
+                # (from `start` always, cached or not: the bytes before an offset are checked afresh)
                 wanted.append((path, st.st_ino, start, min(st.st_size - start, READ_AHEAD_BYTES)))
         if not wanted:
             return
@@ -345,38 +368,3 @@ class Host:
                 if isinstance(data, bytes):
                     self.bytes_read += len(data)
                     self._ahead[path] = (ino, start, data)
-
-    def invalidate(self) -> None:
-        """Forget bytes read ahead (a new listing may say the files grew or were replaced)."""
-        with self._lock:
-            self._ahead.clear()
-
-
-_HOSTS: dict[str, Host] = {}
-_HOSTS_LOCK = threading.Lock()
-
-
-def host_for(target: Target, watch: bool = True) -> Host:
-    """The one `Host` of a label in this process (all roots and runs on it share its connection); with
-    `watch`, the target's path is one of the roots its listing covers."""
-    with _HOSTS_LOCK:
-        host = _HOSTS.get(target.label)
-        if host is None:
-            host = _HOSTS[target.label] = Host(target)
-        if watch and target.path not in host.roots:
-            host.roots.append(target.path)
-        return host
-
-
-def hosts() -> list[Host]:
-    with _HOSTS_LOCK:
-        return list(_HOSTS.values())
-
-
-def forget_hosts() -> None:
-    """Close and forget every host (a collector closing; tests)."""
-    with _HOSTS_LOCK:
-        old = list(_HOSTS.values())
-        _HOSTS.clear()
-    for host in old:
-        host.close()

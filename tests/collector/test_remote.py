@@ -16,7 +16,7 @@ import pytest
 
 from collector.formats import discover
 from collector.ingest import fs
-from collector.ingest.remote import forget_hosts
+from collector.ingest.fs import forget_hosts
 from tests.collector.test_daemon_support import Daemon, cli, wait_for
 from tests.sshd_support import SshServer, sshd_missing
 
