@@ -83,9 +83,10 @@ def _ppo(**changes: Any) -> dict[str, Any]:
 
 
 GRPO_STEPS = 30
-# The collector's reward_collapse rule wants a 10-point rolling median, then 20 points below its best.
+# The collector's reward_collapse rule wants a 10-point rolling median 5 noise sigmas below its best for 20
+# points, the noise measured over the last 100 points: it fires once the zeros outnumber the rewards (~step 50).
 COLLAPSE_STEP = 10
-COLLAPSE_STEPS = 36
+COLLAPSE_STEPS = 60
 KL_BOOST_STEP = 8
 SAMPLES_PER_STEP = PPO_CPU_BASE["data.train_batch_size"] * PPO_CPU_BASE["actor_rollout_ref.rollout.n"]
 
