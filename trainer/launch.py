@@ -269,13 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     problems = check_run(plan)
     if problems:
-        print(
-            f"trainer.launch: pre-flight failed for preset {args.preset!r}, nothing was started:",
-            file=sys.stderr,
-        )
-        for problem in problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 2
+        return _preflight_failed(args.preset, problems)
 
     train_rows = sum(parquet_rows(p) for p in plan.train_files)
     total_steps = count_steps(train_rows, plan)
@@ -293,6 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     return run_workers(args, torchrun_command(args.nproc, overrides), out, total_steps, extra)
 
 
+def _preflight_failed(preset: str, problems: list[str]) -> int:
+    """Say what pre-flight found, one problem a line; the exit code of a run that was not started."""
+    print(f"trainer.launch: pre-flight failed for preset {preset!r}, nothing was started:", file=sys.stderr)
+    for problem in problems:
+        print(f"  - {problem}", file=sys.stderr)
+    return 2
+
+
 def main_ppo(args: argparse.Namespace, preset) -> int:
     """A GRPO preset: pre-flight, then verl's `main_ppo` (trainer/rl_launch.py)."""
     try:
@@ -303,13 +305,7 @@ def main_ppo(args: argparse.Namespace, preset) -> int:
     out = args.out.resolve()
     problems, total_steps, train_rows = check_ppo_run(overrides, out, args.nproc)
     if problems:
-        print(
-            f"trainer.launch: pre-flight failed for preset {args.preset!r}, nothing was started:",
-            file=sys.stderr,
-        )
-        for problem in problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 2
+        return _preflight_failed(args.preset, problems)
     if args.dry_run:
         print(" ".join(shlex.quote(part) for part in ppo_command(overrides)))
         return 0
