@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.app.browser_support import (
     CHART,
@@ -14,6 +15,7 @@ from tests.app.browser_support import (
     chromium_page,
     streamlit_app,
     wait_for_charts,
+    wait_idle,
 )
 from tests.app.conftest import start_collector, stop_process, wait_until
 
@@ -89,9 +91,18 @@ def test_a_drag_zoom_refetches_the_window_at_full_resolution_and_a_double_click_
             assert grad is not None, [f["title"] for f in zoomed]
             assert dict(zip(grad["x"], grad["y"], strict=True))[SPIKE] == 500.0
 
-            box = page.evaluate(PLOT_BOX)  # the caption above the charts moved them
-            page.mouse.dblclick(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)  # plotly's reset
-            page.wait_for_selector("text=Zoomed to steps", state="detached")
+            # plotly's reset; a double-click that lands while Streamlit re-mounts the chart is lost (seen once
+            # in a fresh-clone run), so, as a user would, double-click again until the zoom caption goes.
+            for attempt in range(3):
+                wait_idle(page)
+                box = page.evaluate(PLOT_BOX)  # the caption above the charts moved them
+                page.mouse.dblclick(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+                try:
+                    page.wait_for_selector("text=Zoomed to steps", state="detached", timeout=20_000)
+                    break
+                except PlaywrightTimeout:
+                    if attempt == 2:
+                        raise
             wait_for_charts(page, 2)
             assert all(len(f["x"]) == 2000 for f in page.evaluate(DRAWN))
     finally:
