@@ -48,9 +48,10 @@ def files_of_run(detail: dict) -> None:
     """Every file of the run: those read (with their counts and any warning) and those not read, with why."""
     sources, skipped = detail.get("sources") or [], detail.get("skipped_files") or []
     warned = [s for s in sources if s.get("warning")]
-    if warned or skipped:
+    unexpected = [f for f in skipped if not f.get("copy")]  # a copy of metrics read elsewhere is no news
+    if warned or unexpected:
         st.warning(
-            f"{len(skipped)} file(s) of this run not read, {len(warned)} read without a point: see below."
+            f"{len(unexpected)} file(s) of this run not read, {len(warned)} read without a point: see below."
         )
     with st.expander(
         f"Files of this run ({len(sources)} read, {len(skipped)} not read)", expanded=bool(warned)

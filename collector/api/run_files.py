@@ -11,10 +11,11 @@ from collector.store.db import Store
 
 def files_of(store: Store, run_id: str) -> tuple[list[dict], list[dict]]:
     """(`sources`, `skipped_files`) of the run detail: each source with its `warning` (or None); each file not
-    read with `path`, `reason`, `bytes`."""
+    read with `path`, `reason`, `bytes` and `copy` (true for a copy of metrics the run reads elsewhere: expected)."""
     sources = [s | {"warning": source_warning(s)} for s in store_read.sources(store, run_id)]
     skipped = [
-        {k: f[k] for k in ("path", "reason", "bytes")} for f in store_read.skipped_files(store, run_id)
+        {k: f[k] for k in ("path", "reason", "bytes")} | {"copy": unread.is_copy(f["reason"])}
+        for f in store_read.skipped_files(store, run_id)
     ]
     return sources, skipped
 

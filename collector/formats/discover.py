@@ -103,11 +103,9 @@ def _wandb_offline_runs(folder: Path, root: Path, runs: list[Run]) -> list[Run]:
     own = next((r for r in runs if r.dir == folder and r.file is None and r.metrics_sources()), None)
     if own is None:
         return [run for path in offline for run in _runs_in_dir(path, root)]
-    read = ", ".join(s.path.name for s in own.metrics_sources()[:2])
+    read = [s.path.name for s in own.metrics_sources()]
     own.skipped.extend(
-        (f, f"a W&B copy of the metrics in {read}: not read, to count each value once")
-        for path in offline
-        for f in sorted(path.glob("run-*.wandb"))
+        (f, unread.copy_reason("W&B", read)) for path in offline for f in sorted(path.glob("run-*.wandb"))
     )
     return []
 
@@ -277,14 +275,7 @@ def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]], claimed
 
 def _copies_not_read(run: Run) -> list[tuple[Path, str]]:
     read = [s.path.name for s in run.sources if s.role == "metrics"]
-    return [
-        (
-            s.path,
-            f"a {s.format} copy of the metrics in {', '.join(read[:2])}: not read, to count each value once",
-        )
-        for s in run.sources
-        if s.role == "ignored"
-    ]
+    return [(s.path, unread.copy_reason(s.format, read)) for s in run.sources if s.role == "ignored"]
 
 
 def _is_meta(fmt: str) -> bool:

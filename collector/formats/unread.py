@@ -79,6 +79,19 @@ def reason_not_read(path: PurePath, size: int, head: bytes) -> str:
     return "unknown format: no metrics shape runwatch reads"
 
 
+COPY_TAIL = ": not read, to count each value once"
+
+
+def copy_reason(kind: str, read: list[str]) -> str:
+    """Why a copy of a run's metrics (a CSV export, a console log, a W&B mirror) is not read."""
+    return f"a {kind} copy of the metrics in {', '.join(read[:2])}{COPY_TAIL}"
+
+
+def is_copy(reason: str) -> bool:
+    """Whether a file was left unread as a copy of metrics the run reads elsewhere (expected, not a problem)."""
+    return reason.endswith(COPY_TAIL)
+
+
 def zero_points_warning(lines: int, points: int) -> str | None:
     """The warning for a metrics file that gave no point from the lines (records) it has (None when it gave
     some, or has no line yet): every line was read and none held a metric runwatch reads."""

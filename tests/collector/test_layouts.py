@@ -127,6 +127,7 @@ def test_layouts_ingest_with_one_value_per_step_and_every_file_accounted_for(tmp
             "path": str(root / "pointer-only" / "trainer_state.json"),
             "reason": "Git LFS pointer, not the file: run git lfs pull",
             "bytes": len(LFS),
+            "copy": False,
         }
     ]
     # The command's own summary says it, per run
@@ -174,8 +175,12 @@ def test_wandb_offline_runs_are_runs_unless_they_mirror_a_run_folders_metrics(tm
     assert run_for_path(alone / "run-abc123.wandb", [root]).id == offline_id
     assert run_for_path(mirrored / "run-def456.wandb", [root]) is None
     mine = run_detail(db, "mine")
-    assert [(Path(f["path"]).name, f["reason"]) for f in mine["skipped_files"]] == [
-        ("run-def456.wandb", "a W&B copy of the metrics in metrics.jsonl: not read, to count each value once")
+    assert [(Path(f["path"]).name, f["reason"], f["copy"]) for f in mine["skipped_files"]] == [
+        (
+            "run-def456.wandb",
+            "a W&B copy of the metrics in metrics.jsonl: not read, to count each value once",
+            True,  # expected: the dashboard does not warn about a copy
+        )
     ]
 
 
