@@ -183,7 +183,11 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             is_file = entry.is_file()
             is_dir = not is_file and entry.is_dir(follow_symlinks=False)
             if is_file and entry.is_symlink() and not layouts.stays_inside(folder / entry.name, real_root):
-                continue  # a link out of the watched root: runwatch reads only what it was given
+                # runwatch reads only what it was given; the link is listed, never skipped in silence
+                skipped.append((Path(entry.path), unread.OUTSIDE_ROOT_REASON))
+                named, _ = formats.by_name(Path(entry.name))
+                claimed = claimed or (named.name if named else None)  # so its folder's run lists it
+                continue
             size = entry.stat().st_size if is_file else 0
         except OSError:
             continue

@@ -15,6 +15,7 @@ ANNEX_MARKERS = (b"/annex/objects/", b"#$# git-annex")
 POINTER_MAX_BYTES = 1024
 LFS_REASON = "Git LFS pointer, not the file: run git lfs pull"
 ANNEX_REASON = "git-annex pointer, not the file: run git annex get"
+OUTSIDE_ROOT_REASON = "a link to a file outside the watched roots: not read (add its folder as a root)"
 # Files people keep beside runs that are not run files (code, docs, configs, images, archives).
 NOT_RUN_SUFFIXES = {
     ".py",

@@ -261,7 +261,9 @@ def test_symlinks_that_leave_the_root_are_not_followed(tmp_path):
     (root / "d" / "same.jsonl").symlink_to(real)  # a link that stays inside is fine
 
     runs = {run.id: run for run in find_runs([root])}
-    assert set(runs) == {"a", "d/same"}
+    assert {r for r, run in runs.items() if run.sources} == {"a", "d/same"}
+    # the file link out of the root is named on its folder's run, with the reason, and not read
+    assert not runs["b"].sources and [p.name for p, _ in runs["b"].skipped] == ["leak.jsonl"]
     sources = [s.path for run in runs.values() for s in run.sources]
     assert all(p.resolve().is_relative_to(root.resolve()) for p in sources)
     assert root / "a" / "status.json" not in sources
@@ -292,3 +294,19 @@ def test_a_rotated_log_is_an_earlier_life_of_its_run(tmp_path):
     assert runs["proj/sft"].path == project / "sft.jsonl"
     assert classify(run / "trainer_state.json.1") is None
     assert "trainer_state.json.1" in {p.name for p, _ in runs["exp"].skipped}
+
+
+def test_a_link_to_a_file_outside_the_root_is_listed_not_read(tmp_path):
+    """runwatch reads only what it was given; a link out of the root is named on its run with the reason."""
+    outside = write(tmp_path / "elsewhere" / "trainer_state.json", '{"log_history": []}')
+    run = tmp_path / "root" / "exp"
+    run.mkdir(parents=True)
+    (run / "trainer_state.json").symlink_to(outside)
+    [found] = find_runs([tmp_path / "root"])
+    assert found.id == "exp" and not found.metrics_sources()
+    assert [(p.name, why) for p, why in found.skipped] == [
+        (
+            "trainer_state.json",
+            "a link to a file outside the watched roots: not read (add its folder as a root)",
+        )
+    ]
