@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         type=parse_fault,
         metavar="JSON",
-        help='an extra fault, e.g. \'{"kind":"stall","step":8,"seconds":60}\' (kinds: nan, lr_spike, stall, crash)',
+        help='an extra fault, e.g. \'{"kind":"stall","step":8,"seconds":60}\' (kinds: nan, lr_spike, stall, crash, slow)',
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="check and print the torchrun command; start nothing"
@@ -81,6 +81,7 @@ FAULT_KEYS = {
     "lr_spike": {"step", "steps", "factor"},
     "stall": {"step", "seconds"},
     "crash": {"step"},
+    "slow": {"step", "seconds"},
 }
 
 

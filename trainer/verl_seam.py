@@ -287,6 +287,8 @@ def install_faults(faults: list[dict[str, Any]]) -> None:
       scheduled learning rate (the scheduler restores it after each step).
     - `{"kind": "stall", "step": S, "seconds": T}`: the process sleeps T seconds before step S.
     - `{"kind": "crash", "step": S}`: step S raises, and the run dies as with any error in training.
+    - `{"kind": "slow", "step": S, "seconds": T}`: from step S on, each step waits T seconds before it computes,
+      as on a device where a step takes seconds (the CPU model's steps take a fraction of one).
     """
     if STATE.faults_installed:
         return
@@ -309,6 +311,9 @@ def install_faults(faults: list[dict[str, Any]]) -> None:
                 print(
                     f"runwatch: injected stall: sleeping {fault['seconds']} s before step {step}", flush=True
                 )
+                time.sleep(float(fault["seconds"]))
+        for fault in by_kind.get("slow", []):
+            if step >= fault["step"]:
                 time.sleep(float(fault["seconds"]))
         boost = 1.0
         for fault in by_kind.get("lr_spike", []):

@@ -16,6 +16,10 @@ from tests.trainer.conftest import launch, train_records
 pytestmark = pytest.mark.slow
 
 NAN_STEP = 12  # the nan preset's injected NaN (trainer/presets.py); it checkpoints every 10 steps
+# From the NaN on, each step takes 3 s, as a step on a GPU does (the tiny CPU model's take a fraction of one).
+# "Within two steps" is a promise about steps of real length: on 2 busy CPU cores the collector needs a second
+# or two from the line written to the stop request, which is many of the CPU model's steps.
+GPU_PACE = json.dumps({"kind": "slow", "step": NAN_STEP, "seconds": 3})
 
 
 @pytest.fixture
@@ -32,7 +36,7 @@ def test_a_stop_rule_stops_the_nan_run_within_two_steps(built_data, watched):
     daemon, root, db = watched
     thresholds_path(db).write_text('[stop]\non = ["nonfinite"]\n')
     daemon.start()
-    result = launch(root / "nan", "nan", "--steps", "24")
+    result = launch(root / "nan", "nan", "--steps", "24", "--inject", GPU_PACE)
     assert result.rc == 0, result.output[-4000:]
     status = json.loads((root / "nan" / "status.json").read_text())
     assert status["state"] == "stopped", status
