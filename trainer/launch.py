@@ -228,8 +228,9 @@ def worker_error(tail: list[str]) -> list[str]:
 
 def finish_status(
     out: Path, rc: int, tail: list[str], total_steps: int, stopped_by: str | None, preset: str = "smoke"
-) -> None:
-    """After a failed torchrun, make status.json say `failed` with the reason, unless the run already did.
+) -> str:
+    """After a failed torchrun, make status.json say `failed` with the reason, unless the run already said
+    `failed` or `stopped` (verl's PPO driver ends its Ray actor after a stop request); returns the state.
 
     The workers write `failed` themselves when Python sees the exception; a run killed by a signal, or one
     that died before training began, cannot, so the launcher writes it from the exit code and the log tail.
@@ -239,8 +240,8 @@ def finish_status(
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         doc = {}
-    if doc.get("state") == "failed":
-        return
+    if doc.get("state") in ("failed", "stopped"):
+        return doc["state"]
     trainer = "torchrun" if PRESETS[preset].trainer == "sft" else "verl.trainer.main_ppo"
     reason = f"stopped by {stopped_by}" if stopped_by else f"{trainer} exited with code {rc}"
     error_lines = worker_error(tail)
@@ -255,6 +256,7 @@ def finish_status(
         finished_at=time.time(),
     )
     write_json_atomic(path, doc)
+    return "failed"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,7 +379,12 @@ def run_workers(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if rc != 0:
-        finish_status(out, rc, list(tail), total_steps, stopped_by[0] if stopped_by else None, args.preset)
+        state = finish_status(
+            out, rc, list(tail), total_steps, stopped_by[0] if stopped_by else None, args.preset
+        )
+        if state == "stopped":
+            print(f"trainer.launch: run {out} stopped on request; see status.json", flush=True)
+            return 0
         print(f"trainer.launch: run {out} failed (exit code {rc}); see status.json", file=sys.stderr)
     return rc
 

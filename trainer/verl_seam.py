@@ -49,6 +49,7 @@ class SeamState:
         self.stop_installed = False
         self.ckpt_handler = None  # verl's CheckpointHandler, to save a checkpoint when asked to stop
         self.saved_steps: set[int] = set()
+        self.stop_poll = None  # trainer.stop.StopPoll of the run, where the writers are installed
 
 
 STATE = SeamState()
@@ -140,6 +141,9 @@ def install_writers(run_dir: Path) -> None:
         return
     STATE.writers_installed = True
     STATE.run_dir = run_dir
+    from trainer.stop import StopPoll
+
+    STATE.stop_poll = StopPoll(run_dir)
     from verl.utils.tracking import Tracking
 
     original_init, original_log, original_finish = Tracking.__init__, Tracking.log, Tracking.finish
@@ -155,7 +159,10 @@ def install_writers(run_dir: Path) -> None:
 
     def log(self, data, step, backend=None):
         record(data, step)
-        return original_log(self, data=data, step=step, backend=backend)
+        result = original_log(self, data=data, step=step, backend=backend)
+        if STATE.stop_poll is not None and STATE.stop_poll.requested():
+            stop_ppo_after(step, sys._getframe(1))  # the caller is verl's PPO fit loop, or SFT's (ignored)
+        return result
 
     def finish(self, exit_code: int = 0):
         # verl's SFT trainer never calls finish(); __del__ does when fit() returns. Completed only if the
@@ -269,6 +276,7 @@ def install_ppo_checkpoint_hooks() -> None:
 
     def _save_checkpoint(self, *args, **kwargs):
         result = original_save(self, *args, **kwargs)
+        STATE.saved_steps.add(int(self.global_steps))
         if STATE.callbacks is not None:
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
             STATE.callbacks.on_checkpoint_saved(self.global_steps, folder)
@@ -377,3 +385,20 @@ def stop_now(poll) -> None:
         dist.barrier()
         dist.destroy_process_group()
     sys.exit(0)
+
+
+def stop_ppo_after(step: int, caller) -> None:
+    """In verl's PPO/GRPO driver, after step `step` is logged: save its checkpoint unless saved, record
+    `stopped`, end the process (a Ray actor; trainer.launch reads status.json). SFT stops in train_batch."""
+    module = sys.modules.get("verl.trainer.ppo.ray_trainer")
+    trainer = caller.f_locals.get("self") if caller is not None else None
+    if module is None or not isinstance(trainer, module.RayPPOTrainer) or STATE.ended:
+        return
+    if step not in STATE.saved_steps:
+        trainer._save_checkpoint()
+    reason = STATE.stop_poll.reason()
+    STATE.ended = True
+    if STATE.callbacks is not None:
+        STATE.callbacks.on_stopped(step, reason)
+    print(f"runwatch: stopped after step {step} on request: {reason}", flush=True)
+    os._exit(0)  # a Ray actor: returning from fit() is not possible from here

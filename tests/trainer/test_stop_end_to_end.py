@@ -5,13 +5,16 @@ goes NaN, within two steps of the alert, leaving a complete checkpoint from befo
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import pytest
 
 from collector.core.runtime import thresholds_path
 from collector.core.stop_request import STOP_FILE
 from tests.collector.test_daemon_support import Daemon, cli_json
-from tests.trainer.conftest import launch, train_records
+from tests.trainer.conftest import REPO, launch, read_metrics, train_records
 
 pytestmark = pytest.mark.slow
 
@@ -65,3 +68,47 @@ def test_without_a_stop_rule_the_nan_run_goes_to_its_end(built_data, watched):
     assert not (root / "nan" / STOP_FILE).exists()
     assert [a["rule"] for a in cli_json(db, "alerts", "--run", "nan", "--rule", "nonfinite")]  # it was seen
     assert daemon.stop() == 0
+
+
+def test_a_grpo_run_stops_on_a_users_request_after_the_step_it_is_in(built_data, watched):
+    """verl's PPO/GRPO driver loop, not the SFT worker, polls the request: after the step it is logging it saves
+    a checkpoint, says `stopped`, and the launcher exits 0."""
+    daemon, root, db = watched
+    daemon.start()
+    run_dir = root / "grpo"
+    command = [sys.executable, "-m", "trainer.launch", "--preset", "grpo_smoke", "--out", str(run_dir)]
+    with subprocess.Popen(
+        command + ["--steps", "30"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as proc:
+        try:
+            asked_at = wait_for_step(run_dir, 2, proc)
+            request = cli_json(db, "stop", "grpo", "--reason", "enough")
+            output = proc.communicate(timeout=300)[0].decode(errors="replace")
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, output[-4000:]
+    assert "stopped on request" in output
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "stopped" and status["stop_reason"] == "enough", status
+    assert request["written"] and request["request"]["by"] == "person", request
+    stopped_at = status["step"]
+    assert asked_at <= stopped_at < 30
+    steps = {r["step"] for r in read_metrics(run_dir) if not all(k.startswith("val-") for k in r["data"])}
+    assert max(steps) == stopped_at  # no step ran after the stop
+    assert status["last_checkpoint_step"] == stopped_at and (run_dir / f"global_step_{stopped_at}").is_dir()
+    assert daemon.stop() == 0
+
+
+def wait_for_step(run_dir, step: int, proc: subprocess.Popen, limit_s: float = 400) -> int:
+    """Block until status.json says the run reached `step` (or the run ended); the step it says."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before it was asked to stop"
+        try:
+            reached = json.loads((run_dir / "status.json").read_text()).get("step") or 0
+        except (OSError, ValueError):
+            reached = 0
+        if reached >= step:
+            return reached
+        time.sleep(0.5)
+    raise AssertionError(f"{run_dir} did not reach step {step} in {limit_s} s")
