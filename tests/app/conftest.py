@@ -8,6 +8,7 @@ subprocess `python -m collector serve --db DB ROOT --port 0`; tests reach it ove
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -193,3 +194,49 @@ def app_env(real_collector: Collector, monkeypatch: pytest.MonkeyPatch) -> Colle
 def smoke_env(collector: Collector, monkeypatch: pytest.MonkeyPatch) -> Collector:
     """The dashboard pointed at the collector that also holds the verl smoke run."""
     return env_for(collector, monkeypatch)
+
+
+@contextlib.contextmanager
+def remote_beside_local(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write: Callable[[Path, int, int], None],
+    steps: tuple[int, int],
+    db: Path,
+    remote_status: dict | None = None,
+) -> Iterator[tuple[object, str, Path, Collector]]:
+    """A real sshd on 127.0.0.1 serving `gpu-box/gpu-run` (steps[0] steps) and a local `laptop/laptop-run`
+    (steps[1]), written by `write(path, first, last)`, and a collector on both roots once it lists both:
+    yields (server, the remote root's URL, the remote folder, collector); stops both after."""
+    from tests.sshd_support import SshServer, sshd_missing
+
+    missing = sshd_missing()
+    if missing:
+        pytest.fail(missing)
+    server = SshServer(tmp_path / "ssh").start()
+    monkeypatch.setenv("HOME", str(server.home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    remote, local = tmp_path / "gpu-box", tmp_path / "laptop"
+    for folder, last in ((remote / "gpu-run", steps[0]), (local / "laptop-run", steps[1])):
+        folder.mkdir(parents=True)
+        write(folder / "metrics.jsonl", 1, last)
+    if remote_status is not None:
+        (remote / "gpu-run" / "status.json").write_text(json.dumps(remote_status))
+    url = server.url(remote)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    collector = start_collector(db, [url, local], tmp_path / "collector.log")
+    try:
+        client = collector.client()
+        wait_until(
+            "both runs listed",
+            lambda: (
+                {(r["id"], r["last_step"]) for r in client.get("/api/runs")}
+                == {("gpu-run", steps[0]), ("laptop-run", steps[1])}
+            ),
+            START_LIMIT_S,
+            collector.proc,
+        )
+        yield server, url, remote, collector
+    finally:
+        stop_process(collector.proc)
+        server.stop()

@@ -26,7 +26,7 @@ from tests.app.browser_support import (
     wait_for_charts,
     wait_idle,
 )
-from tests.app.conftest import SMOKE_RUN, start_collector, stop_process, wait_until
+from tests.app.conftest import SMOKE_RUN, remote_beside_local, start_collector, stop_process, wait_until
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.browser
@@ -271,36 +271,15 @@ def test_stop_button_stops_a_live_run(tmp_path: Path):
 def test_a_remote_run_beside_a_local_one_live_then_its_host_down(tmp_path: Path, monkeypatch):
     """A run on another machine (a real sshd on 127.0.0.1) and a local one in one dashboard: the remote
     run's chart follows its file, and when its host goes away the sidebar says so."""
-    from tests.sshd_support import SshServer, sshd_missing
-
     chromium_or_skip()
-    missing = sshd_missing()
-    if missing:
-        pytest.fail(missing)
-    server = SshServer(tmp_path / "ssh").start()
-    monkeypatch.setenv("HOME", str(server.home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    remote, local = tmp_path / "gpu-box", tmp_path / "laptop"
-    (remote / "gpu-run").mkdir(parents=True)
-    (local / "laptop-run").mkdir(parents=True)
-    write_steps(remote / "gpu-run" / "metrics.jsonl", 1, 20)
-    write_steps(local / "laptop-run" / "metrics.jsonl", 1, 5)
     now = time.time()
     status = {"state": "running", "step": 20, "total_steps": 200, "started_at": now, "updated_at": now}
-    (remote / "gpu-run" / "status.json").write_text(json.dumps(status))  # the run page polls a running run
-    url_root = server.url(remote)
-    collector = start_collector(tmp_path / "two.duckdb", [url_root, local], tmp_path / "collector.log")
-    try:
+    # The run page polls a running run: status.json says running.
+    with remote_beside_local(
+        tmp_path, monkeypatch, write_steps, (20, 5), tmp_path / "two.duckdb", remote_status=status
+    ) as (server, url_root, remote, collector):
         client = collector.client()
-        wait_until(
-            "both runs listed",
-            lambda: (
-                {(r["id"], r["last_step"]) for r in client.get("/api/runs")}
-                == {("gpu-run", 20), ("laptop-run", 5)}
-            ),
-            120,
-            collector.proc,
-        )
+        local = tmp_path / "laptop"
         with (
             streamlit_app(
                 collector.db, [url_root, local], tmp_path / "home", tmp_path / "streamlit.log", refresh=1
@@ -326,6 +305,3 @@ def test_a_remote_run_beside_a_local_one_live_then_its_host_down(tmp_path: Path,
             page.get_by_text(f"{url_root} is disconnected", exact=False).first.wait_for()
             assert f"{url_root} (disconnected)" in sidebar.inner_text()
             screenshot_whole_page(page, screenshots_dir(tmp_path) / "12-remote-down.png")
-    finally:
-        stop_process(collector.proc)
-        server.stop()

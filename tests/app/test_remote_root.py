@@ -8,51 +8,24 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.app.conftest import REPO, start_collector, stop_process, wait_until
-from tests.sshd_support import SshServer, sshd_missing
+from tests.app.conftest import REPO, remote_beside_local, wait_until
 
 APP = str(REPO / "app" / "streamlit_app.py")
 
 
-def _lines(path: Path, steps: range) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _lines(path: Path, first: int, last: int) -> None:
     with open(path, "a") as f:
-        for s in steps:
+        for s in range(first, last + 1):
             f.write(json.dumps({"step": s, "data": {"train/loss": 2.0 / s}}) + "\n")
 
 
 @pytest.fixture
 def two_roots(tmp_path, monkeypatch):
-    missing = sshd_missing()
-    if missing:
-        pytest.fail(missing)
-    server = SshServer(tmp_path / "ssh").start()
-    monkeypatch.setenv("HOME", str(server.home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    remote, local = tmp_path / "gpu-box", tmp_path / "laptop"
-    _lines(remote / "gpu-run" / "metrics.jsonl", range(1, 31))
-    _lines(local / "laptop-run" / "metrics.jsonl", range(1, 11))
-    url = server.url(remote)
     db = tmp_path / "db" / "runwatch.duckdb"
-    db.parent.mkdir()
-    collector = start_collector(db, [url, local], tmp_path / "collector.log")
-    monkeypatch.setenv("RUNWATCH_DB", str(db))
-    monkeypatch.setenv("RUNWATCH_ROOTS", f"{url}:{local}")
-    try:
-        client = collector.client()
-        wait_until(
-            "both runs ingested",
-            lambda: (
-                {(r["id"], r["last_step"]) for r in client.get("/api/runs")}
-                == {("gpu-run", 30), ("laptop-run", 10)}
-            ),
-            120,
-            collector.proc,
-        )
-        yield server, url, client
-    finally:
-        stop_process(collector.proc)
-        server.stop()
+    with remote_beside_local(tmp_path, monkeypatch, _lines, (30, 10), db) as (server, url, _, collector):
+        monkeypatch.setenv("RUNWATCH_DB", str(db))
+        monkeypatch.setenv("RUNWATCH_ROOTS", f"{url}:{tmp_path / 'laptop'}")
+        yield server, url, collector.client()
 
 
 def _overview(at: AppTest) -> dict:
