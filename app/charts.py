@@ -18,6 +18,7 @@ SEVERITY_COLORS = {"error": "#d62728", "warn": "#ff7f0e", "info": "#1f77b4"}
 # Plotly's default colour cycle, spelled out so the band can reuse a line's colour with transparency.
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 NONFINITE_TRACE = "NaN/inf"
+ALERT_LABEL_ROWS = 4  # alert labels stack in this many rows below a chart's top edge
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -140,35 +141,27 @@ def _add_nonfinite(fig: go.Figure, series_list: list[dict]) -> None:
 
 
 def _add_alerts(fig: go.Figure, alerts: list[dict]) -> None:
-    for alert in alerts:
+    drawn = [a for a in alerts if a.get("first_step") is not None]
+    for row, alert in enumerate(sorted(drawn, key=lambda a: a["first_step"])):
         color = SEVERITY_COLORS.get(alert.get("severity", ""), SEVERITY_COLORS["info"])
-        first, last = alert.get("first_step"), alert.get("last_step")
-        if first is None:
-            continue
-        last = first if last is None else last
-        label = f"{alert.get('rule', 'alert')} ({alert.get('severity', '?')})"
+        first = alert["first_step"]
+        last = first if alert.get("last_step") is None else alert["last_step"]
         if last > first:
-            fig.add_vrect(
-                x0=first,
-                x1=last,
-                fillcolor=color,
-                opacity=0.15,
-                line_width=0,
-                layer="below",
-                annotation_text=label,
-                annotation_position="top left",
-                annotation_font_color=color,
-            )
+            fig.add_vrect(x0=first, x1=last, fillcolor=color, opacity=0.15, line_width=0, layer="below")
         else:
-            fig.add_vline(
-                x=first,
-                line_color=color,
-                line_width=2,
-                opacity=0.6,
-                annotation_text=label,
-                annotation_position="top left",
-                annotation_font_color=color,
-            )
+            fig.add_vline(x=first, line_color=color, line_width=2, opacity=0.6)
+        # One row per alert (four, then round again): labels of alerts that start close together do not overlap.
+        fig.add_annotation(
+            x=first,
+            xref="x",
+            xanchor="left",
+            y=1 - 0.07 * (row % ALERT_LABEL_ROWS),
+            yref="paper",
+            yanchor="top",
+            text=f"{alert.get('rule', 'alert')} ({alert.get('severity', '?')})",
+            showarrow=False,
+            font={"color": color, "size": 11},
+        )
 
 
 def _label_level(fig: go.Figure, y: float, text: str, color: str, log_y: bool, above: bool) -> None:

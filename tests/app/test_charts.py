@@ -148,6 +148,10 @@ def test_raw_series_with_smoothing_keeps_raw_points_under_the_line_and_marks_ale
     rect = [s for s in fig["layout"]["shapes"] if s.get("type") == "rect"]
     assert rect[0]["x0"] == 5 and rect[0]["x1"] == 10 and rect[0]["fillcolor"] == "#ff7f0e"
     assert fig["layout"]["meta"]["bucket_note"] is None
+    # Alerts that start a step apart (the demo's val_loss_rise and loss_spike) label on rows of their own.
+    labels = {a["text"]: a["y"] for a in fig["layout"]["annotations"] if a.get("yref") == "paper"}
+    assert set(labels) == {"val_loss_rise (warn)", "stall (error)"}
+    assert labels["val_loss_rise (warn)"] > labels["stall (error)"]
 
 
 def test_checkpoint_saves_are_marked_on_the_step_time_chart():
