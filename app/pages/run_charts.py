@@ -14,7 +14,7 @@ from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, holds, load_series, seed, window_series
 from app.panels import Panel, api_roles, metric_names, metrics_by_role, role_panels
 from app.playback import playback_control, stop_control
-from app.series import group_metrics, real_units_name, scaled, unit_scale
+from app.series import constant_value, group_metrics, real_units_name, scaled, unit_scale
 
 api = ui.api()
 run = ui.require_run()
@@ -158,8 +158,15 @@ def charts() -> None:
 
     for group, metrics in group_metrics(names, exclude=role_metrics).items():
         st.subheader(f"{group}/" if group != "other" else "other metrics")
+        # A metric with one value at every step (GPU memory on a CPU run) is a line, not a chart.
+        flat = {m: constant_value(series[m]) for m in metrics if window is None and m in series}
+        flat = {m: v for m, v in flat.items() if v is not None}
+        if flat:
+            st.caption(
+                "The same value at every step: " + ", ".join(f"`{m}` = {v:g}" for m, v in flat.items())
+            )
         cols = st.columns(2)
-        for i, metric in enumerate(metrics):
+        for i, metric in enumerate(m for m in metrics if m not in flat):
             with cols[i % 2]:
                 draw_panel(Panel(metric, (), metrics=(metric,)), series, alerts, key=f"metric-{metric}")
     alerts_table(alerts)

@@ -190,3 +190,16 @@ def test_a_bucket_with_a_nan_and_a_spike_draws_both():
     by_name = {t["name"]: t for t in fig["data"]}
     assert by_name["grad_norm max"]["y"][0] == 19.28  # the spike's band
     assert by_name[NONFINITE_TRACE]["x"] == [40]  # and the NaN's marker, in the same bucket
+
+
+def test_a_series_with_one_value_at_every_step_is_constant_and_others_are_not():
+    from app.series import constant_value, from_api
+
+    flat = from_api({"metric": "perf/max_memory_allocated_gb", "steps": [1, 2, 3], "values": [0, 0, 0]})
+    assert constant_value(flat) == 0.0
+    # Buckets whose means agree but whose spread differs are not constant; nor is a NaN, nor a single point.
+    bands = {"steps": [1, 2], "values": [1, 1], "min": [1, 0.5], "max": [1, 1.5], "downsampled": True}
+    assert constant_value(from_api(bands)) is None
+    assert constant_value(from_api({"steps": [1, 2], "values": [1, None]})) is None
+    assert constant_value(from_api({"steps": [1], "values": [3]})) is None
+    assert constant_value(from_api({"steps": [1, 2], "values": [3, 3.5]})) is None
