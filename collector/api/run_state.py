@@ -11,12 +11,16 @@ from collector.store import read as store_read
 def run_status(r: dict, stalled: bool, reachable: bool = True) -> str:
     """What the run is doing, in the overview's words: `unreachable` while the host of a remote run that has
     not finished cannot be reached; `stalled` while a stalled alert is not resolved;
-    else status.json's state (`running`, `completed`, `failed`); an HF trainer_state run is `completed` once
-    `global_step` reaches `max_steps`; else `unknown`. A dead trainer pid is left to the stalled rule."""
+    `failed` while its console log ends in an error (`status_info.error`, even after a summary: the script
+    raised after training); else status.json's state (`running`, `completed`, `failed`) or the completion
+    its log shows; an HF trainer_state run is `completed` once `global_step` reaches `max_steps`; else
+    `unknown`. A dead trainer pid is left to the stalled rule."""
     if not reachable and r["status"] not in ("completed", "failed"):
         return "unreachable"
     if stalled:
         return "stalled"
+    if r["status"] not in ("failed", "stopped") and _error_line(r):
+        return "failed"
     if r["status"] and r["status"] != "unknown":
         return r["status"]
     if r["format"] == "hf_trainer_state":
@@ -25,6 +29,12 @@ def run_status(r: dict, stalled: bool, reachable: bool = True) -> str:
         if isinstance(done, int) and isinstance(total, int) and total > 0 and done >= total:
             return "completed"
     return "unknown"
+
+
+def _error_line(r: dict) -> bool:
+    """Whether the run's status facts hold the error line a console log ended with (`{"line", "text"}`)."""
+    info = store_read.parse_json(r["status_info"]) if r.get("status_info") else None
+    return isinstance(info, dict) and isinstance(info.get("error"), dict)
 
 
 def health_info(db: Path, roots: list, version: str) -> dict:

@@ -74,6 +74,8 @@ class Detection:
             det.resume_episodes(
                 [a for a in store_alerts.list_alerts(self.store, run=run) if a["state"] != "resolved"]
             )
+            if status or r["status"]:
+                self._handle(run, det.note_outcome(r["status"], status))
             up_to = backlogs.get(run)
             recent = store_read.recent_points(self.store, run, REBUILD_POINTS_PER_METRIC, up_to)
             # Replay only refills the windows (a cut-short baseline would call normal points spikes); an
@@ -141,10 +143,13 @@ class Detection:
         return bool(self.behind)
 
     def run_info_changed(self, run: str, facts: RunInfo) -> None:
-        """A file with run facts changed: keep the status for time-based rules, give the config to the
-        run's detector, index the checkpoints when the checkpoint marker moved."""
+        """A file with run facts changed: keep the status for time-based rules, judge the run's outcome
+        (`run_failed`), give the config to the run's detector, index the checkpoints when the checkpoint
+        marker moved."""
         if facts.status_info is not None:
             self.status[run] = facts.status_info
+        if facts.status_info is not None or facts.status is not None:
+            self._handle(run, self.detector(run).note_outcome(facts.status, facts.status_info))
         if facts.config is not None:
             self.run_info[run] = facts.config
             if run in self.detectors:

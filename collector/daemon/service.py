@@ -81,6 +81,9 @@ class Collector:
         # Points DuckDB read in bulk are judged later by the daemon (Python detectors are far slower than
         # bulk ingest): their runs keep `detected_to` so a collector resumes judging them in step order.
         self._scan_all_checkpoints()
+        # Time-based rules once: a run whose status says running but whose files were last written hours
+        # ago is stalled when first seen (its last point's time is the file's modification time).
+        self.detection.tick()
 
     def close(self) -> None:
         self.detection.close()

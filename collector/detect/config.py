@@ -178,6 +178,12 @@ class StalledRule:
     save_factor: float = 20.0  # after a save or validation step the limit is this many times longer
     default_seconds: float = 1800.0  # when the step interval is unknown
     error_factor: float = 3.0  # silence this many times the threshold is an error
+    ended_after_seconds: float = 86400.0  # silent this long when first seen: the run most likely ended (warn)
+
+
+@dataclass(frozen=True)
+class RunFailedRule:
+    enabled: bool = True  # a run whose files say it failed (a log ending in an error, status.json failed)
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,7 @@ class Rules:
     loss_plateau: LossPlateauRule = field(default_factory=LossPlateauRule)
     no_learning: NoLearningRule = field(default_factory=NoLearningRule)
     stalled: StalledRule = field(default_factory=StalledRule)
+    run_failed: RunFailedRule = field(default_factory=RunFailedRule)
     kl_spike: KlSpikeRule = field(default_factory=KlSpikeRule)
     reward_collapse: RewardCollapseRule = field(default_factory=RewardCollapseRule)
     step_time_spike: StepTimeSpikeRule = field(default_factory=StepTimeSpikeRule)

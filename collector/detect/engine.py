@@ -16,6 +16,7 @@ Stable interface (the collector calls this; see docs/architecture.md):
     save_freq / test_freq...).
   - `note_checkpoints(steps)`: steps with a saved checkpoint (their slow steps are normal).
   - `tick(now, status, last_point_wall) -> list[AlertEvent]`: time-based rules (`stalled`).
+  - `note_outcome(status, status_info) -> list[AlertEvent]`: `run_failed` while the run's files say it failed.
   - `open_episodes() -> list[AlertEvent]`: the episodes open now.
   - `resume_episodes(alerts)` and `update(points, replay=True)`: rebuild after a restart from the stored open
     alerts and a tail of stored points (see their docstrings).
@@ -38,7 +39,14 @@ from collector.detect.base import HOLD, Rule
 from collector.detect.config import DetectConfig
 from collector.detect.episodes import AlertEvent, Episodes
 from collector.detect.rules import rules_for
-from collector.detect.runlevel import NONFINITE, STALLED, nonfinite_finding, stall_finding
+from collector.detect.runlevel import (
+    NONFINITE,
+    RUN_FAILED,
+    STALLED,
+    nonfinite_finding,
+    run_failed_finding,
+    stall_finding,
+)
 
 __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
@@ -193,6 +201,20 @@ class RunDetector:
         if finding is None:
             self.episodes.close(key)
         else:
+            self.episodes.hit(key, finding, self.last_step or 0)
+        return self.episodes.flush()
+
+    def note_outcome(self, status: str | None, status_info: dict | None) -> list[AlertEvent]:
+        """`run_failed` (an error quoting the error line) while the run's status facts say it failed (a log
+        ending in an error, status.json `failed`); the episode closes when they no longer do (the log went on
+        after a traceback that did not end the run)."""
+        key = (RUN_FAILED, "")
+        finding = None
+        if self.config.rules.run_failed.enabled:
+            finding = run_failed_finding(status, status_info, self.last_step)
+        if finding is None:
+            self.episodes.close(key)
+        elif not self.episodes.is_open(key):
             self.episodes.hit(key, finding, self.last_step or 0)
         return self.episodes.flush()
 

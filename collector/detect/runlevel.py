@@ -1,4 +1,5 @@
-"""Rules that need no window: a non-finite value (`nonfinite`) and a run gone silent (`stalled`)."""
+"""Rules that need no window: a non-finite value (`nonfinite`), a run gone silent (`stalled`) and a run
+whose files say it failed (`run_failed`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collector.detect.config import NonfiniteRule, StalledRule
 
 NONFINITE = "nonfinite"
 STALLED = "stalled"
+RUN_FAILED = "run_failed"
 # rules without a per-metric window whose episodes make a checkpoint saved inside them unsafe to keep
 UNSAFE_RUN_LEVEL_RULES = frozenset({NONFINITE})
 
@@ -70,4 +72,65 @@ def stall_finding(
         f"loader, a full disk, a killed process that left its status file. Check the process (py-spy dump), "
         f"its log tail and free disk space.",
         {"silence_s": silence, "limit_s": limit, "usual_interval_s": usual, "last_step": last_step},
+    )
+
+
+# What an error line says about its cause, and what to do: (words in the error, advice), first match wins.
+_FAILURE_CAUSES = (
+    (
+        ("out of memory", "OutOfMemoryError"),
+        "Out of GPU memory: lower the micro batch size or the maximum "
+        "sequence/response length, or turn on gradient checkpointing or offloading, then resume.",
+    ),
+    (
+        ("SIGHUP", "signal: 1", "got signal 1"),
+        "Killed by SIGHUP: the terminal or SSH session that started it "
+        "closed. Start runs under nohup, tmux or the scheduler, then resume.",
+    ),
+    (
+        ("SIGINT", "KeyboardInterrupt", "signal: 2"),
+        "Interrupted (SIGINT: Ctrl-C, or the launcher stopping every "
+        "rank after one failed; read the first rank's error above it), then resume.",
+    ),
+    (
+        ("SIGKILL", "Killed", "signal: 9", "SIGTERM", "signal: 15"),
+        "Killed from outside: the host's OOM killer "
+        "(check dmesg and host memory), a scheduler's time or memory limit, or a person. Resume from the last "
+        "checkpoint.",
+    ),
+    (
+        ("ConnectionError", "Connection aborted", "Connection broken", "Timeout"),
+        "A service the run depends on "
+        "(an environment, reward or rollout server, the network file system) stopped answering: check it, then "
+        "resume.",
+    ),
+)
+
+
+def run_failed_finding(status: str | None, status_info: dict | None, last_step: int | None) -> Finding | None:
+    """An error when the run's files say it failed: a console log ending in an error (`status_info.error`:
+    `{"line", "text", "file"}`), or a status file whose state is `failed` (its `error` text, if any); None
+    otherwise (a log that went on after the error, a status that is not `failed`)."""
+    info = status_info or {}
+    error = info.get("error")
+    state = str(info.get("state", info.get("status", status or ""))).lower()
+    if not error and state != "failed":
+        return None
+    if isinstance(error, dict):
+        text = str(error.get("text", ""))
+        where = f"{error.get('file') or 'the log'}, line {error.get('line')}"
+    else:
+        text = str(error or info.get("anomaly_reason") or "")
+        where = "its status file"
+    said = f": {text!r} ({where})" if text else f" ({where} says failed, with no error text)"
+    after = f" after step {last_step}" if last_step is not None else " before its first logged step"
+    cause = next(
+        (advice for words, advice in _FAILURE_CAUSES if any(w.lower() in text.lower() for w in words)),
+        "Read the traceback around that line; fix the cause, then resume from the last checkpoint.",
+    )
+    return Finding(
+        Severity.ERROR,
+        None,
+        f"The run failed{after}{said}. {cause}",
+        {"error": text, "where": where, "last_step": last_step},
     )

@@ -14,10 +14,15 @@ _ITEM = re.compile(r"'([^']+)':\s*'?([^,'{}]+?)'?\s*(?=[,}])")
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^(),]+)(?:,.*)?\)$")
 TRACEBACK = "Traceback (most recent call last)"
 IGNORED = "Exception ignored in"
-# A line that ends a job on its own: launcher kill messages, as DeepSpeed and torchrun print them.
+# A line that ends a job on its own: launcher kill messages, as DeepSpeed and torchrun print them; Hydra's and
+# swanlab's words for a job that raised (the traceback after them names the exception).
 _FATAL = re.compile(
-    r"(received SIG[A-Z]+|got signal|Killed|CUDA out of memory|exits with return code = [1-9])"
+    r"(received SIG[A-Z]+|got signal|Killed|CUDA out of memory|exits with return code = [1-9]"
+    r"|^Error executing job with overrides|Error happened while training)"
 )
+# A tqdm bar that a message was printed right after, on the same terminal line.
+_BAR_PREFIX = re.compile(r"^\s*\d+%\|[^|]*\|[^\[]*\[[^\]]*\]\s*")
+_NEAR = 5  # lines: a traceback this close after a fatal line explains it (it does not start a new error)
 _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*)$")
 
 
@@ -57,21 +62,36 @@ def may_be_error(raw: bytes) -> bool:
 
 def note_error(text: str, line_no: int, error: dict | None) -> dict | None:
     """The error a console log ends with so far, given its next line: a traceback (named by its last
-    exception line) or a launcher's kill message; `error` unchanged for any other line.
+    exception line) or a fatal line (a launcher's kill message, Hydra's `Error executing job`); `error`
+    unchanged for any other line.
 
     The error is `{"line", "text", "traceback", "ignored"}`; `ignored` marks a traceback Python printed under
-    `Exception ignored in ...` (a shutdown-time complaint, not the job failing). The caller drops the error
-    when the run logs metrics again, and reports it only when not `ignored` (see `reported`).
+    `Exception ignored in ...` (a shutdown-time complaint, not the job failing). Such a complaint after a
+    real error never replaces it (`skip` is set while its traceback is read). A traceback right after a fatal
+    line keeps the fatal line until its own exception line comes. The caller drops the error when the run
+    logs metrics again, and reports it only when not `ignored` (see `reported`).
     """
-    text = text.strip()
+    text = _BAR_PREFIX.sub("", text.strip())
+    if error is not None and error.get("skip"):
+        # inside the traceback of a shutdown complaint that came after the real error: its lines are not ours
+        if _EXCEPTION_LINE.match(text):
+            return {k: v for k, v in error.items() if k != "skip"}
+        if not _FATAL.search(text):
+            return error
+        error = {k: v for k, v in error.items() if k != "skip"}
     in_traceback = error is not None and error["traceback"]
     ignored = error is not None and error.get("ignored", False)
     if text.startswith(IGNORED):
+        if error is not None and not ignored:
+            return {**error, "skip": True}
         return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": True}
     if text.startswith(TRACEBACK):
         # A traceback right after `Exception ignored in` belongs to it.
-        keep = ignored and line_no - error["line"] <= 2
-        return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": keep}
+        if ignored and line_no - error["line"] <= 2:
+            return {**error, "line": line_no, "ignored": True}
+        if error is not None and not in_traceback and line_no - error["line"] <= _NEAR:
+            return {**error, "traceback": True}
+        return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": False}
     if in_traceback and _EXCEPTION_LINE.match(text):
         return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": ignored}
     if _FATAL.search(text):
@@ -79,8 +99,8 @@ def note_error(text: str, line_no: int, error: dict | None) -> dict | None:
     return error
 
 
-def reported(error: dict | None) -> dict | None:
-    """The error as a run fact (`{"line", "text"}`), or None when there is none or it was ignored."""
+def reported(error: dict | None, path: str = "") -> dict | None:
+    """The error as a run fact (`{"line", "text", "file"}`), or None when there is none or it was ignored."""
     if error is None or error.get("ignored"):
         return None
-    return {"line": error["line"], "text": error["text"]}
+    return {"line": error["line"], "text": error["text"], "file": path}

@@ -40,13 +40,15 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     show (progress bars), each read on its own; values in e-notation, `nan`, `inf`, `-inf` and numpy/torch
     scalars are read as floats; items whose value is not a number are skipped. A line that holds `step:` but
     is not UTF-8 is reported in `bad`; other undecodable lines are ignored like any non-record output.
-    `info`: `total_steps` and `current_step` from verl's `Training Progress: N/M` bar, `error` as in
-    `hf_console` (a traceback or kill message after the last record). `state` carries the last step, the
-    bar and the error between reads; `path` is unused.
+    `info`: `total_steps` and `current_step` from verl's `Training Progress: N/M` bar, `completed` once the
+    `Final validation metrics` dict (verl prints it when training ends) was read, `error` as in `hf_console`
+    (a traceback or kill message after the last record, with `file`: `path`). `state` carries the last step,
+    the bar, the completion and the error between reads.
     """
     saved = state if isinstance(state, dict) else {}
     last_step, total, current = saved.get("last_step"), saved.get("total"), saved.get("current")
     error = saved.get("error")
+    completed = saved.get("completed", False)
     lines, consumed = complete_lines(data)
     result = ParseResult(consumed=consumed, lines=len(lines))
     points = result.points
@@ -82,6 +84,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
             for name, value in dict_numbers(body).items():
                 points.add(step, name, value)
             error = None
+            completed = completed or found.group(0).startswith("Final")
             continue
         for piece in text.split("\r"):
             if (bar := _PROGRESS.search(piece)) is not None:
@@ -106,11 +109,18 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
                 value = number(raw_value)
                 if value is not None:
                     points.add(step, name, value)
-    result.state = {"last_step": last_step, "total": total, "current": current, "error": error}
+    result.state = {
+        "last_step": last_step,
+        "total": total,
+        "current": current,
+        "error": error,
+        "completed": completed,
+    }
     result.info = {
         "total_steps": total,
         "current_step": current if current is not None else last_step,
-        "error": reported(error),
+        "completed": completed,
+        "error": reported(error, path),
     }
     return result
 
@@ -152,9 +162,12 @@ def looks_like_console(head: bytes) -> bool:
 
 
 def run_info(info: dict) -> RunInfo:
-    """Total steps from verl's training bar; the step it shows and the error the log ends with, as facts."""
+    """Total steps from verl's training bar; `completed` once verl printed its final validation; the step the
+    bar shows and the error the log ends with, as facts (a run whose log ends in an error is `failed`: the
+    API reads `status_info.error`, which a later record clears)."""
+    status = "completed" if info.get("completed") else None
     facts = {k: info[k] for k in ("current_step", "error") if info.get(k) is not None}
-    return RunInfo(total_steps=info.get("total_steps"), status_info=facts or None)
+    return RunInfo(status=status, total_steps=info.get("total_steps"), status_info=facts or None)
 
 
 FORMAT = Format(

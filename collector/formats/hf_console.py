@@ -35,8 +35,9 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     an evaluation dict (`eval_*` keys) is stored at the step of the training log before it; the final
     `train_runtime` dict at the last step, and it sets `info["completed"]`. tqdm bars and other output are
     not bad lines. `info`: `total_steps` and `current_step` from the training bar, `step_source` ("bar" or
-    "order"), `completed`, and `error` ({"line", "text"}: a traceback's exception line or a launcher's kill
-    message) when one came after the last logged dict (None once the run logs again). `state` (JSON)
+    "order"), `completed`, and `error` ({"line", "text", "file"}: a traceback's exception line or a
+    launcher's kill message, and `path`) when one came after the last logged dict (None once the run logs
+    again). `state` (JSON)
     carries the bar, the dict count and the decision between reads.
     """
     st = _State(state)
@@ -81,7 +82,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         "current_step": st.bar if st.total is not None else st.last_step,
         "step_source": st.mode,
         "completed": st.completed,
-        "error": reported(st.error),
+        "error": reported(st.error, path),
     }
     return result
 

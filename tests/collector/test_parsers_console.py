@@ -134,6 +134,7 @@ def test_a_crash_after_the_last_record_is_the_error_and_a_split_dict_waits_for_i
     assert feed_console(crashed, [])[2]["error"] == {
         "line": 13,
         "text": "AttributeError: '_thread.RLock' object has no attribute '_recursion_count'",
+        "file": "",
     }
     whole = feed_console(VERL_LOG, [])
     ends = [i + 1 for i, b in enumerate(VERL_LOG) if b == ord("\n")]

@@ -96,7 +96,11 @@ def test_a_traceback_after_the_last_dict_is_the_runs_error_until_it_logs_again()
     tail = b'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\nRuntimeError: CUDA error: an illegal memory access\n'
     data = aligned_log().replace(b"{'train_runtime'", b"{'x': 1}\n{'nothing'") + tail
     _, _, info = feed(data, [])
-    assert info["error"] == {"line": 13, "text": "RuntimeError: CUDA error: an illegal memory access"}
+    assert info["error"] == {
+        "line": 13,
+        "text": "RuntimeError: CUDA error: an illegal memory access",
+        "file": "",
+    }
     assert info["completed"] is False
     again = data + bar(6, 6).encode() + b"\r{'loss': 1.0, 'epoch': 1.0}\n"
     assert feed(again, [])[2]["error"] is None

@@ -1,0 +1,251 @@
+"""Run outcome (issue 12 item 5): a log that ends in an error is a `failed` run with a `run_failed` error alert
+quoting the error line; a completion line makes a run `completed`; a traceback the run went on after, or a
+shutdown complaint after a clean end, is neither. Fixtures of the shapes of the real misjudged logs (DeepSpeed
+SIGINT, verl's Hydra `Error executing job` with a later ResourceTracker complaint, torchrun's SIGHUP, swanlab's
+crash after the last step, a verl crash before any step), written here; the real logs are read in place."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collector import formats
+from collector.detect.engine import RunDetector
+from tests.conftest import REPO
+
+WILD = REPO.parent / "shared" / "real-runs-wild" / "files"
+LABELS = REPO / "tests" / "collector" / "detect" / "real_runs_expected.toml"
+
+HF_DICT = "{'loss': %s, 'grad_norm': 1.5, 'learning_rate': 5e-06, 'epoch': %s}\n"
+BAR = "\r %d%%|████      | %d/%d [00:10<00:10,  1.26s/it]"
+IGNORED_TAIL = (
+    "Exception ignored in: <function ResourceTracker.__del__ at 0x7fe5565f4fe0>\n"
+    "Traceback (most recent call last):\n"
+    '  File "/env/lib/python3.12/site-packages/multiprocess/resource_tracker.py", line 80, in __del__\n'
+    "AttributeError: '_thread.RLock' object has no attribute '_recursion_count'\n"
+)
+
+
+def _deepspeed_sigint() -> str:
+    kills = "".join(
+        f"[2025-02-20 20:27:13,{i:03d}] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 26063{i}\n"
+        for i in range(4)
+    )
+    return (
+        "[INFO] DeepSpeed config\n" + HF_DICT % (0.6931, 0.01) + kills + "[2025-02-20 20:27:14,902] [INFO] "
+        "[launch.py:328:sigkill_handler] Main process received SIGINT, exiting\n"
+    )
+
+
+def _verl_connection_crash() -> str:
+    steps = "".join(
+        f"(TaskRunner pid=1) step:{s} - actor/grad_norm:0.3 - critic/score/mean:0.06 - "
+        f"response_length/clip_ratio:0.05\n"
+        for s in (1, 2)
+    )
+    return (
+        "Training Progress:  17%|█▋  | 2/12 [22:35<1:51:07, 666.75s/it]\n"
+        + steps
+        + "Error executing job with "
+        "overrides: ['algorithm.adv_estimator=grpo']\n"
+        "(TaskRunner pid=1) some worker output\n" * 10 + "Traceback (most recent call last):\n"
+        '  File "/verl/trainer/main_ppo.py", line 42, in main\n'
+        "    run_ppo(config)\n"
+        "requests.exceptions.ChunkedEncodingError: ('Connection broken: IncompleteRead(0 bytes read)')\n"
+        "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n" + IGNORED_TAIL
+    )
+
+
+def _torchrun_sighup() -> str:
+    dicts = "".join(HF_DICT % (0.5 - 0.01 * i, 0.1 * i) for i in range(6))
+    return (
+        dicts + "Traceback (most recent call last):\n"
+        '  File "/venv/bin/torchrun", line 8, in <module>\n'
+        "    sys.exit(main())\n"
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 12152 got signal: 1\n"
+    )
+
+
+def _swanlab_crash() -> str:
+    dicts = "".join(HF_DICT % (1.2 - 0.1 * i, 0.1 * i) + BAR % (10 * i, 10 * i, 100) for i in range(1, 10))
+    return (
+        dicts + BAR % (100, 100, 100) + "swanlab: Error happened while training\n"
+        "swanlab: View run at https://swanlab.cn/@someone/project/runs/abc\n"
+        "Error in sys.excepthook:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/swanlab/data/callbacker/callback.py", line 81, in _except\n'
+    )
+
+
+def _verl_init_crash() -> str:
+    return (
+        "(TaskRunner pid=7) Loading the model\n"
+        "Error executing job with overrides: ['data.train_batch_size=8']\n"
+        "Traceback (most recent call last):\n"
+        '  File "/verl/trainer/main_ppo.py", line 105, in main\n'
+        "ray.exceptions.RayTaskError(AssertionError): ray::main_task() (pid=2105103)\n"
+        '  File "/verl/single_controller/ray/base.py", line 274, in _init_with_resource_pool\n'
+        "AssertionError: failed to get register_center_actor: V9zrH5_register_center in []\n"
+        "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    )
+
+
+def _warning_then_training() -> str:
+    """A harmless warning traceback (a logger's), then training goes on and ends with its summary."""
+    first = "".join(HF_DICT % (0.9 - 0.01 * i, 0.1 * i) for i in range(5))
+    rest = "".join(HF_DICT % (0.8 - 0.01 * i, 0.5 + 0.1 * i) for i in range(5))
+    return (
+        first + "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/wandb/sdk/internal/sender.py", line 90, in send\n'
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n" + rest + "{'train_runtime': 100.0, "
+        "'train_samples_per_second': 1.0, 'train_loss': 0.7, 'epoch': 1.0}\n"
+    )
+
+
+def _verl_sft_clean_end() -> str:
+    steps = "".join(f"step:{s} - train/loss:{1.0 / s} - train/lr(1e-3):0.1\n" for s in range(1, 21))
+    return (
+        steps + "step:20 - val/loss:0.05\nFinal validation metrics: {'val/loss': 0.05}\n"
+        "wandb: Run summary:\n" + IGNORED_TAIL + "\nexit code: 0\n"
+    )
+
+
+def _llamafactory_done() -> str:
+    return "".join(
+        json.dumps({"current_steps": s, "total_steps": 50, "loss": 1.0 / s, "lr": 1e-5, "percentage": 2 * s})
+        + "\n"
+        for s in range(5, 55, 5)
+    )
+
+
+FAILED = {
+    "deepspeed_sigint/dpo.log": (_deepspeed_sigint, "Main process received SIGINT", "SIGINT"),
+    "verl_crash/train.log": (_verl_connection_crash, "ChunkedEncodingError", "stopped answering"),
+    "torchrun_sighup/grpo.log": (_torchrun_sighup, "got signal: 1", "SIGHUP"),
+    "swanlab/sft.log": (_swanlab_crash, "swanlab: Error happened while training", "traceback"),
+    "verl_init/grpo.log": (_verl_init_crash, "AssertionError: failed to get register_center_actor", "before"),
+}
+ENDED_WELL = {
+    "warning_traceback/train.log": _warning_then_training,
+    "verl_sft/train.log": _verl_sft_clean_end,
+    "llamafactory/trainer_log.jsonl": _llamafactory_done,
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory) -> dict[str, dict]:
+    """Every fixture run judged in one `python -m collector check ROOT --json` (the real collector path)."""
+    root = tmp_path_factory.mktemp("outcomes")
+    for rel, make in [*((k, v[0]) for k, v in FAILED.items()), *ENDED_WELL.items()]:
+        (root / rel).parent.mkdir(parents=True)
+        (root / rel).write_text(make())
+    done = subprocess.run(
+        [sys.executable, "-m", "collector", "check", str(root), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.stdout, done.stderr
+    return {r["run"]: r for r in json.loads(done.stdout)["runs"]}
+
+
+@pytest.mark.parametrize("rel", sorted(FAILED))
+def test_a_log_ending_in_an_error_is_a_failed_run_with_an_alert_quoting_it(verdicts, rel):
+    _, quoted, advice = FAILED[rel]
+    run = verdicts[rel.split("/")[0]]
+    assert run["status"] == "failed", run
+    failed = [a for a in run["alerts"] if a["rule"] == "run_failed"]
+    assert len(failed) == 1 and failed[0]["severity"] == "error", run["alerts"]
+    message = failed[0]["message"]
+    lines = FAILED[rel][0]().split("\n")  # file lines: a carriage return does not end one
+    line = next(i for i, text in enumerate(lines, start=1) if quoted in text)
+    assert quoted in message and f"{rel.split('/')[1]}, line {line})" in message, message
+    assert advice in message, message
+
+
+def test_a_shutdown_complaint_after_the_real_error_does_not_hide_it(verdicts):
+    message = next(a for a in verdicts["verl_crash"]["alerts"] if a["rule"] == "run_failed")["message"]
+    assert "RLock" not in message and "after step 2" in message
+
+
+@pytest.mark.parametrize("rel", sorted(ENDED_WELL))
+def test_a_run_that_ended_well_is_completed_without_a_failure_alert(verdicts, rel):
+    run = verdicts[rel.split("/")[0]]
+    assert run["status"] == "completed", run
+    assert not [a for a in run["alerts"] if a["rule"] == "run_failed"], run["alerts"]
+
+
+def test_the_failure_alert_closes_when_the_log_goes_on_after_the_error():
+    det = RunDetector("r")
+    error = {"line": 9, "text": "RuntimeError: boom", "file": "train.log"}
+    opened = det.note_outcome(None, {"current_step": 5, "error": error})
+    assert [(e.rule, e.active) for e in opened] == [("run_failed", True)]
+    assert "RuntimeError: boom" in opened[0].message and "train.log, line 9" in opened[0].message
+    assert det.note_outcome(None, {"current_step": 5, "error": error}) == []  # the same error: no new event
+    closed = det.note_outcome(None, {"current_step": 6})
+    assert [(e.rule, e.active) for e in closed] == [("run_failed", False)]
+
+
+def test_a_status_file_saying_failed_is_a_run_failed_alert():
+    det = RunDetector("r")
+    events = det.note_outcome("failed", {"state": "failed", "error": "RuntimeError: CUDA out of memory"})
+    assert events[0].rule == "run_failed" and "Out of GPU memory" in events[0].message
+    assert det.note_outcome("running", {"state": "running", "error": None})[0].active is False
+
+
+def _healthy_console_logs() -> list[str]:
+    import tomllib
+
+    labels = tomllib.loads(LABELS.read_text())
+    return sorted(
+        name
+        for name, label in labels.items()
+        if label["corpus"] == "real-runs-wild" and label["format"] in ("hf_console", "verl_console")
+        and label["healthy"]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", _healthy_console_logs())
+def test_no_healthy_real_console_log_ends_in_an_error(name):
+    data = (WILD / name).read_bytes()
+    fmt = (
+        formats.get("hf_console") if formats.get("hf_console").sniff(data[:65536]) else formats.get("console")
+    )
+    info = fmt.run_info(fmt.parse(data, 1, path=name).info)
+    assert not (info.status_info or {}).get("error"), info.status_info
+
+
+def test_every_real_console_log_labelled_failed_ends_in_its_error():
+    import tomllib
+
+    labels = tomllib.loads(LABELS.read_text())
+    failed = [n for n, label in labels.items() if label.get("status") == "failed"]
+    assert len(failed) == 5
+    for name in failed:
+        data = (WILD / name).read_bytes()
+        hf = formats.get("hf_console")
+        fmt = hf if hf.sniff(data[:65536]) else formats.get("console")
+        error = (fmt.run_info(fmt.parse(data, 1, path=name).info).status_info or {}).get("error")
+        assert error and error["file"] == name, name
+        assert "RLock" not in error["text"] and not error["text"].startswith("Traceback"), error
+
+
+def test_run_failed_needs_no_real_path(tmp_path: Path):
+    """The alert's text names the file as the collector knows it (here a local path)."""
+    log = tmp_path / "r" / "train.log"
+    log.parent.mkdir()
+    log.write_text(_torchrun_sighup())
+    done = subprocess.run(
+        [sys.executable, "-m", "collector", "check", str(log.parent), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    alerts = json.loads(done.stdout)["runs"][0]["alerts"]
+    assert any(str(log) in a["message"] for a in alerts if a["rule"] == "run_failed"), alerts
