@@ -51,6 +51,7 @@ MODULES = (
     "run_config",
     "checkpoint_marker",
     "mlflow_entry",
+    "mlflow_meta",
 )
 
 

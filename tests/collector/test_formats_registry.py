@@ -72,6 +72,7 @@ def test_each_format_says_what_its_info_means_for_the_run():
         "checkpoint_marker",
         "platform_status",
         "mlflow_entry",
+        "mlflow_meta",
     }
 
 

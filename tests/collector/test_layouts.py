@@ -191,7 +191,17 @@ def test_an_mlflow_file_store_run_is_one_run_with_its_metrics_params_and_tags(tm
     (run / "params").mkdir()
     (run / "tags").mkdir()
     (root / "mlruns" / "0" / "meta.yaml").write_text("name: Default\n")
-    (run / "meta.yaml").write_text("run_id: 4f1c2e\nstatus: 1\n")
+    (run / "meta.yaml").write_text(
+        "end_time: null\nexperiment_id: '0'\nlifecycle_stage: active\nrun_id: 4f1c2e\nrun_name: sft-7b\n"
+        "start_time: 1732431600000\nstatus: 1\n"
+    )
+    other = root / "mlruns" / "0" / "9a0b"  # a second run of the experiment, which failed
+    (other / "metrics").mkdir(parents=True)
+    (other / "meta.yaml").write_text(
+        "end_time: 1732431650000\nexperiment_id: '0'\nrun_id: 9a0b\nrun_name: sft-lr-high\n"
+        "start_time: 1732431600000\nstatus: 4\n"
+    )
+    (other / "metrics" / "loss").write_text("1732431600000 2.0 0\n1732431601000 nan 1\n")
     (run / "metrics" / "train" / "loss").write_text(
         "".join(f"{1732431600000 + s} {2.0 - s / 10} {s}\n" for s in range(10))
     )
@@ -200,11 +210,21 @@ def test_an_mlflow_file_store_run_is_one_run_with_its_metrics_params_and_tags(tm
     (run / "tags" / "mlflow.runName").write_text("sft-7b")
     db = tmp_path / "rw.duckdb"
     summary = json.loads(cli(db, "ingest", str(root), "--json").stdout)
-    assert summary["runs"] == ["mlruns/0/4f1c2e"]
+    assert summary["runs"] == ["mlruns/0/4f1c2e", "mlruns/0/9a0b"]
     detail = run_detail(db, "mlruns/0/4f1c2e")
     assert {m["metric"]: m["points"] for m in detail["metrics"]} == {"train/loss": 10, "eval_loss": 1}
-    assert detail["config"] == {"params.learning_rate": "0.0001", "tags.mlflow.runName": "sft-7b"}
-    assert [Path(f["path"]).name for f in detail["skipped_files"]] == ["meta.yaml"]
+    assert detail["config"] == {
+        "params.learning_rate": "0.0001",
+        "tags.mlflow.runName": "sft-7b",
+        "run_name": "sft-7b",
+    }
+    assert detail["skipped_files"] == []  # meta.yaml is read: the run's name, status and times
+    assert (detail["status"], detail["status_info"]["mlflow_status"]) == ("running", "RUNNING")
+    assert detail["status_info"]["start_time"] == 1732431600.0
+    failed = run_detail(db, "mlruns/0/9a0b")
+    assert (failed["status"], failed["status_info"]["end_time"]) == ("failed", 1732431650.0)
+    assert failed["config"] == {"run_name": "sft-lr-high"}
+    assert {m["metric"]: m["points"] for m in failed["metrics"]} == {"loss": 2}
     assert run_for_path(run / "metrics" / "train" / "loss", [root]).id == "mlruns/0/4f1c2e"
 
 

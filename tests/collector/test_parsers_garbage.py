@@ -26,6 +26,8 @@ SAMPLES = {
     "platform_status": b'{"job_id": "j", "status": "running", "current_step": 3, "updated_at": "2026-11-24T07:00:00Z"}',
     "mlflow_metric": b"1732431600000 2.5 1\n1732431601000 nan 2\n",
     "mlflow_entry": b"0.0001\n",
+    "mlflow_meta": b"end_time: null\nexperiment_id: '0'\nrun_id: 4f1c2e\nrun_name: sft\nstart_time: 1732431600000\n"
+    b"status: 1\n",
 }
 # Formats whose parser reads the metric (or param) name from the file's path.
 PATHS = {"mlflow_metric": "/r/mlruns/0/abc/metrics/train/loss", "mlflow_entry": "/r/mlruns/0/abc/params/lr"}

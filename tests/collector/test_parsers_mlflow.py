@@ -58,3 +58,81 @@ def test_params_and_tags_are_configuration():
     assert (
         mlflow_entry.parse(b"\xff\xfe", path=RUN + "params/x").bad[0].reason.startswith("param x: non-UTF-8")
     )
+
+
+# A run folder's meta.yaml as MLflow's file store writes it (self-written, the shape of MLflow 2.x files).
+META = (
+    "artifact_uri: file:///home/me/mlruns/0/4f1c2e/artifacts\n"
+    "end_time: {end}\n"
+    "entry_point_name: ''\n"
+    "experiment_id: '0'\n"
+    "lifecycle_stage: active\n"
+    "run_id: 4f1c2e\n"
+    "run_name: sft-7b\n"
+    "run_uuid: 4f1c2e\n"
+    "source_name: ''\n"
+    "source_type: 4\n"
+    "source_version: ''\n"
+    "start_time: 1732431600000\n"
+    "status: {status}\n"
+    "tags: []\n"
+    "user_id: me\n"
+)
+
+
+def test_meta_yaml_gives_the_runs_name_status_and_times():
+    from collector.formats import mlflow_meta
+
+    done = mlflow_meta.parse(META.format(end=1732431700000, status=3).encode())
+    assert done.bad == [] and len(done.points) == 0
+    assert done.info == {
+        "run_id": "4f1c2e",
+        "experiment_id": "0",
+        "lifecycle_stage": "active",
+        "user_id": "me",
+        "run_name": "sft-7b",
+        "mlflow_status": "FINISHED",
+        "state": "completed",
+        "start_time": 1732431600.0,
+        "end_time": 1732431700.0,
+        "updated_at": 1732431700.0,
+    }
+    facts = mlflow_meta.run_info(done.info)
+    assert (facts.status, facts.config_part) == ("completed", {"run_name": "sft-7b"})
+    running = mlflow_meta.parse(META.format(end="null", status=1).encode()).info
+    assert (running["state"], "end_time" in running, running["updated_at"]) == (
+        "running",
+        False,
+        1732431600.0,
+    )
+    words = {n: mlflow_meta.parse(META.format(end="null", status=n).encode()).info for n in (2, 4, 5)}
+    assert [(w["mlflow_status"], w.get("state")) for w in words.values()] == [
+        ("SCHEDULED", None),
+        ("FAILED", "failed"),
+        ("KILLED", "failed"),
+    ]
+    # an older writer: the name under `name:`, the status as a word
+    old = mlflow_meta.parse(b"name: first\nrun_uuid: ab\nexperiment_id: '1'\nstatus: FAILED\n").info
+    assert (old["run_name"], old["state"]) == ("first", "failed")
+
+
+def test_meta_yaml_that_cannot_be_read_is_one_bad_line_and_read_again():
+    from collector.formats import mlflow_meta
+
+    for data, reason in (
+        (b"\xff\xfe", "non-UTF-8"),
+        (b"", "no `key: value`"),
+        (b"- a\n- b\n", "no `key: value`"),
+    ):
+        result = mlflow_meta.parse(data)
+        assert result.consumed == 0 and reason in result.bad[0].reason, data
+
+
+def test_only_a_runs_meta_yaml_is_sniffed():
+    from collector.formats import mlflow_meta
+
+    assert mlflow_meta.sniff(META.format(end="null", status=1).encode())
+    experiment = (
+        b"artifact_location: file:///m/mlruns/0\nexperiment_id: '0'\nlifecycle_stage: active\nname: Default\n"
+    )
+    assert not mlflow_meta.sniff(experiment)
