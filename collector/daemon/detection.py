@@ -41,6 +41,7 @@ class Detection:
         self.thresholds = thresholds_for(self.db)  # shared with the API: detection and advice agree
         self.detectors: dict[str, RunDetector] = {}
         self.run_dirs: dict[str, Path] = {}
+        self.hf_own_state: dict[str, Path | None] = {}  # the runs of reused HF output folders (`Ingestor`)
         self.status: dict[str, dict] = {}
         self.reachable: Callable[[str], bool] = lambda run: True  # False while a remote run's host is down
         self.run_info: dict[str, dict] = {}
@@ -162,7 +163,7 @@ class Detection:
         run_dir = self.run_dirs.get(run)
         if run_dir is None or not run_dir.is_dir():
             return
-        index = scan_checkpoints(run_dir)
+        index = scan_checkpoints(run_dir, self.hf_own_state.get(run), reused=run in self.hf_own_state)
         items = [
             {
                 "step": c.step,

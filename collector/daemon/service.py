@@ -66,6 +66,7 @@ class Collector:
             on_backlog=self.detection.backlog_added,
         )
         self.detection.run_dirs = self.ingestor.run_dirs
+        self.detection.hf_own_state = self.ingestor.hf_own_state
         self.detection.reachable = self._reachable
         self._stop = threading.Event()
         self._requests: list[Path] = []

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from collector import formats
-from collector.formats import layouts, peek, unread
+from collector.formats import hf_lineage, layouts, peek, unread
 from collector.formats.peek import classify
+from collector.formats.run_ids import as_path, rel_id, root_name, root_of
 
 # Folders that never hold a run's own metrics: checkpoints, model exports, other tools' state.
 SKIP_DIRS = {"huggingface", "wandb", ".git", "node_modules", "__pycache__"}
@@ -35,6 +36,9 @@ class Source:
     path: Path
     format: str
     role: str
+    # What the file's neighbours say that its parser needs (an HF console log's `logging_steps`, from the
+    # trainer_state.json beside it): the parser's state on a read from the file's start.
+    context: dict | None = None
 
 
 @dataclass(slots=True)
@@ -50,6 +54,10 @@ class Run:
     file: Path | None = None  # set when the run is one file by itself (its `dir` is that file's folder)
     # Files of the run's folder that are not read, each with the reason a person sees (see `unread`).
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    # One of the runs of an HF output folder several runs reused (`hf_lineage`): its newest state (None
+    # while it has saved nothing), which tells its checkpoints from the other runs'.
+    reused: bool = False
+    own_state: Path | None = None
 
     @property
     def path(self) -> Path:
@@ -74,12 +82,12 @@ def find_runs(roots: list[Path]) -> list[Run]:
     """
     found: list[Run] = []
     for root in roots:
-        root = _as_path(root)
+        root = as_path(root)
         if root.is_file():
             found.extend(_file_root_runs(root))
             continue
         for dirpath, dirnames, _ in _walk(root):
-            dirpath = _as_path(dirpath)
+            dirpath = as_path(dirpath)
             has_wandb = WANDB_DIR in dirnames
             dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(d))
             if layouts.is_mlflow_run(dirpath):
@@ -118,8 +126,8 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
     to that run, and so does such a folder itself, so checkpoint changes can be noticed; files under `wandb/`,
     `.git` and the like belong to none.
     """
-    path = _as_path(path)
-    root = _root_of(path, roots)
+    path = as_path(path)
+    root = root_of(path, roots)
     if root is None:
         return None
     if root == path:
@@ -156,7 +164,7 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
     if layouts.under_hf_logging(run_dir, root):
         return None  # find_runs does not look in there either
     runs = _runs_in_dir(run_dir, root)
-    folder_id = _rel_id(run_dir, root)
+    folder_id = rel_id(run_dir, root)
     for run in runs:
         if in_checkpoint and run.id == folder_id:
             return _with_unique_id(run, roots)
@@ -218,9 +226,7 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     for job, job_files in jobs.items():
         metrics_file, metrics_format = next((p, fmt) for p, fmt in job_files if not _is_meta(fmt))
         sources = [Source(p, fmt, "meta" if _is_meta(fmt) else "metrics") for p, fmt in job_files]
-        runs.append(
-            Run(_rel_id(folder / job, root), root, folder, metrics_format, sources, file=metrics_file)
-        )
+        runs.append(Run(rel_id(folder / job, root), root, folder, metrics_format, sources, file=metrics_file))
     files = [(p, fmt) for p, fmt in files if not any((p, fmt) in f for f in jobs.values())]
     # A folder holding nothing readable but JSONL files is a verl project folder (`<project>/<experiment>.jsonl`,
     # verl's default): one run per file, whatever the count, so ids stay put when the next experiment
@@ -233,7 +239,7 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
         if path in hf_file_runs or (fmt == "jsonl" and jsonl_are_runs):
             # `<experiment>.jsonl.1`, a rotated earlier life, belongs to the run of `<experiment>.jsonl`.
             base = Path(formats.unrotated(path))
-            run_id = _rel_id(base.with_suffix(""), root)
+            run_id = rel_id(base.with_suffix(""), root)
             if run_id in file_runs:
                 file_runs[run_id].sources.append(Source(path, fmt, "metrics"))
                 continue
@@ -241,19 +247,53 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             runs.append(file_runs[run_id])
         else:
             folder_files.append((path, fmt))
-    if hf_checkpoints and not any(fmt == "hf_trainer_state" for _, fmt in folder_files):
-        # HF Trainer output folder without a top-level state: its newest checkpoint's state is the history.
-        folder_files.append((max(hf_checkpoints)[1], "hf_trainer_state"))
+    split = hf_lineage.split_folder(folder, real_root, folder_files, hf_checkpoints)
+    if split:
+        # Several runs wrote this output folder: the current one is the folder's run, the others their own.
+        current = split[-1]
+        top = folder / HF_STATE_NAME
+        folder_files = [(p, fmt) for p, fmt in folder_files if p != top]
+        folder_files += [(current.source, "hf_trainer_state")] if current.source else []
+        folder_files += [(life, "hf_tensorboard") for life in current.lives]
+        for other in split[:-1]:
+            files = [(other.source, "hf_trainer_state"), *((life, "hf_tensorboard") for life in other.lives)]
+            sources = [Source(p, fmt, "metrics") for p, fmt in files]
+            run_id = rel_id(folder, root) + f"/run-to-{other.last_step}"
+            run_id += (
+                f"-{sum(r.id.startswith(run_id) for r in runs) + 1}"
+                if any(r.id == run_id for r in runs)
+                else ""
+            )
+            fmt = "hf_trainer_state"
+            runs.append(
+                Run(
+                    run_id, root, folder, fmt, sources, file=other.source, reused=True, own_state=other.source
+                )
+            )
+    elif hf_checkpoints and not any(fmt == "hf_trainer_state" for _, fmt in folder_files):
+        # HF Trainer output folder without a top-level state: its newest checkpoint's state is the history
+        # (the most recently written: a resume rewound to an earlier checkpoint left later ones behind).
+        folder_files.append(
+            (max(hf_checkpoints, key=lambda c: (hf_lineage.mtime_of(c[1]), c[0]))[1], "hf_trainer_state")
+        )
 
-    if any(fmt != "checkpoint_marker" for _, fmt in folder_files) or (claimed and not runs):
+    if any(fmt != "checkpoint_marker" for _, fmt in folder_files) or (claimed and not runs) or split:
         run = _folder_run(folder, root, folder_files, claimed)
-        if _is_hf_output(run):
+        if split:
+            run.reused, run.own_state = True, split[-1].source
+        elif _is_hf_output(run):
             # The HF Trainer's own TensorBoard logging: the run's live view (trainer_state.json is written
             # only at saves), read into the trainer_state's metric names (see `hf_tensorboard`).
             run.sources.extend(
                 Source(path, "hf_tensorboard", "metrics")
                 for path in layouts.hf_logging_files(folder, real_root)
             )
+        if any(s.format == "hf_console" and s.role == "metrics" for s in run.sources):
+            own = split[-1].source if split else None
+            context = hf_lineage.console_context(own, [p for _, p in sorted(hf_checkpoints)], files)
+            run.sources = [
+                replace(s, context=context) if s.format == "hf_console" else s for s in run.sources
+            ]
         run.skipped = [*_copies_not_read(run), *skipped]
         runs.insert(0, run)
     return runs
@@ -274,7 +314,7 @@ def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]], claimed
     read = sorted({s.format for s in sources if s.role == "metrics"}, key=formats.rank)
     present = sorted({fmt for _, fmt in files}, key=formats.rank)
     run_format = (read or present or [claimed])[0]
-    return Run(_rel_id(folder, root), root, folder, run_format, sources)
+    return Run(rel_id(folder, root), root, folder, run_format, sources)
 
 
 def _copies_not_read(run: Run) -> list[tuple[Path, str]]:
@@ -297,25 +337,20 @@ def _file_root_runs(path: Path) -> list[Run]:
     return [Run(path.stem, path, path.parent, fmt, [Source(path, fmt, "metrics")], file=path)]
 
 
-def _rel_id(path: Path, root: Path) -> str:
-    rel = path.relative_to(root)
-    return root.name if rel == Path(".") else rel.as_posix()
-
-
 def _prefix_colliding_ids(runs: list[Run], roots: list[Path]) -> list[Run]:
     roots_of_id: dict[str, set[Path]] = {}
     for run in runs:
         roots_of_id.setdefault(run.id, set()).add(run.root)
     for run in runs:
         if len(roots_of_id[run.id]) > 1:
-            run.id = f"{_root_name(run.root)}/{run.id}"
+            run.id = f"{root_name(run.root)}/{run.id}"
     return sorted(runs, key=lambda r: r.id)
 
 
 def _with_unique_id(run: Run, roots: list[Path]) -> Run:
     """Prefix the run's id with its root's name when another root has a run with the same id."""
     for other in roots:
-        other = _as_path(other)
+        other = as_path(other)
         if other == run.root:
             continue
         if other.is_file():
@@ -326,32 +361,9 @@ def _with_unique_id(run: Run, roots: list[Path]) -> Run:
             folders = {f for f in folders if f.is_dir() and not layouts.under_hf_logging(f, other)}
             others = [o for folder in folders for o in _runs_in_dir(folder, other)]
         if any(o.id == run.id for o in others):
-            run.id = f"{_root_name(run.root)}/{run.id}"
+            run.id = f"{root_name(run.root)}/{run.id}"
             break
     return run
-
-
-def _root_name(root: Path) -> str:
-    return root.stem if root.is_file() else root.name
-
-
-def _root_of(path: Path, roots: list[Path]) -> Path | None:
-    best: Path | None = None
-    for root in roots:
-        root = _as_path(root)
-        same_machine = getattr(path, "host", None) is getattr(root, "host", None)  # (a remote path's host)
-        if (
-            same_machine
-            and (path == root or path.is_relative_to(root))
-            and (best is None or len(root.parts) > len(best.parts))
-        ):
-            best = root
-    return best
-
-
-def _as_path(path) -> Path:
-    """`path` as a Path; a path object of another machine (a remote root's `RemotePath`) is kept as it is."""
-    return path if isinstance(path, PurePath) else Path(path)
 
 
 def _scandir(folder: Path):

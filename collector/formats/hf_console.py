@@ -8,7 +8,8 @@
 The dicts carry no step. When the progress bar moves between every two logged dicts (stdout and stderr
 written in order), a dict's step is the bar's count when it was printed; when the dicts come in clumps
 (stdout block-buffered apart from the bar's stderr), the step is the dict's position times `logging_steps`
-(1 when the log does not say). The file decides which at its first logged dict, by what comes next: the
+(as the log prints it, else the trainer_state.json beside the log says: discovery hands it as the `state`
+of a read from the file's start, else 1). The file decides which at its first logged dict, by what comes next: the
 training bar moving (steps from the bar) or another dict (steps by order); until the file says, that dict is
 held back (not consumed). With no training bar before it, or one already finished, it is order at once.
 """

@@ -3,9 +3,8 @@
 verl saves to `trainer.default_local_dir`, by default `checkpoints/<project_name>/<experiment_name>/` under the
 directory it was started from: a run folder holding such a tree, or whose `run.json` or Hydra config
 (`.hydra/config.yaml`) names the folder, has its checkpoints there. The Hub's `hub_strategy="checkpoint"`
-keeps the latest HF checkpoint in `last-checkpoint/`. One HF `output_dir` reused by several runs holds
-checkpoints each run's `trainer_state.json` describes with its own settings: only the run's own are its.
-Reads names and small JSON/YAML files only.
+keeps the latest HF checkpoint in `last-checkpoint/`. (Which HF checkpoints of an output folder reused by
+several runs are a run's own: `formats.hf_lineage`.) Reads names and small JSON/YAML files only.
 """
 
 from __future__ import annotations
@@ -15,9 +14,6 @@ import re
 from pathlib import Path
 
 LAST_CHECKPOINT = "last-checkpoint"
-HF_STATE = "trainer_state.json"
-# The settings that tell two HF runs in one output folder apart (a run keeps them across its checkpoints).
-RUN_SETTINGS = ("max_steps", "num_train_epochs", "train_batch_size", "logging_steps", "save_steps")
 _YAML_DIR = re.compile(r"^\s*default_local_dir:\s*['\"]?([^'\"#\n]+?)['\"]?\s*(?:#.*)?$", re.MULTILINE)
 _YAML_EXPERIMENT = re.compile(r"^\s*experiment_name:\s*['\"]?([^'\"#\n]+?)['\"]?\s*(?:#.*)?$", re.MULTILINE)
 
@@ -41,36 +37,6 @@ def checkpoint_folders(run_dir: Path) -> list[Path]:
         if folder.is_dir() and all(folder.resolve() != o.resolve() for o in out):
             out.append(folder)
     return out
-
-
-def hf_settings(state_path: Path) -> dict | None:
-    """An HF `trainer_state.json`'s run settings (`RUN_SETTINGS`) and its first logged entry, or None when
-    it cannot be read."""
-    try:
-        state = json.loads(state_path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    if type(state) is not dict:
-        return None
-    history = state.get("log_history")
-    first = history[0] if type(history) is list and history else None
-    return {key: state.get(key) for key in RUN_SETTINGS} | {
-        "first_log": first,
-        "global_step": state.get("global_step"),
-    }
-
-
-def other_run(own: dict | None, theirs: dict | None) -> str | None:
-    """Why a checkpoint whose state is `theirs` was written by another run than the one `own` describes
-    (None when it is the run's own, or either is unknown): different settings, or a different first log."""
-    if own is None or theirs is None:
-        return None
-    for key in RUN_SETTINGS:
-        if own.get(key) is not None and theirs.get(key) is not None and own[key] != theirs[key]:
-            return f"written by another run ({key} {theirs[key]}, this run's {own[key]})"
-    if own.get("first_log") and theirs.get("first_log") and own["first_log"] != theirs["first_log"]:
-        return "written by another run (its history starts differently)"
-    return None
 
 
 def _configured(run_dir: Path) -> tuple[str | None, str | None]:

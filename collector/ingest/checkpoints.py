@@ -15,13 +15,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.ingest.checkpoint_places import (
-    HF_STATE,
-    LAST_CHECKPOINT,
-    checkpoint_folders,
-    hf_settings,
-    other_run,
-)
+from collector.formats.hf_lineage import HF_STATE, other_run, state_facts
+from collector.ingest.checkpoint_places import LAST_CHECKPOINT, checkpoint_folders
 
 MARKER_NAME = "latest_checkpointed_iteration.txt"
 _VERL_DIR = re.compile(r"^global_step_(\d+)$")
@@ -54,11 +49,15 @@ class CheckpointIndex:
     other_runs: list[tuple[int, Path, str]] = field(default_factory=list)
 
 
-def scan_checkpoints(run_dir: Path) -> CheckpointIndex:
+def scan_checkpoints(run_dir: Path, own_state: Path | None = None, reused: bool = False) -> CheckpointIndex:
     """Index the run's checkpoint folders, sorted by step: those directly under `run_dir`, in the folder its
     config names and in verl's `checkpoints/<project>/<experiment>/` tree under it (see `checkpoint_places`),
     and `last-checkpoint/` at the step its trainer_state.json names (unless that `checkpoint-N/` is there too).
-    HF checkpoints another run wrote into the same output folder are left out (listed in `other_runs`).
+    HF checkpoints another run wrote into the same output folder are left out (listed in `other_runs`): those
+    whose trainer_state.json is not of the run `own_state` is (when discovery split a `reused` output folder
+    into runs, see `formats.hf_lineage`; with `reused` and no `own_state`, a run that saved nothing yet,
+    every HF checkpoint with a state is another run's), else not of the run of the folder's top-level state,
+    else of its most recently written checkpoint state.
 
     verl `global_step_N/` is complete when its `huggingface/` folder (or `actor/huggingface/`, as verl's RL
     trainer writes it) holds `config.json`, a tokenizer (`tokenizer.json` or `tokenizer_config.json`) and whole
@@ -74,7 +73,7 @@ def scan_checkpoints(run_dir: Path) -> CheckpointIndex:
         if index.latest_marker is None:
             index.latest_marker = _read_marker(folder / MARKER_NAME)
         _scan_folder(folder, index)
-    _drop_other_runs(run_dir, index)
+    _drop_other_runs(run_dir, index, own_state, reused)
     index.checkpoints.sort(key=lambda c: (c.step, c.kind))
     return index
 
@@ -99,7 +98,7 @@ def _scan_folder(folder: Path, index: CheckpointIndex) -> None:
         elif match := _HF_DIR.match(entry.name):
             step, kind = int(match.group(1)), "hf"
         elif entry.name == LAST_CHECKPOINT:
-            settings = hf_settings(path / HF_STATE)
+            settings = state_facts(path / HF_STATE)
             step, kind = (settings or {}).get("global_step"), "hf"
             if type(step) is not int:
                 continue
@@ -112,19 +111,26 @@ def _scan_folder(folder: Path, index: CheckpointIndex) -> None:
         index.checkpoints.append(Checkpoint(step, path, _total_bytes(path), problem is None, kind, problem))
 
 
-def _drop_other_runs(run_dir: Path, index: CheckpointIndex) -> None:
-    """Leave out HF checkpoints another run wrote into the same output folder (see `checkpoint_places`):
-    the run's own settings are its top-level trainer_state.json's, else its most recent checkpoint's."""
+def _drop_other_runs(run_dir: Path, index: CheckpointIndex, own_state: Path | None, reused: bool) -> None:
+    """Leave out HF checkpoints another run wrote into the same output folder (see `scan_checkpoints`)."""
     hf = [c for c in index.checkpoints if c.kind == "hf" and (c.path / HF_STATE).is_file()]
-    if len(hf) < 2 and not (run_dir / HF_STATE).is_file():
-        return
     top = run_dir / HF_STATE
-    reference = (
-        top if top.is_file() else max(hf, key=lambda c: (c.path / HF_STATE).stat().st_mtime).path / HF_STATE
-    )
-    own = hf_settings(reference)
+    if not reused:
+        if len(hf) < 2 and not top.is_file():
+            return
+        own_state = (
+            top
+            if top.is_file()
+            else max(hf, key=lambda c: (c.path / HF_STATE).stat().st_mtime).path / HF_STATE
+        )
+    own = state_facts(own_state) if own_state is not None else None
     for c in hf:
-        why = other_run(own, hf_settings(c.path / HF_STATE))
+        theirs = state_facts(c.path / HF_STATE)
+        why = (
+            other_run(own, theirs)
+            if own is not None
+            else "written by another run (this one saved nothing yet)"
+        )
         if why is not None:
             index.checkpoints.remove(c)
             index.other_runs.append((c.step, c.path, why))

@@ -46,10 +46,13 @@ def read_chunk(
     after_step: int,
     chunk_bytes: int,
     report: Report,
+    context: dict | None = None,
 ) -> bool:
     """Read the next chunk of `s` (its file as `st` saw it; `after_step` the run's highest stored step)
     through `fmt`'s parser into the open transaction, advancing `s`; True when more is waiting. Plain
-    appends wait in `cycle` for one insert of the whole cycle; bad lines are quarantined and reported."""
+    appends wait in `cycle` for one insert of the whole cycle; bad lines are quarantined and reported.
+    `context` (what the file's neighbours say, `discover.Source.context`) is the parser's state on a read
+    from the file's start."""
     whole = fmt.whole_document
     if whole:
         if (st.st_size, st.st_mtime) == (s.size, s.mtime) and s.offset == st.st_size:
@@ -62,11 +65,11 @@ def read_chunk(
         if fmt.lines and inside_line(s):
             return _skip_rest_of_long_line(cur, store, s, st, read_range(s.path, start, want), cycle)
     data = read_range(s.path, start, want)
-    result = _parse(fmt, s, data, 1 if whole else s.lines + 1)
+    result = _parse(fmt, s, data, 1 if whole else s.lines + 1, context)
     if not whole and result.consumed == 0 and len(data) >= want and st.st_size - start > want:
         # One line longer than a chunk: read more of it, up to a limit, then quarantine it.
         data = read_range(s.path, start, min(st.st_size - start, MAX_LINE_BYTES))
-        result = _parse(fmt, s, data, s.lines + 1)
+        result = _parse(fmt, s, data, s.lines + 1, context)
         if result.consumed == 0 and len(data) >= MAX_LINE_BYTES:
             end = data.find(b"\n")
             _skip_long_line(cur, store, s, data, end, report)
@@ -102,7 +105,8 @@ def read_chunk(
     s.points += len(result.points)
     cycle.saves.append(s)
     if result.points:
-        cycle.last_steps[run] = max(result.points.step)
+        # The highest step of the cycle (not of this file): a later file's step at or below it merges.
+        cycle.last_steps[run] = max(cycle.last_steps.get(run, result.points.step[0]), max(result.points.step))
         cycle.fresh.setdefault(run, Points()).extend(result.points)
     if result.info and fmt.run_info is not None:
         facts = fmt.run_info(result.info)
@@ -111,10 +115,10 @@ def read_chunk(
     return not whole and s.offset < st.st_size and result.consumed > 0
 
 
-def _parse(fmt: Format, s: SourceState, data: bytes, first_line: int) -> ParseResult:
+def _parse(fmt: Format, s: SourceState, data: bytes, first_line: int, context: dict | None) -> ParseResult:
     # The state a parser carries between reads (a CSV's header) is kept with the source, as JSON; a read
-    # from offset 0 starts without it.
-    state = json.loads(s.parser_state) if s.parser_state and s.offset else None
+    # from offset 0 starts from what the file's neighbours say (`context`), or with nothing.
+    state = json.loads(s.parser_state) if s.parser_state and s.offset else context
     result = fmt.parse(data, first_line, path=s.path, state=state)
     if result.state is not None:
         s.parser_state = json.dumps(result.state)

@@ -24,6 +24,7 @@ from collector import formats
 from collector.core.model import Format, Points, RunInfo
 from collector.formats import discover
 from collector.ingest import segments
+from collector.ingest.attribution import place_source
 from collector.ingest.bulk import BULK_BYTES, BULK_MIN_BYTES, BulkReader, scratch_dir
 from collector.ingest.bulk_csv import CsvBulkReader
 from collector.ingest.chunk import Cycle, read_chunk
@@ -71,6 +72,8 @@ class Ingestor:
         self.sources: dict[str, SourceState] = store.sources()
         self.roles: dict[str, str] = {}  # path -> "metrics" | "meta" | "ignored"
         self.run_dirs: dict[str, Path] = {}
+        self.hf_own_state: dict[str, Path | None] = {}  # runs of reused HF output folders -> own state
+        self.contexts: dict[str, dict | None] = {}  # path -> what its neighbours say (`Source.context`)
         self.max_step: dict[str, int] = store.max_steps()
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
         self.failures = Failures()  # files whose reads fail as a whole: retried with backoff
@@ -113,7 +116,7 @@ class Ingestor:
             str(run.root),
             str(run.path),
             run.format,
-            tuple((str(x.path), x.format, x.role) for x in run.sources),
+            tuple((str(x.path), x.format, x.role, str(x.context)) for x in run.sources),
             tuple((str(path), reason) for path, reason in run.skipped),
         )
         if self._registered.get(run.id) == known:
@@ -122,23 +125,21 @@ class Ingestor:
         self.run_dirs[run.id] = run.dir
         self.store.upsert_run(run.id, str(run.root), str(run.path), run.format)
         self.store.set_skipped_files(run.id, [(str(p), why, segments.size_of(p)) for p, why in run.skipped])
+        if run.reused:  # one of the runs of a reused HF output folder: which checkpoints are its own
+            self.hf_own_state[run.id] = run.own_state
         for source in run.sources:
             key = str(source.path)
             self.roles[key] = source.role
-            if source.role == "ignored":
-                continue
-            known = self.sources.get(key)
-            if known is None:
-                self.sources[key] = self.store.add_source(run.id, key, source.format)
-            elif known.run_id != run.id or known.format != source.format:
-                # Same file, new understanding of it: a run id prefixed after a collision keeps the position;
-                # a new format (a log whose first HF dict just came) reads the file again from the start.
-                fresh = self.store.add_source(run.id, key, source.format)
-                if known.format == source.format:
-                    fresh = dataclasses.replace(fresh, **segments.position(known))
-                else:
-                    fresh = dataclasses.replace(fresh, segment=known.segment + 1, points=known.points)
-                self.sources[key] = fresh
+            self.contexts[key] = source.context
+            if source.role != "ignored":  # (same file, new understanding of it: see `attribution`)
+                self.sources[key], moved = place_source(
+                    self.store, self.sources.get(key), run.id, key, source.format
+                )
+                if moved is not None:
+                    self.max_step[moved.run_id] = moved.last_step if moved.last_step is not None else -(2**62)
+                    self._event(
+                        key, f"belongs to run {run.id}: its points left run {moved.run_id}, read again"
+                    )
 
     # ---- reading ----------------------------------------------------------------------------------
 
@@ -260,7 +261,7 @@ class Ingestor:
             return bool(pending)
         self.sources[s.path] = done.source
         if done.points:
-            self.max_step[s.run_id] = done.last_step
+            self.max_step[s.run_id] = max(self.max_step.get(s.run_id, done.last_step), done.last_step)
             self._notify(self.on_backlog, s.run_id)
         return done.more
 
@@ -343,7 +344,8 @@ class Ingestor:
             return False
         # Points of this run already read in this transaction count as stored (one value per step).
         after = max(self.max_step.get(s.run_id, -(2**62)), cycle.last_steps.get(s.run_id, -(2**62)))
-        return read_chunk(cur, self.store, fmt, s, st, cycle, after, self.chunk_bytes, self._event)
+        context = self.contexts.get(s.path)
+        return read_chunk(cur, self.store, fmt, s, st, cycle, after, self.chunk_bytes, self._event, context)
 
     def _identity(self, cur, s: SourceState) -> os.stat_result | None:
         """Stat the file and start a new segment when it is no longer the file the offset belongs to."""

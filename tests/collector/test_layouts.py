@@ -266,3 +266,31 @@ def test_the_platforms_jobs_in_one_folder_are_runs_with_their_status(tmp_path):
     assert (one["status"], one["total_steps"], two["status"]) == ("completed", 3, "running")
     assert two["status_info"]["anomaly_reason"] == "reward flat" and two["status_info"]["state"] == "running"
     assert two["status_info"]["updated_at"] == 1795503609.0
+
+
+def test_an_hf_console_log_takes_logging_steps_from_the_trainer_state_beside_it(tmp_path):
+    # A real DPO console log whose dicts were flushed in clumps (iiicellled/Clean-Code-Qwen dpo.log), beside
+    # its run's trainer_state.json (logging_steps 10), both read from ../shared at test time.
+    from tests.conftest import SHARED
+
+    files = SHARED / "real-runs-wild" / "files"
+    folder = tmp_path / "root" / "dpo"
+    folder.mkdir(parents=True)
+    (folder / "dpo.log").write_bytes((files / "iiicellled__Clean-Code-Qwen__dpo.log").read_bytes())
+    state_file = (
+        "iiicellled__Clean-Code-Qwen__output_models-qwen-coder-simplifier-dpo-lora-trainer_state.json"
+    )
+    (folder / "dpo_trainer_state.json").write_bytes((files / state_file).read_bytes())
+    db = tmp_path / "rw.duckdb"
+    assert json.loads(cli(db, "ingest", str(tmp_path / "root"), "--json").stdout)["runs"] == [
+        "dpo",
+        "dpo/dpo_trainer_state",
+    ]
+    store = Store(db)
+    try:
+        loss = "SELECT step, value FROM points WHERE run_id = ? AND metric = 'loss' ORDER BY step"
+        console, state = store.rows(loss, ["dpo"]), store.rows(loss, ["dpo/dpo_trainer_state"])
+    finally:
+        store.close()
+    assert [s for s, _ in console] == list(range(10, 161, 10))  # (1..16 without the state beside it)
+    assert console == state

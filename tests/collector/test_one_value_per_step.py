@@ -95,3 +95,14 @@ def test_split_over_files_is_stored_as_one_file(tmp_path, monkeypatch, path):
         assert ingest(tmp_path, f"split{case}", split, path, grow=False) == one, f"case {case}"
         if path == "incremental" and case % 3 == 0:
             assert ingest(tmp_path, f"live{case}", split, path, grow=True) == one, f"case {case}, live"
+
+
+def test_a_file_ending_below_an_earlier_files_last_step_does_not_let_a_later_file_append_twice(tmp_path):
+    # Read in one transaction: a life to step 100, a resumed life's first file (steps 70-90), its second file
+    # (91-150). The second file's steps 91-100 are at or below the first file's, so they must merge.
+    def lines(steps: range, life: int) -> list[dict]:
+        return [{"step": s, "data": {"train/loss": s / 1000 + life}} for s in steps]
+
+    files = [lines(range(1, 101), 0), lines(range(70, 91), 1), lines(range(91, 151), 1)]
+    one_file = {("train/loss", line["step"]): line["data"]["train/loss"] for part in files for line in part}
+    assert ingest(tmp_path, "below", files, "incremental", grow=False) == one_file

@@ -92,6 +92,28 @@ def test_logging_steps_printed_in_the_log_spaces_the_ordered_steps():
     assert sorted({s for s, n, _, _ in rows if n == "loss"}) == [10, 20, 30]
 
 
+def test_logging_steps_from_the_trainer_state_beside_the_log_spaces_the_ordered_steps():
+    # discovery hands the trainer_state.json's logging_steps as the state of a read from the file's start
+    result = hf_console.parse(clumped_log(), state={"logging_steps": 5})
+    assert sorted(
+        {s for s, n in zip(result.points.step, result.points.metric, strict=True) if n == "loss"}
+    ) == [
+        5,
+        10,
+        15,
+    ]
+    assert result.state["logging_steps"] == 5  # and carried to the next read
+    # the log's own print of its arguments wins (it is about this very run)
+    printed = hf_console.parse(b"logging_steps=10,\n" + clumped_log(), state={"logging_steps": 5})
+    assert sorted(
+        {s for s, n in zip(printed.points.step, printed.points.metric, strict=True) if n == "loss"}
+    ) == [
+        10,
+        20,
+        30,
+    ]
+
+
 def test_a_traceback_after_the_last_dict_is_the_runs_error_until_it_logs_again():
     tail = b'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\nRuntimeError: CUDA error: an illegal memory access\n'
     data = aligned_log().replace(b"{'train_runtime'", b"{'x': 1}\n{'nothing'") + tail

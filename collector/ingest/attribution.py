@@ -1,0 +1,51 @@
+"""Which run a file is read into, when discovery's answer for a known file changes.
+
+Three changes, three answers: a run renamed (its id gained or lost a root's name after an id collision) keeps
+the file's position; a file now read in another format (a log whose first HF dict just came) is read again
+from its start; a file found to belong to another run (an HF output folder reused by several runs, split once
+the evidence shows, `formats.hf_lineage`) leaves its points' old run and is read again into its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from collector.ingest import segments
+from collector.store.db import SourceState, Store
+from collector.store.reattribute import forget_source_points
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Moved:
+    """A file moved out of `run_id`, whose highest step left is now `last_step` (None: no point left)."""
+
+    run_id: str
+    last_step: int | None
+    path: str
+
+
+def place_source(
+    store: Store, known: SourceState | None, run_id: str, path: str, fmt: str
+) -> tuple[SourceState, Moved | None]:
+    """The state of the file `path` as a source of `run_id` in format `fmt`, given what was `known` of it;
+    and, when it moved from another run, that run's new last step (its points are gone from it, in the
+    same transaction that sets the file's position back to its start)."""
+    if known is None:
+        return store.add_source(run_id, path, fmt), None
+    if known.run_id == run_id and known.format == fmt:
+        return known, None
+    with store.transaction() as cur:
+        fresh = store.add_source(run_id, path, fmt)
+        if known.format != fmt:
+            return dataclasses.replace(fresh, segment=known.segment + 1, points=known.points), None
+        if _renamed(known.run_id, run_id):
+            return dataclasses.replace(fresh, **segments.position(known)), None
+        last = forget_source_points(cur, known.run_id, known.id)
+        fresh = dataclasses.replace(fresh, segment=known.segment + 1)
+        store.save_source(cur, fresh)
+    return fresh, Moved(known.run_id, last, path)
+
+
+def _renamed(old: str, new: str) -> bool:
+    """Whether `new` is `old` with a root's name put before it or taken away (an id collision's prefix)."""
+    return new.endswith("/" + old) or old.endswith("/" + new)
