@@ -213,3 +213,45 @@ def test_lineages_of_the_real_reused_folders_in_the_corpus():
         files / "syGOAT__Mistral-v0.2-Translator-bf16__trainer_state.json",
     ]
     assert len(hf_lineage.lineages(states, [])) == 1
+
+
+def test_a_live_collector_splits_the_folder_when_a_new_run_saves_into_it(tmp_path):
+    # `collector serve` (a real process, real watchdog) reads run A as the folder's run; then run B writes
+    # its TensorBoard life and saves its first checkpoint into the same folder while the collector watches.
+    from tests.collector.test_daemon_support import Daemon, wait_for
+
+    root = tmp_path / "root"
+    out = root / "out"
+    a = history(range(10, 201, 10), 2.0, 200)
+    save(out, "checkpoint-200/trainer_state.json", state(a, 200), T0 + 200)
+    save(out, "trainer_state.json", state(a, 200), T0 + 201)
+    daemon = Daemon(tmp_path / "rw.duckdb", [root]).start()
+    try:
+        client = daemon.client()
+
+        def loss(run: str) -> list:
+            found = client.get(f"/api/runs/{run}/metrics", {"metric": "loss", "points": 1000})["series"]
+            return list(zip(found[0]["steps"], found[0]["values"], strict=True)) if found else []
+
+        wait_for(lambda: len(loss("out")) == 20, "run A's 20 points under out")
+        b = history(range(10, 101, 10), 3.0, 300)
+        life(out, int(T0 + 1000), {e["step"]: e["loss"] for e in b[:3]}, T0 + 1030)
+        save(out, "checkpoint-100/trainer_state.json", state(b, 300, batch=4), T0 + 1100)
+        wait_for(lambda: {r["id"] for r in client.get("/api/runs")} == {"out", "out/run-to-200"}, "the split")
+        wait_for(
+            lambda: loss("out") == [(e["step"], e["loss"]) for e in b], "out holding run B's points only"
+        )
+        assert loss("out/run-to-200") == [(e["step"], e["loss"]) for e in a]
+        wait_for(
+            lambda: [c["step"] for c in client.get("/api/runs/out/checkpoints")["checkpoints"]] == [100],
+            "out's own checkpoint",
+        )
+        wait_for(
+            lambda: (
+                [c["step"] for c in client.get("/api/runs/out/run-to-200/checkpoints")["checkpoints"]]
+                == [200]
+            ),
+            "the earlier run's own checkpoint (its checkpoint-100 was overwritten by run B)",
+        )
+    finally:
+        daemon.ensure_stopped()
