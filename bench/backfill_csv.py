@@ -7,9 +7,10 @@ an empty cell otherwise); 1.1M steps are ~100 MB. Timed, taking turns (--rounds,
             read back through `python -m collector runs/metrics --json` and compared with the file's;
   duckdb    DuckDB's own read_csv + UNPIVOT into the collector's own tables (the yardstick), in an
             interpreter of its own.
-`--repo PATH` times another checkout's collector (e.g. the commit before the CSV bulk path) on the same file.
+`--repo PATH` times another checkout's collector (e.g. the commit before the CSV bulk path) on the same file;
+`--before PATH` times another checkout too, in the same rounds (turns taken), as a row `before` with its ratio.
 
-    .venv/bin/python bench/backfill_csv.py [--steps 1100000] [--rounds 3] [--repo PATH]
+    .venv/bin/python bench/backfill_csv.py [--steps 1100000] [--rounds 3] [--repo PATH] [--before PATH]
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1_100_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repo", type=Path, default=gen.REPO, help="the checkout whose collector is timed")
+    ap.add_argument("--before", type=Path, help="another checkout timed in the same rounds (row `before`)")
     args = ap.parse_args()
     h = gen.history(args.steps)
     path = csv_root(h) / gen.RUN_NAME / "training_history.csv"
@@ -115,11 +117,13 @@ def main() -> None:
     rev = subprocess.run(
         ["git", "-C", str(args.repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
-    runs: dict[str, list[dict]] = {"ours": [], "duckdb": []}
+    runs: dict[str, list[dict]] = {"ours": [], "duckdb": []} | ({"before": []} if args.before else {})
     work = gen.OUT / "work" / NAME
     work.mkdir(parents=True, exist_ok=True)
     for _ in range(args.rounds):
         runs["ours"].append(ours(h, work / "ours.duckdb", args.repo))
+        if args.before:
+            runs["before"].append(ours(h, work / "before.duckdb", args.before))
         runs["duckdb"].append(yardstick(h, work / "duckdb.duckdb"))
     rows, result = (
         [],
@@ -147,6 +151,9 @@ def main() -> None:
         rows,
     )
     print(f"ours / duckdb: {result['ratio']:.2f}")
+    if args.before:
+        result["before_ratio"] = result["before"]["mb_per_s"] / result["duckdb"]["mb_per_s"]
+        print(f"before / duckdb: {result['before_ratio']:.2f}")
     if not math.isnan(result["ratio"]):
         gen.write_json(NAME, result)
 

@@ -77,7 +77,7 @@ class BulkReader:
         the new offset. `after_step` is the run's highest stored step. None when the chunk is not plain
         verl records (nothing was stored): the caller parses it instead."""
         local = s.path.startswith("/")  # DuckDB reads a local file in place; a remote one comes in pieces
-        if local and s.offset == 0 and st.st_size <= DIRECT_BYTES and _ends_with_newline(s.path, st.st_size):
+        if local and s.offset == 0 and st.st_size <= DIRECT_BYTES and ends_with_newline(s.path, st.st_size):
             # The whole file is complete lines: DuckDB reads it in place, in one statement (no copy, no
             # chunks), while a thread counts its lines and values (DuckDB releases the GIL); the commit
             # checks the counts and that the file did not change meanwhile, else the chunked path runs.
@@ -234,7 +234,7 @@ class BulkReader:
             try:
                 with self.store.transaction() as cur:
                     count, high = store_points.bulk_ndjson(cur, new, chunk.path, after, keys, expected)
-                    if chunk.direct and _identity_of(s.path) != (st.st_ino, st.st_size, st.st_mtime_ns):
+                    if chunk.direct and identity_of(s.path) != (st.st_ino, st.st_size, st.st_mtime_ns):
                         raise _FileChanged("the file changed while DuckDB read it")
                     new.offset += chunk.end
                     new.lines += chunk.lines
@@ -297,11 +297,13 @@ def _unlink(chunk: _Chunk | None) -> None:
             os.unlink(chunk.path)
 
 
-def _ends_with_newline(path: str, size: int) -> bool:
+def ends_with_newline(path: str, size: int) -> bool:
+    """Whether the file's last byte (of `size`) is a newline: it holds complete lines only."""
     return size > 0 and read_range(path, size - 1, 1) == b"\n"
 
 
-def _identity_of(path: str) -> tuple[int, int, int] | None:
+def identity_of(path: str) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of a local file, None when it is gone: unchanged means not written to."""
     try:
         st = os.stat(path)
     except OSError:

@@ -1,12 +1,14 @@
 """DuckDB's bulk read of CSV history rows: staged as the wide table every bulk insert shares.
 
-A function over a cursor in the caller's transaction. The caller hands a file of complete data rows only (no
-header) whose bytes it checked and counted: `width` fields a row, nothing but numbers and empty cells. The
+A function over a cursor in the caller's transaction. The caller hands a file of complete data rows (past
+`skip` header lines) whose bytes it checks and counts: `width` fields a row, nothing but numbers and empty cells. The
 rows are read with DuckDB's CSV reader (every column DOUBLE, so any other text stops the read), staged as
 `rw_wide` and inserted by `points.bulk_from_wide`, the insert and checks of the JSONL bulk path.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import duckdb
 
@@ -21,14 +23,15 @@ def bulk_csv(
     width: int,
     roles: tuple[int, int | None, list[tuple[int, str]]],
     after_step: int,
-    rows: int,
-    cells: int,
+    counted: Callable[[], tuple[int, int]],
+    skip: int = 0,
 ) -> tuple[int, int]:
     """Insert the CSV data rows of `path` (`width` fields each) inside the caller's transaction.
 
     `roles` are the header's (step column, wall-time column or None, [(column, metric name)]), as the CSV
-    parser reads them; `rows` and `cells` are what the caller counted in the bytes (data rows, non-empty
-    fields). Returns (points, highest step). Raises BulkMismatch when DuckDB's rows or non-empty cells differ
+    parser reads them; `counted()` gives what the caller counted in the bytes (data rows, non-empty fields;
+    asked after DuckDB's read, so the counting can run meanwhile); `skip` lines at the top of `path` (a
+    header) are not read. Returns (points, highest step). Raises BulkMismatch when DuckDB's rows or non-empty cells differ
     from the counts, duckdb.Error when a cell is not a number or a step not a whole number in 64 bits: the
     caller rolls back and the CSV parser reads the rows (and quarantines bad ones with their line numbers).
     """
@@ -47,8 +50,8 @@ def bulk_csv(
     cur.execute(
         f"""CREATE OR REPLACE TEMP TABLE rw_wide AS SELECT {", ".join(select)}
             FROM read_csv(?, header = false, columns = ?, delim = ',', quote = '', escape = '',
-                          auto_detect = false, strict_mode = true, null_padding = false)""",
-        [path, columns],
+                          auto_detect = false, strict_mode = true, null_padding = false, skip = ?)""",
+        [path, columns, skip],
     )
     try:
         # Every non-empty cell once: the step (every row has one), metrics, the wall time, the other columns.
@@ -60,6 +63,7 @@ def bulk_csv(
         got_rows, got_cells, points = cur.execute(
             f"SELECT count(*), {' + '.join(cells_sql)}, {' + '.join(values) or '0'} FROM rw_wide"
         ).fetchall()[0]
+        rows, cells = counted()
         if (got_rows, got_cells) != (rows, cells):
             raise BulkMismatch(
                 f"read {got_rows} rows and {got_cells} cells, the bytes hold {rows} and {cells}"

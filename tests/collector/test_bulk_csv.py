@@ -4,9 +4,11 @@ quarantined and kept as the source's position is what the CSV parser alone store
 from __future__ import annotations
 
 import math
+import os
 import random
 from pathlib import Path
 
+from collector.api.run_files import source_warning
 from collector.ingest.bulk_csv import CsvBulkReader
 from collector.ingest.reader import Ingestor
 from collector.store import read as store_read
@@ -89,6 +91,7 @@ def test_a_clean_backlog_goes_through_duckdb_with_every_cell_counted(tmp_path):
     s = ing.sources[str(f)]
     reader = ing.bulk_readers["csv"]
     assert isinstance(reader, CsvBulkReader)
+    reader.direct_bytes = 0  # the copied way, 1 MiB a chunk (a whole file is read in place: tested below)
     done = reader.read(s, f.stat(), -1)
     assert done is not None and done.more  # one 1 MiB chunk, stored by DuckDB
     lines = f.read_bytes()[: done.source.offset].count(b"\n")
@@ -97,6 +100,7 @@ def test_a_clean_backlog_goes_through_duckdb_with_every_cell_counted(tmp_path):
     rows = lines - 1
     grads = sum(1 for x in f.read_bytes()[: done.source.offset].split(b"\r\n")[1:] if x and x.split(b",")[3])
     assert done.points == 2 * rows + grads
+    assert done.source.points == done.points  # the source's count, which its 0-points warning reads
     ing.ingest_all()
     ing.close()
     store.close()
@@ -166,3 +170,52 @@ def test_incremental_reads_continue_after_a_bulk_read(tmp_path):
     assert got == snapshot(python, "r")
     assert got["source"][0][:2] == (f.stat().st_size, 60_000)
     python.close()
+
+
+def test_a_whole_file_is_read_in_place_with_its_points_counted(tmp_path):
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "training_history.csv"
+    write_history(f, 40_000)
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root], bulk_bytes=1 << 20)
+    ing.discover()
+    s = ing.sources[str(f)]
+    done = ing.bulk_readers["csv"].read(s, f.stat(), -1)
+    # One read of the whole file (no 1 MiB chunks: nothing copied), all its rows, its end as the offset.
+    assert done is not None and not done.more
+    assert (done.source.offset, done.source.lines) == (f.stat().st_size, 40_001)
+    assert done.source.points == done.points == store.rows("SELECT count(*) FROM points")[0][0] > 80_000
+    assert os.listdir(ing.bulk_reader.scratch) == []
+    ing.sources[str(f)] = done.source
+    ing.ingest_all()
+    assert source_warning(store_read.sources(store, "r")[0]) is None  # no "0 points from N lines"
+    got = snapshot(store, "r")
+    ing.close()
+    store.close()
+    python, _ = ingest(tmp_path, root, "python", False)
+    assert got == snapshot(python, "r")
+    python.close()
+
+
+def test_a_bad_row_in_a_whole_file_stops_the_read_in_place_and_is_quarantined(tmp_path):
+    root = tmp_path / "root"
+    (root / "r").mkdir(parents=True)
+    f = root / "r" / "training_history.csv"
+    # DuckDB reads a text cell as a failed cast, but a sign pair it would read as a number: the count in the
+    # bytes must catch that one.
+    write_history(f, 40_000, {35_000: "35000,+-1,1e-4,1,1700035000,"})
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, [root], bulk_bytes=64 << 20)
+    ing.discover()
+    s = ing.sources[str(f)]
+    done = ing.bulk_readers["csv"].read(s, f.stat(), -1)
+    # The copied way took the rows before the bad one; the parser reads from there.
+    assert done is not None and done.more and done.source.lines == 35_000
+    ing.close()
+    store.close()
+    got, want = both_paths(tmp_path, root, "r")
+    assert got == want
+    stored = {(m, s) for m, s, *_ in got["points"]}
+    assert ("lr", 35_000) in stored and ("train/loss", 35_000) not in stored
+    assert ("train/loss", 39_999) in stored
