@@ -72,7 +72,8 @@ with st.sidebar:
         st.query_params["run"] = st.session_state[ui.RUN_KEY]
     conn = ui.connection()
     # Each root's state from the collector: a remote one is connected, connecting or disconnected.
-    root_states = {s["root"]: s for s in api.health().get("root_states", [])}
+    health = api.health()
+    root_states = {s["root"]: s for s in health.get("root_states", [])}
 
     def root_label(root) -> str:
         state = root_states.get(str(root), {}).get("state", "local")
@@ -91,6 +92,7 @@ with st.sidebar:
                 f"`{root['root']}` is disconnected{why}. Its runs show what was read before; the collector "
                 "reconnects by itself and reads on from where it stopped."
             )
+    ui.problem_files_note(health.get("problem_files") or {})
     missing = roots_differ(conn.info, conf.roots)
     if missing:
         st.warning(

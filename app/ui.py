@@ -163,3 +163,31 @@ def alert_counts_text(counts: dict | None) -> str:
     counts = counts or {}
     parts = [f"{counts[s]} {s}" for s in SEVERITIES if counts.get(s)]
     return ", ".join(parts) if parts else "none"
+
+
+def fmt_time(value: str | float | None) -> str:
+    """An API timestamp as `YYYY-MM-DD HH:MM:SS UTC` (`?` when there is none)."""
+    when = parse_time(value)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC") if when else "?"
+
+
+# How the sidebar words each kind of `/api/health` `problem_files` count.
+_PROBLEM_WORDS = {
+    "not_read": "not read",
+    "deleted": "deleted",
+    "bad_lines": "with quarantined lines",
+    "no_points": "read without a point",
+}
+
+
+def problem_files_note(counts: dict) -> None:
+    """The sidebar's word on files not read in full, over all runs (the counts `/api/health` gives)."""
+    if counts.get("failing"):
+        st.warning(
+            f"{counts['failing']} file(s) could not be read; the collector retries them. Each run's page "
+            "names its files and why (or `python -m collector files`).",
+            icon=":material/error:",
+        )
+    other = [f"{counts[k]} {words}" for k, words in _PROBLEM_WORDS.items() if counts.get(k)]
+    if other:
+        st.caption(f"Files: {', '.join(other)} (each run's page lists them)")

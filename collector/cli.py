@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from collector.api import run_files
 from collector.api import stop as api_stop
 from collector.api import views as api_views
 from collector.api.client import ApiError, Client
+from collector.cli_tables import TABLES
 from collector.core.runtime import Settings, keep_private, read_marker
 from collector.store import read as store_read
 from collector.store.db import Store, StoreError
@@ -87,6 +89,13 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("run")
     stop.add_argument("--reason", default="", help="why (the trainer records it in status.json)")
 
+    files = sub.add_parser(
+        "files",
+        parents=[common],
+        help="files not read in full: failing, not read, deleted, bad lines, no point",
+    )
+    files.add_argument("--run", help="only this run's files")
+
     checkpoints = sub.add_parser(
         "checkpoints", parents=[common], help="checkpoints of a run and which to keep"
     )
@@ -139,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, allow_nan=True, default=str))
     else:
-        print(_TABLES[args.command](result))
+        print(TABLES[args.command](result))
     return 0
 
 
@@ -239,17 +248,23 @@ def _ingest(args: argparse.Namespace) -> int:
         return 0
     print(f"ingested {len(runs)} run(s): {after - before} new points ({after} stored) in {seconds:.2f} s")
     for run, files in not_read.items():
-        print(f"{run}: {len(files)} file(s) not read or read without a point")
+        print(f"{run}: {len(files)} file(s) not read, failing or read without a point")
         for f in files:
             print(f"  {f['path']}: {f['reason']}")
     return 0
 
 
 def _not_read(store, runs: set[str]) -> dict[str, list[dict]]:
-    """Per run, the files it does not read (with the reason) and those read that gave no point."""
+    """Per run, the files it does not read (with the reason), those whose read failed (retried by the next
+    collector or ingest) and those read that gave no point."""
     from collector.api.run_files import source_warning
+    from collector.store.failing import failing_files
 
     out: dict[str, list[dict]] = {}
+    for f in failing_files(store):
+        if f["run"] in runs:
+            reason = f"could not be read ({f['reason']}); nothing of it was stored, the next read tries again"
+            out.setdefault(f["run"], []).append({"path": f["path"], "reason": reason})
     for f in store_read.skipped_files(store):
         if f["run"] in runs:
             out.setdefault(f["run"], []).append({"path": f["path"], "reason": f["reason"]})
@@ -321,6 +336,9 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
             None,
             lambda s: api_stop.request_stop(s, args.run, args.reason),
         )
+    if c == "files":
+        params = {"run": args.run} if args.run else None
+        return "/api/problem_files", params, lambda s: run_files.problem_files(s, args.run)
     if c == "checkpoints":
         return (
             f"/api/runs/{quote(args.run, safe='/')}/checkpoints",
@@ -328,64 +346,3 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
             lambda s: api_views.checkpoints(s, args.run, args.metric, args.direction),
         )
     raise CliError(f"unknown command {c}")
-
-
-def _table(rows: list[dict], columns: list[str]) -> str:
-    if not rows:
-        return "(none)"
-    text = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(t[i]) for t in text)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(t.ljust(w) for t, w in zip(row, widths, strict=True)) for row in text]
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, dict):
-        return " ".join(f"{k}:{v}" for k, v in value.items() if v)
-    return str(value)
-
-
-def _metrics_table(series: dict) -> str:
-    head = f"{series['run']} {series['metric']}: {series['total_points']} points"
-    head += f", {len(series['steps'])} buckets (min/max per bucket)" if series["downsampled"] else ""
-    rows = [{"step": s, "value": v} for s, v in zip(series["steps"], series["values"], strict=True)]
-    if series["downsampled"]:
-        for row, mn, mx in zip(rows, series["min"], series["max"], strict=True):
-            row |= {"min": mn, "max": mx}
-    return head + "\n" + _table(rows, list(rows[0]) if rows else ["step", "value"])
-
-
-def _checkpoints_table(advice: dict) -> str:
-    rec = advice.get("recommended")
-    head = (
-        f"keep step {rec['step']}: {rec['path']}\n  {rec['reason']}" if rec else "no checkpoint to recommend"
-    )
-    body = _table(advice.get("checkpoints", []), ["step", "complete", "bytes", "value", "path"])
-    return f"{head}\n{body}\ndeletable: {advice.get('deletable') or 'none'}"
-
-
-def _alert_line(a: dict) -> str:
-    return f"alert {a['id']} [{a['severity']}] {a['rule']} ({a['state']}): {a['message']}"
-
-
-_TABLES: dict[str, Callable[[Any], str]] = {
-    "runs": lambda rows: _table(
-        rows, ["id", "format", "status", "last_step", "total_steps", "train_loss", "val_loss", "open_alerts"]
-    ),
-    "metrics": _metrics_table,
-    "alerts": lambda rows: _table(
-        rows, ["id", "run", "rule", "severity", "first_step", "last_step", "state", "message"]
-    ),
-    "ack": _alert_line,
-    "resolve": _alert_line,
-    "checkpoints": _checkpoints_table,
-    "stop": lambda r: (
-        f"run {r['run']}: {'asked to stop' if r['written'] else 'already asked to stop'}: {r['path']} "
-        f"({r['request']['reason']})"
-    ),
-}

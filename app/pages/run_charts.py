@@ -47,6 +47,13 @@ if status in ("running", "stalled"):
 def files_of_run(detail: dict) -> None:
     """Every file of the run: those read (with their counts and any warning) and those not read, with why."""
     sources, skipped = detail.get("sources") or [], detail.get("skipped_files") or []
+    for f in detail.get("failing_files") or []:
+        st.error(
+            f"`{f['path']}` could not be read ({f['reason']}); nothing of it was stored. "
+            f"Failed {f['attempts']} time(s) in a row since {ui.fmt_time(f['since'])}; "
+            f"the collector tries again at {ui.fmt_time(f['next_try_at'])}.",
+            icon=":material/error:",
+        )
     warned = [s for s in sources if s.get("warning")]
     unexpected = [f for f in skipped if not f.get("copy")]  # a copy of metrics read elsewhere is no news
     if warned or unexpected:

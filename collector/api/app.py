@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from collector.api import playback
+from collector.api import playback, run_files
 from collector.api import stop as api_stop
 from collector.api import views as api_views
 from collector.api.run_state import health_info
@@ -104,7 +104,18 @@ def create_app(
 
     @app.get("/api/health")
     def health() -> JSONWithNaN:
-        return JSONWithNaN(health_info(db, roots, api_views.VERSION))
+        # Counts only (no token here): which files, and why, come from /api/problem_files.
+        return JSONWithNaN(
+            health_info(db, roots, api_views.VERSION) | {"problem_files": run_files.problem_counts(store)}
+        )
+
+    @app.get("/api/problem_files", dependencies=guard)
+    def problem_files(
+        run: Annotated[str | None, Query(description="only this run's files")] = None,
+    ) -> JSONWithNaN:
+        if run is not None:
+            known_run(run)
+        return call(run_files.problem_files, run)
 
     @app.get("/api/runs", dependencies=guard)
     def runs() -> JSONWithNaN:

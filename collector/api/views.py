@@ -168,6 +168,7 @@ def run(store: Store, run_id: str) -> dict:
         for s in stats
     ]
     out["sources"], out["skipped_files"] = run_files.files_of(store, run_id)
+    out["failing_files"] = run_files.failing_of(store, run_id)
     out["decorations"] = panel_decorations(_detect_config(store, r["path"]))
     return out
 

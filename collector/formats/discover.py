@@ -207,8 +207,9 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
                 files.append((path, fmt))
                 continue
             claimed = claimed or fmt
-            reason = pointer or unread.reason_not_read(
-                path, size, peek.head(path, 8192) or b"" if size else b""
+            head = peek.head(path, 8192) if size else b""
+            reason = pointer or (
+                unread.UNREADABLE_REASON if head is None else unread.reason_not_read(path, size, head)
             )
             skipped.append((path, reason))
         elif is_dir and (match := _HF_CHECKPOINT_DIR.match(entry.name)):

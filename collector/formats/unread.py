@@ -65,6 +65,11 @@ def pointer_reason(head: bytes) -> str | None:
     return None
 
 
+UNREADABLE_REASON = (
+    "cannot be opened to read (permission denied, or an I/O error): it is looked at again at each rescan"
+)
+
+
 def reason_not_read(path: PurePath, size: int, head: bytes) -> str:
     """Why runwatch does not read this file, for a file no format claims (its first bytes in `head`):
     empty, a pointer, not a run file (code, docs, images, model weights), binary, or an unknown format."""

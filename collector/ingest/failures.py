@@ -1,10 +1,17 @@
 """Files whose read fails as a whole (bad lines are quarantined instead): each is named with its reason,
-kept as it was, and tried again after a backoff, while the other files and runs go on."""
+kept as it was, and tried again after a backoff, while the other files and runs go on. Each is also kept in
+the store (`store.failing`) until a read of it succeeds, where the API, the CLI and a later collector see it."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
+
+from collector.store import failing as store_failing
+from collector.store.db import Store
+
+log = logging.getLogger("collector.ingest.failures")
 
 # Retried after 1, 2, 4, ... s, at most 5 min apart.
 RETRY_FIRST_S = 1.0
@@ -21,22 +28,38 @@ class Failing:
 
 
 class Failures:
-    """The files failing now, by path."""
+    """The files failing now, by path, kept in `store` too (those an earlier collector left there are tried
+    at once, and counted on from there)."""
 
-    def __init__(self) -> None:
-        self.by_path: dict[str, Failing] = {}
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store
+        known = store_failing.failing_files(store) if store is not None else []
+        self.by_path: dict[str, Failing] = {
+            f["path"]: Failing(f["attempts"], f["reason"], 0.0) for f in known
+        }
 
     def waiting(self, path: str, now: float) -> bool:
         """Whether `path` failed and its next try is not due at `now`."""
         failing = self.by_path.get(path)
         return failing is not None and now < failing.retry_at
 
-    def failed(self, path: str, reason: str) -> Failing:
-        """Note one more failure of `path`; the next try waits twice as long as the last."""
+    def failed(self, path: str, reason: str, run_id: str | None = None) -> Failing:
+        """Note one more failure of `path` (a file of run `run_id`); the next try waits twice as long as the
+        last."""
         attempts = self.by_path[path].attempts + 1 if path in self.by_path else 1
         wait = min(RETRY_FIRST_S * 2 ** (attempts - 1), RETRY_MAX_S)
         self.by_path[path] = Failing(attempts, reason, time.monotonic() + wait)
+        if self.store is not None:
+            try:
+                with self.store.transaction() as cur:
+                    store_failing.note_failing(cur, path, run_id, reason, attempts, time.time() + wait)
+            except Exception:  # the store itself failing: the caller's log line still names the file
+                log.exception("%s: its failure could not be recorded in the store", path)
         return self.by_path[path]
 
-    def succeeded(self, path: str) -> None:
-        self.by_path.pop(path, None)
+    def succeeded(self, paths: list[str]) -> None:
+        """`paths` were read: they fail no more."""
+        cleared = [p for p in paths if self.by_path.pop(p, None) is not None]
+        if cleared and self.store is not None:
+            with self.store.transaction() as cur:
+                store_failing.clear_failing(cur, cleared)

@@ -76,7 +76,7 @@ class Ingestor:
         self.contexts: dict[str, dict | None] = {}  # path -> what its neighbours say (`Source.context`)
         self.max_step: dict[str, int] = store.max_steps()
         self.events: list[Event] = []  # recent notable events, newest last (bounded)
-        self.failures = Failures()  # files whose reads fail as a whole: retried with backoff
+        self.failures = Failures(store)  # files whose reads fail as a whole: retried, kept in the store
         self.bulk_reader = BulkReader(store, scratch_dir(store.path), bulk_bytes)
         # format -> DuckDB's reader of its big backlogs (the JSONL reader owns the scratch folder)
         csv = CsvBulkReader(store, self.bulk_reader.scratch, bulk_bytes)
@@ -289,12 +289,12 @@ class Ingestor:
             if not quiet:
                 self._failed(paths[0], f"{type(e).__name__}: {e}")
             return False
-        for p in paths:
-            self.failures.succeeded(p)
+        self.failures.succeeded(paths)
         return True if quiet else result is not False
 
     def _failed(self, path: str, reason: str) -> None:
-        failing = self.failures.failed(path, reason)
+        source = self.sources.get(path)
+        failing = self.failures.failed(path, reason, source.run_id if source else None)
         self._event(
             path,
             f"could not be ingested ({reason}); nothing of it was stored this time, the other files go on; "

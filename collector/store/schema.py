@@ -92,6 +92,13 @@ MIGRATIONS: list[list[str]] = [
         "UPDATE sources SET points = (SELECT count(*) FROM point_rows p WHERE p.source_id = sources.id)",
         "CREATE TABLE skipped_files (run_id VARCHAR, path VARCHAR, reason VARCHAR, bytes BIGINT)",
     ],
+    # v7: files whose read fails as a whole (permission, an I/O error, a read that raised), with the reason
+    # and the backoff, until a read succeeds: shown per run and overall, never only in the log.
+    [
+        """CREATE TABLE failing_files (
+            path VARCHAR PRIMARY KEY, run_id VARCHAR, reason VARCHAR, attempts INTEGER, since DOUBLE,
+            last_failed_at DOUBLE, next_try_at DOUBLE)""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

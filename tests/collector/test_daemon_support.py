@@ -50,10 +50,11 @@ def cli_json(db: Path, *args: str) -> object:
 class Daemon:
     """`python -m collector serve` in its own process group, its output in a log file."""
 
-    def __init__(self, db: Path, roots: list[Path], *extra: str) -> None:
+    def __init__(self, db: Path, roots: list[Path], *extra: str, prefix: tuple[str, ...] = ()) -> None:
         self.db = db
         self.roots = roots
         self.extra = extra
+        self.prefix = prefix  # a command the daemon runs under (e.g. setpriv, to run as another user)
         self.proc: subprocess.Popen | None = None
         self.log = Path(f"{db}.test.log")
 
@@ -71,7 +72,11 @@ class Daemon:
         ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [*cmd, *self.extra], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                [*self.prefix, *cmd, *self.extra],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         if wait:
             wait_for(self._ready, f"the collector to write {marker_path(self.db)}")
