@@ -34,6 +34,7 @@ DIRECT_BYTES = 192 << 20
 BULK_MIN_BYTES = 1 << 20  # a backlog below this goes to the parser: DuckDB's reader costs more than it saves
 BULK_BYTES = 64 << 20
 PIECE_BYTES = 4 << 20
+REMOTE_FIRST_BYTES = 16 << 20
 _QUOTE, _COLON, _NEWLINE = ord('"'), ord(":"), ord("\n")
 
 
@@ -116,9 +117,9 @@ class BulkReader:
                 return ahead.chunk
             _unlink(ahead.chunk)
         name = f"{s.id}-{s.offset}.jsonl"
-        return self._copy_complete_lines(
-            s.path, s.offset, min(st.st_size - s.offset, self.bulk_bytes), name=name
-        )
+        # A remote backlog's first piece is small: DuckDB starts on it while the next comes over the link.
+        size = self.bulk_bytes if s.path.startswith("/") else min(self.bulk_bytes, REMOTE_FIRST_BYTES)
+        return self._copy_complete_lines(s.path, s.offset, min(st.st_size - s.offset, size), name=name)
 
     def _copy_ahead(self, s: SourceState, st: os.stat_result, chunk: _Chunk) -> None:
         """Start copying the piece after `chunk` (the file as `st` saw it) in a thread: DuckDB releases the
@@ -152,15 +153,10 @@ class BulkReader:
         tmp = os.path.join(self.scratch, name)
         chunk = chunk or _Chunk(tmp if copy else path, direct=not copy)
         buf = bytearray(PIECE_BYTES)  # one buffer read into again and again: no 4 MiB allocation a piece
-        with Files.open(path) as src, open(tmp if copy else os.devnull, "wb") as out:
-            src.seek(start)
-            left = size
+        with open(tmp if copy else os.devnull, "wb") as out:
             recent = b""  # the last bytes copied before this piece
-            while left > 0:
-                n = src.readinto(memoryview(buf)[: min(PIECE_BYTES, left)])
-                if not n:
-                    break
-                left -= n
+            # (a remote file streams: the next pieces come over the link while this one is counted)
+            for n in Files.fill(path, start, size, buf):
                 if recent.endswith(b'"') and buf[0] == _COLON:
                     chunk.partial_colons += 1  # a `":` split between two pieces
                 # numpy counts ~3x faster than bytes.count, and this runs beside DuckDB's two threads.

@@ -89,6 +89,26 @@ class Files:
         return RemoteReader(host, path)
 
     @staticmethod
+    def fill(key: str, start: int, size: int, buf: bytearray) -> Iterator[int]:
+        """Read `size` bytes of `key` from `start` into `buf`, piece by piece (up to `len(buf)` each): yields
+        each piece's length once it is in `buf[:n]`; stops early at the file's end. A remote file streams
+        with the next pieces in flight while the caller works on this one."""
+        if key.startswith("/"):
+            with open(key, "rb") as f:
+                f.seek(start)
+                while size > 0:
+                    n = f.readinto(memoryview(buf)[: min(len(buf), size)])
+                    if not n:
+                        return
+                    size -= n
+                    yield n
+            return
+        host, path = _split(key)
+        for data in host.stream(path, start, size, len(buf)):
+            buf[: len(data)] = data
+            yield len(data)
+
+    @staticmethod
     def prefetch(starts: list[tuple[str, int]]) -> None:
         """Fetch the bytes after each (key, start) of remote files in one round trip per host, for the reads
         that follow; local keys are skipped (their reads cost no round trip)."""

@@ -14,14 +14,17 @@ Bytes come over SFTP (ranged reads, pipelined by asyncssh). A host that cannot b
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import secrets
 import shlex
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from collector.ingest.ssh_loop import Loop
 from collector.ingest.ssh_target import (
     HostKeyUnknown,
     HostUnreachable,
@@ -42,29 +45,12 @@ CONNECT_TIMEOUT_S = 10.0
 OP_TIMEOUT_S = 20.0  # one remote operation; a stalled network fails it, the next cycle retries
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # waits between reconnect attempts
 READ_AHEAD_BYTES = 4 << 20  # a small read near a file's end fetches up to this much, to serve the next read
+# Channel packets this big (asyncssh's default is 32 KiB): a fifth of the per-packet work on a long read.
+MAX_PACKET = 240 << 10
+STREAM_DEPTH = 4  # pieces of a long read in flight at once (4 MiB pieces: 16 MiB held)
 HEAD_BYTES = 128 << 10  # the first bytes of each file kept for sniffing (discovery reads 64 KiB heads)
 # Folders whose contents no run reads (discovery skips them too).
 PRUNED = (".git", "node_modules", "__pycache__")
-
-
-class _Loop:
-    """One asyncio loop in a daemon thread, shared by every host; sync callers wait on its futures."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def run(cls, coro, timeout: float):
-        with cls._lock:
-            if cls._loop is None:
-                cls._loop = asyncio.new_event_loop()
-                threading.Thread(target=cls._loop.run_forever, name="ssh-loop", daemon=True).start()
-        future = asyncio.run_coroutine_threadsafe(coro, cls._loop)
-        try:
-            return future.result(timeout)
-        except TimeoutError:
-            future.cancel()
-            raise
 
 
 class Host:
@@ -121,7 +107,7 @@ class Host:
             if time.monotonic() < self._next_try:
                 raise HostUnreachable(f"{self.label}: unreachable ({self.error}); will retry")
             try:
-                self._conn, self._sftp = _Loop.run(self._connect(), CONNECT_TIMEOUT_S + 5)
+                self._conn, self._sftp = Loop.run(self._connect(), CONNECT_TIMEOUT_S + 5)
             except HostKeyUnknown as e:
                 self._failed(str(e))
                 raise
@@ -143,7 +129,13 @@ class Host:
             options["port"] = t.port
         try:
             conn = await asyncio.wait_for(
-                asyncssh.connect(t.host, connect_timeout=CONNECT_TIMEOUT_S, keepalive_interval=5, **options),
+                asyncssh.connect(
+                    t.host,
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                    keepalive_interval=5,
+                    max_pktsize=MAX_PACKET,
+                    **options,
+                ),
                 CONNECT_TIMEOUT_S,
             )
         except asyncssh.HostKeyNotVerifiable as e:
@@ -192,20 +184,25 @@ class Host:
 
     def _run(self, make_coro, timeout: float = OP_TIMEOUT_S):
         """Run one remote operation; a dropped or stalled link becomes HostUnreachable."""
-        import asyncssh
-
         conn, sftp = self._connected()
         self.round_trips += 1
         try:
-            return _Loop.run(make_coro(conn, sftp), timeout)
-        except (asyncssh.SFTPNoSuchFile, FileNotFoundError) as e:
-            raise FileNotFoundError(
-                2, "No such file on the remote host", getattr(e, "filename", None)
-            ) from None
-        except asyncssh.SFTPError as e:
-            raise OSError(f"{self.label}: {e.reason}") from None
-        except (asyncssh.Error, OSError, EOFError, TimeoutError, asyncio.CancelledError) as e:
-            raise self._dropped(e) from None
+            return Loop.run(make_coro(conn, sftp), timeout)
+        except Exception as e:
+            raise self._failure(e) from None
+
+    def _failure(self, e: Exception) -> Exception:
+        """What a failed remote operation raises: FileNotFoundError, OSError (the server refused), or
+        HostUnreachable (the link dropped or stalled: it is forgotten, the next use reconnects)."""
+        import asyncssh
+
+        if isinstance(e, asyncssh.SFTPNoSuchFile | FileNotFoundError):
+            return FileNotFoundError(2, "No such file on the remote host", getattr(e, "filename", None))
+        if isinstance(e, asyncssh.SFTPError):
+            return OSError(f"{self.label}: {e.reason}")
+        if isinstance(e, asyncssh.Error | OSError | EOFError | TimeoutError | asyncio.CancelledError):
+            return self._dropped(e)
+        return e
 
     # ---- listing ----------------------------------------------------------------------------------
 
@@ -341,6 +338,37 @@ class Host:
                 self._heads[path] = (st.st_ino, data)
         return data[start : start + size]
 
+    def stream(self, path: str, start: int, size: int, piece: int) -> Iterator[bytes]:
+        """`size` bytes of `path` from `start`, in order, `piece` bytes at a time (fewer at its end), with up
+        to STREAM_DEPTH pieces in flight: the link fetches the next pieces while the caller works on this
+        one. Each piece waits OP_TIMEOUT_S at most; a dropped or stalled link raises HostUnreachable."""
+        conn, sftp = self._connected()
+        self.round_trips += 1
+        pending: collections.deque = collections.deque()  # (future, bytes asked)
+        f = None
+        try:
+            f = Loop.run(_open(sftp, path), OP_TIMEOUT_S)
+            at, end = start, start + size
+            while pending or at < end:
+                while at < end and len(pending) < STREAM_DEPTH:
+                    n = min(piece, end - at)
+                    pending.append((Loop.submit(f.read(n, at)), n))
+                    at += n
+                future, asked = pending.popleft()
+                data = future.result(OP_TIMEOUT_S)
+                self.bytes_read += len(data)
+                if data:
+                    yield data
+                if len(data) < asked:
+                    return  # the file ends here (it was cut since it was listed)
+        except Exception as e:
+            raise self._failure(e) from None
+        finally:
+            for future, _ in pending:
+                future.cancel()
+            if f is not None:
+                Loop.submit(f.close())  # not waited for: a stalled link must not hold the caller
+
     def prefetch(self, starts: list[tuple[str, int]]) -> None:
         """Read what is new in many files at once (pipelined: one round trip for all), from each `start` up
         to its listed size; the reads that follow are served from it. Errors are left to those reads."""
@@ -368,3 +396,7 @@ class Host:
                 if isinstance(data, bytes):
                     self.bytes_read += len(data)
                     self._ahead[path] = (ino, start, data)
+
+
+async def _open(sftp: asyncssh.SFTPClient, path: str) -> asyncssh.SFTPClientFile:
+    return await sftp.open(path, "rb")  # (open returns an awaitable, not the coroutine the loop takes)
