@@ -218,7 +218,15 @@ def _ingest(args: argparse.Namespace) -> int:
     paths = _roots(args.paths, wait=client is None)
     if client is not None:
         # The daemon holds the database: ask it (it only takes paths inside its roots).
-        result = client.post("/api/ingest", {"paths": [_root_text(p) for p in paths]})
+        try:
+            result = client.post("/api/ingest", {"paths": [_root_text(p) for p in paths]})
+        except ApiError as e:
+            if e.status != 403:
+                raise
+            raise CliError(
+                f"{e}. The collector serving {args.db} holds the database and reads only its roots: add this"
+                " path to its roots (restart `collector serve` with it), or stop it and run ingest again"
+            ) from None
         print(
             json.dumps(result)
             if args.json

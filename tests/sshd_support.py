@@ -4,6 +4,9 @@
 folder whose `.ssh/` holds what a user would have: `config` (Host `rw-test` -> 127.0.0.1 and the port, User,
 IdentityFile), `known_hosts` (the host key) and the user key. A client given `HOME=server.home` (and no agent)
 connects as a user would, with `ssh://rw-test/...`. `stop()`/`start()` again keep the port and keys (a reboot).
+
+`StallingProxy(server)` is a real TCP relay in front of it (alias `rw-stall`) that can stop forwarding while
+keeping every connection open: a network that stalls, with no reset and no FIN for the client to see.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -89,8 +93,20 @@ class SshServer:
         env.pop("SSH_AUTH_SOCK", None)
         return env
 
-    def url(self, path: Path | str) -> str:
-        return f"ssh://{ALIAS}{Path(path).resolve()}"
+    def url(self, path: Path | str, alias: str = ALIAS) -> str:
+        return f"ssh://{alias}{Path(path).resolve()}"
+
+    def add_alias(self, alias: str, port: int) -> None:
+        """A second name for this server reached through `port` (a relay), with its known_hosts line."""
+        ssh = self.home / ".ssh"
+        with open(ssh / "config", "a") as f:
+            f.write(
+                f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {self.user}\n"
+                f"  IdentityFile {ssh / 'id_ed25519'}\n  IdentitiesOnly yes\n"
+            )
+        host_pub = (self.dir / "host_key.pub").read_text().split()
+        with open(ssh / "known_hosts", "a") as f:
+            f.write(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
 
     def start(self) -> SshServer:
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation folder
@@ -138,3 +154,103 @@ def _descendants(pid: int) -> list[int]:
         found.extend(children)
         todo.extend(children)
     return found
+
+
+class StallingProxy:
+    """A TCP relay on 127.0.0.1 to `server`, reachable as the ssh alias `rw-stall`. `stall_after(n)` stops
+    forwarding once `n` more bytes went from the server to the client (mid-transfer), `stall()` at once;
+    while stalled, connections stay open and new ones are accepted but get nothing. `flow()` forwards again
+    (what was held is sent). A side that closes closes its peer."""
+
+    ALIAS = "rw-stall"
+
+    def __init__(self, server: SshServer) -> None:
+        self.server = server
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        server.add_alias(self.ALIAS, self.port)
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._budget: int | None = None  # bytes the server may still send before the stall
+        self._lock = threading.Lock()
+        self._closed = False
+        self.sent_to_client = 0
+        self.open_links = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, path: Path | str) -> str:
+        return self.server.url(path, self.ALIAS)
+
+    def stall(self) -> None:
+        self._flowing.clear()
+
+    def stall_after(self, n: int) -> None:
+        with self._lock:
+            self._budget = n
+
+    def flow(self) -> None:
+        with self._lock:
+            self._budget = None
+        self._flowing.set()
+
+    @property
+    def stalled(self) -> bool:
+        return not self._flowing.is_set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._flowing.set()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self.open_links += 1
+            done = threading.Event()
+            for src, dst, down in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pump, args=(src, dst, down, done), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, down: bool, done: threading.Event) -> None:
+        try:
+            while not done.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                while data:
+                    while not self._flowing.wait(0.2):  # stalled: hold the bytes, keep the link open
+                        if done.is_set():
+                            return
+                    n = len(data)
+                    if down:
+                        with self._lock:
+                            if self._budget is not None:
+                                n = min(n, self._budget)
+                                self._budget -= n
+                                if self._budget <= 0:
+                                    self._budget = None
+                                    self._flowing.clear()
+                            self.sent_to_client += n
+                    dst.sendall(data[:n])
+                    data = data[n:]
+        except OSError:
+            pass
+        finally:
+            if not done.is_set():
+                done.set()
+                with self._lock:
+                    self.open_links -= 1
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
