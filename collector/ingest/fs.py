@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from collector.ingest.remote import Host
+from collector.ingest.remote_stream import stream
 from collector.ingest.ssh_target import HostUnreachable, RemoteStat, Target, parse_root
 
 
@@ -104,7 +105,7 @@ class Files:
                     yield n
             return
         host, path = _split(key)
-        for data in host.stream(path, start, size, len(buf)):
+        for data in stream(host, path, start, size, len(buf)):
             buf[: len(data)] = data
             yield len(data)
 

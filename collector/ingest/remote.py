@@ -14,14 +14,12 @@ Bytes come over SFTP (ranged reads, pipelined by asyncssh). A host that cannot b
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import logging
 import secrets
 import shlex
 import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from collector.ingest.ssh_loop import Loop
@@ -47,7 +45,6 @@ BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # waits between reconnect attempts
 READ_AHEAD_BYTES = 4 << 20  # a small read near a file's end fetches up to this much, to serve the next read
 # Channel packets this big (asyncssh's default is 32 KiB): a fifth of the per-packet work on a long read.
 MAX_PACKET = 240 << 10
-STREAM_DEPTH = 4  # pieces of a long read in flight at once (4 MiB pieces: 16 MiB held)
 HEAD_BYTES = 128 << 10  # the first bytes of each file kept for sniffing (discovery reads 64 KiB heads)
 # Folders whose contents no run reads (discovery skips them too).
 PRUNED = (".git", "node_modules", "__pycache__")
@@ -214,15 +211,18 @@ class Host:
             return time.time(), {}
         prune = " -o ".join(f"-name {shlex.quote(n)}" for n in PRUNED)
         newer = f"-newerct @{since:.6f} " if since is not None else ""  # ctime: renames too
-        roots = " ".join(shlex.quote(r) for r in self.roots)
-        command = (
-            f"date +%s.%N; find {roots} -mindepth 0 \\( {prune} \\) -prune -o {newer}"
-            r"-printf '%y\t%Y\t%s\t%T@\t%i\t%D\t%p\0' 2>/dev/null; true"
+        roots = list(self.roots)
+        # Paths relative to their root (%P), each root's records ended by an empty one: a record costs its
+        # run's folder and file name, not the root's path again (listed several times a second).
+        command = "date +%s.%N; " + "".join(
+            f"find {shlex.quote(r)} \\( {prune} \\) -prune -o {newer}"
+            r"-printf '%y\t%Y\t%s\t%T@\t%i\t%D\t%P\0' 2>/dev/null; printf '\0'; "
+            for r in roots
         )
-        output = self._exec(command)
+        output = self._exec(command + "true")
         head, _, body = output.partition(b"\n")
         now = float(head)
-        found = parse_listing(body)
+        found = parse_listing(body, roots)
         with self._lock:
             for path, st in found.items():
                 old = self.listing.get(path)
@@ -317,10 +317,21 @@ class Host:
                 with self._lock:
                     self.listing[path] = dataclasses.replace(st, st_size=len(data))
             return data
-        if st is not None and want > size:
-            with self._lock:
-                self._ahead[path] = (st.st_ino, start, data)
+        if st is not None:
+            self._extend_head(path, st.st_ino, start, data)
+            if want > size:
+                with self._lock:
+                    self._ahead[path] = (st.st_ino, start, data)
         return data[:size]
+
+    def _extend_head(self, path: str, ino: int, start: int, data: bytes) -> None:
+        """Keep the bytes just read that continue the file's kept head (up to HEAD_BYTES): the next
+        rescan's sniffing then fetches none of what ingest already read."""
+        with self._lock:
+            kept = self._heads.get(path)
+            have = kept[1] if kept is not None and kept[0] == ino else b""
+            if start <= len(have) < min(start + len(data), HEAD_BYTES):
+                self._heads[path] = (ino, have + data[len(have) - start : HEAD_BYTES - start])
 
     def read_head(self, path: str, start: int, size: int) -> bytes:
         """Like `read`, for the first HEAD_BYTES of a file (discovery's sniffing, checkpoint headers, read
@@ -337,37 +348,6 @@ class Host:
             with self._lock:
                 self._heads[path] = (st.st_ino, data)
         return data[start : start + size]
-
-    def stream(self, path: str, start: int, size: int, piece: int) -> Iterator[bytes]:
-        """`size` bytes of `path` from `start`, in order, `piece` bytes at a time (fewer at its end), with up
-        to STREAM_DEPTH pieces in flight: the link fetches the next pieces while the caller works on this
-        one. Each piece waits OP_TIMEOUT_S at most; a dropped or stalled link raises HostUnreachable."""
-        conn, sftp = self._connected()
-        self.round_trips += 1
-        pending: collections.deque = collections.deque()  # (future, bytes asked)
-        f = None
-        try:
-            f = Loop.run(_open(sftp, path), OP_TIMEOUT_S)
-            at, end = start, start + size
-            while pending or at < end:
-                while at < end and len(pending) < STREAM_DEPTH:
-                    n = min(piece, end - at)
-                    pending.append((Loop.submit(f.read(n, at)), n))
-                    at += n
-                future, asked = pending.popleft()
-                data = future.result(OP_TIMEOUT_S)
-                self.bytes_read += len(data)
-                if data:
-                    yield data
-                if len(data) < asked:
-                    return  # the file ends here (it was cut since it was listed)
-        except Exception as e:
-            raise self._failure(e) from None
-        finally:
-            for future, _ in pending:
-                future.cancel()
-            if f is not None:
-                Loop.submit(f.close())  # not waited for: a stalled link must not hold the caller
 
     def prefetch(self, starts: list[tuple[str, int]]) -> None:
         """Read what is new in many files at once (pipelined: one round trip for all), from each `start` up
@@ -396,7 +376,4 @@ class Host:
                 if isinstance(data, bytes):
                     self.bytes_read += len(data)
                     self._ahead[path] = (ino, start, data)
-
-
-async def _open(sftp: asyncssh.SFTPClient, path: str) -> asyncssh.SFTPClientFile:
-    return await sftp.open(path, "rb")  # (open returns an awaitable, not the coroutine the loop takes)
+                    self._extend_head(path, ino, start, data)

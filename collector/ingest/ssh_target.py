@@ -104,13 +104,22 @@ def find_printf(paths: Iterable[str], depth0: bool = False) -> str:
     return f"find {quoted} {depth}-printf '%y\\t%Y\\t%s\\t%T@\\t%i\\t%D\\t%p\\0' 2>/dev/null; true"
 
 
-def parse_listing(body: bytes) -> dict[str, RemoteStat]:
+def parse_listing(body: bytes, roots: list[str] | None = None) -> dict[str, RemoteStat]:
+    """The stats of a `find -printf` listing: full paths (`%p`), or with `roots`, paths relative to them
+    (`%P`) with each root's records ended by an empty record."""
     found: dict[str, RemoteStat] = {}
+    bases = [(r.rstrip("/") + "/").encode("utf-8", "surrogateescape") for r in roots or ()]
+    at = 0  # the root whose records these are
     for record in body.split(b"\0"):
+        if roots is not None and record == b"":
+            at += 1
+            continue
         fields = record.split(b"\t", 6)
-        if len(fields) != 7:
+        if len(fields) != 7 or roots is not None and at >= len(roots):
             continue
         kind, target, size, mtime, ino, dev, path = fields
+        if roots is not None:
+            path = bases[at] + path if path else bases[at][:-1] or b"/"
         try:
             # A link is listed as what it points to (discovery reads only links that stay inside the root).
             k = kind.decode()
