@@ -192,6 +192,10 @@ class RunDetector:
         key = (STALLED, "")
         state = str((status or {}).get("status", (status or {}).get("state", ""))).lower()
         finding = None
+        if last_point_wall is None:
+            # no point yet: the status file's own time says when the trainer last wrote
+            updated = (status or {}).get("updated_at")
+            last_point_wall = float(updated) if isinstance(updated, int | float) else None
         if cfg.enabled and state == "running" and last_point_wall is not None:
             last = self.last_step
             pause = last is not None and (

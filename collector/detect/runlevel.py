@@ -62,6 +62,19 @@ def stall_finding(
         limit *= cfg.save_factor
     if silence <= limit:
         return None
+    evidence = {"silence_s": silence, "limit_s": limit, "usual_interval_s": usual, "last_step": last_step}
+    if silence > cfg.ended_after_seconds:
+        # silent for a day or more: the run is over, it just never said so; a warning, not an error storm
+        # over an archive of old runs
+        return Finding(
+            Severity.WARN,
+            silence,
+            f"The status says running, but the run's files were last written {silence / 3600:.1f} h ago "
+            f"(last step {last_step}): it most likely ended without saying so (killed by the OOM killer or a "
+            f"scheduler's time limit, the node lost, the terminal closed). Check whether its process still "
+            f"exists; resume from its last checkpoint if it should have finished.",
+            evidence | {"ended": True},
+        )
     severity = Severity.ERROR if silence > cfg.error_factor * limit else Severity.WARN
     usual_text = f"the usual {fmt(usual)} s between points" if usual else "no known step interval"
     return Finding(
@@ -71,7 +84,7 @@ def stall_finding(
         f"{usual_text}); last step {last_step}. Likely causes: a hung collective (NCCL/gloo), a dead data "
         f"loader, a full disk, a killed process that left its status file. Check the process (py-spy dump), "
         f"its log tail and free disk space.",
-        {"silence_s": silence, "limit_s": limit, "usual_interval_s": usual, "last_step": last_step},
+        evidence,
     )
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from collector.core.runtime import pid_alive, scratch_path
 from collector.formats import jsonl
-from collector.ingest.fs import Files
+from collector.ingest.fs import Files, written_at
 from collector.ingest.segments import SIG_BYTES, read_range
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
@@ -239,7 +239,9 @@ class BulkReader:
                     new.points += count
                     self.store.save_source(cur, new)
                     if count:
-                        self.store.update_run_info(cur, s.run_id, last_step=high, last_point_at=time.time())
+                        self.store.update_run_info(
+                            cur, s.run_id, last_step=high, last_point_at=written_at(st.st_mtime, time.time())
+                        )
                         self.store.mark_detection_behind(cur, s.run_id, after)
                 break
             except (_FileChanged, NotPlainVerl):

@@ -37,7 +37,7 @@ from collector.ingest.bulk import (
     ends_with_newline,
     identity_of,
 )
-from collector.ingest.fs import Files
+from collector.ingest.fs import Files, written_at
 from collector.ingest.segments import SIG_BYTES, read_range
 from collector.store import csv_wide
 from collector.store.db import SourceState, Store
@@ -173,7 +173,9 @@ class CsvBulkReader:
                 new.points = s.points + count
                 self.store.save_source(cur, new)
                 if count:
-                    self.store.update_run_info(cur, s.run_id, last_step=high, last_point_at=time.time())
+                    self.store.update_run_info(
+                        cur, s.run_id, last_step=high, last_point_at=written_at(st.st_mtime, time.time())
+                    )
                     self.store.mark_detection_behind(cur, s.run_id, after_step)
         except (BulkMismatch, duckdb.Error):
             return None

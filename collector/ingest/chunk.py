@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from collections.abc import Callable
 
 import duckdb
 
 from collector.core.model import BadLine, Format, ParseResult, Points, RunInfo
+from collector.ingest.fs import written_at
 from collector.ingest.segments import SIG_BYTES, inside_line, read_range
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
@@ -32,6 +34,7 @@ class Cycle:
     plain: list[tuple[SourceState, Points]] = dataclasses.field(default_factory=list)
     saves: list[SourceState] = dataclasses.field(default_factory=list)
     last_steps: dict[str, int] = dataclasses.field(default_factory=dict)
+    written_at: dict[str, float] = dataclasses.field(default_factory=dict)  # runs' newest points, file time
     fresh: dict[str, Points] = dataclasses.field(default_factory=dict)
     infos: list[tuple[str, RunInfo]] = dataclasses.field(default_factory=list)
 
@@ -107,6 +110,7 @@ def read_chunk(
     if result.points:
         # The highest step of the cycle (not of this file): a later file's step at or below it merges.
         cycle.last_steps[run] = max(cycle.last_steps.get(run, result.points.step[0]), max(result.points.step))
+        cycle.written_at[run] = max(cycle.written_at.get(run, 0.0), written_at(st.st_mtime, time.time()))
         cycle.fresh.setdefault(run, Points()).extend(result.points)
     if result.info and fmt.run_info is not None:
         facts = fmt.run_info(result.info)

@@ -313,7 +313,7 @@ class Ingestor:
                     pending.add(path)
             store_points.add_points_many(cur, cycle.plain)
             self.store.save_sources(cur, cycle.saves)
-            self.store.set_runs_progress(cur, cycle.last_steps)
+            self.store.set_runs_progress(cur, cycle.last_steps, cycle.written_at)
         self.sources.update(new_states)
         self._after_commit(cycle)
 

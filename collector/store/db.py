@@ -272,19 +272,29 @@ class Store:
         finally:
             cur.unregister("rw_sources")
 
-    def set_runs_progress(self, cur: duckdb.DuckDBPyConnection, last_steps: dict[str, int]) -> None:
-        """Each run's newest step and the time points last came, in one statement."""
+    def set_runs_progress(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        last_steps: dict[str, int],
+        written_at: dict[str, float] | None = None,
+    ) -> None:
+        """Each run's newest step and the time its points were written (`written_at`, else now), in one
+        statement."""
         if not last_steps:
             return
         now = time.time()
+        written = [(written_at or {}).get(run, now) for run in last_steps]
         cur.register(
-            "rw_runs", arrow().table({"id": list(last_steps), "last_step": list(last_steps.values())})
+            "rw_runs",
+            arrow().table(
+                {"id": list(last_steps), "last_step": list(last_steps.values()), "written": written}
+            ),
         )
         try:
             cur.execute(
-                """UPDATE runs SET last_step = t.last_step, last_point_at = ?, updated_at = ?
+                """UPDATE runs SET last_step = t.last_step, last_point_at = t.written, updated_at = ?
                    FROM rw_runs t WHERE runs.id = t.id""",
-                [now, now],
+                [now],
             )
         finally:
             cur.unregister("rw_runs")
