@@ -95,7 +95,9 @@ class GradSpikeRule:
     settle_warmup_factor: float = 2.0  # ...and so do the steps up to this many times the lr warmup
     # one spike point is a notice (info); this many times the median (and above `normal_max`), a warning...
     warn_ratio: float = 10.0
-    warn_after_points: int = 2  # ...and so are this many spike points in a row
+    warn_after_points: int = 2  # ...and so are this many spike points in a row, unless the run's recent
+    routine_points: int = 3  # points (spikes included) hold this many of at least `routine_fraction` of it:
+    routine_fraction: float = 0.5  # a size the run often reaches is its noise (a notice, until it lasts)
     loss_jump_window: int = 10  # a loss spike within this many points after makes it an error
     vanish_ratio: float = 1000.0  # below median / this for `vanish_for` points: vanishing gradients
     vanish_for: int = 5

@@ -52,6 +52,13 @@ __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
 _RL_ROLES = {"reward", "kl", "reward_std", "clip_ratio"}
 _INCIDENT_RULES = ("no_learning",)  # rules whose findings on several metrics from one step are one alert
+# A finding of the key's rule that follows an episode of one of these rules (on the same metric when True)
+# within a few logged points is the same incident: one alert names both.
+_FOLLOWS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "loss_spike": (("grad_spike",), False),  # a gradient spike, then the loss jumps
+    "kl_spike": (("kl_rise",), True),  # the KL accelerating, then above its ceiling
+    "kl_rise": (("kl_spike",), True),
+}
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
 _RECENT_LIMIT = 2 * _RECENT
 REPLAY_WARMUP = 50  # points per metric that only fill windows when replaying stored points
@@ -270,6 +277,18 @@ class RunDetector:
                 continue
             if key[0] in _INCIDENT_RULES and episodes.join_incident(key, verdict, step):
                 continue  # the same condition on another metric from the same step: one alert names both
+            follows = _FOLLOWS.get(key[0])
+            if follows is not None:
+                horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
+                heads, same_metric = follows
+                joined = episodes.join_related(
+                    key, verdict, step, heads, metric if same_metric else None, horizon
+                )
+                if joined is not None:
+                    # a loss that jumped for more than one point (a warning) after a gradient spike: damage
+                    if key[0] == "loss_spike" and joined != Severity.INFO:
+                        episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
+                    continue
             episodes.hit(key, verdict, step)
             # a loss that jumped for more than one point (a warning) after a gradient spike: the spike did damage
             if key[0] == "loss_spike" and episodes.open_by_key[key].event.severity != Severity.INFO:

@@ -79,6 +79,8 @@ class Episodes:
         # open episodes by (rule, metric); read-only outside this class (the engine checks membership)
         self.open_by_key: dict[tuple[str, str], _Episode] = {}
         self._closed_grad: dict[str, AlertEvent] = {}  # grad metric -> its last closed grad_spike episode
+        self._closed: dict[tuple[str, str], AlertEvent] = {}  # (rule, metric) -> its last closed episode
+        self._joined_hits: dict[tuple, int] = {}  # (head alert, joined rule and metric) -> findings joined
         self._dirty: dict[tuple[str, str, int], AlertEvent] = {}
 
     def is_open(self, key: tuple[str, str]) -> bool:
@@ -179,6 +181,57 @@ class Episodes:
             return True
         return False
 
+    def join_related(
+        self,
+        key: tuple[str, str],
+        finding: Finding,
+        step: int,
+        heads: tuple[str, ...],
+        metric: str | None,
+        horizon: int,
+    ) -> Severity | None:
+        """One root cause, one alert: a finding of `key` that follows, within `horizon` steps, an episode of one
+        of the `heads` rules (on `metric`, or on any metric when None; open, or closed no longer ago than
+        that) joins it: the head names this rule and metric too (`evidence.rules`, `evidence.metrics`), takes
+        the finding's severity when higher (the finding's own escalation after points in a row counted), and
+        reaches to its step. Returns that severity, or None when there is no such head (or `key` has its own
+        open episode)."""
+        if key in self.open_by_key:
+            return None
+        at = finding.at_step if finding.at_step is not None else step
+        candidates = [(ep.event, ep) for k, ep in self.open_by_key.items() if k[0] in heads and k != key]
+        candidates += [(e, None) for e in self._closed.values() if e.rule in heads]
+        for event, episode in candidates:
+            if metric is not None and event.metric != metric:
+                continue
+            if not event.first_step <= at or at - event.last_step > horizon:
+                continue
+            count_key = (event.rule, event.metric, event.first_step, key)
+            hits = self._joined_hits[count_key] = self._joined_hits.get(count_key, 0) + 1
+            severity = finding.severity
+            if finding.warn_after_points is not None and hits >= finding.warn_after_points:
+                severity = max(severity, Severity.WARN, key=lambda s: s.rank)
+            if finding.error_after_points is not None and hits >= finding.error_after_points:
+                severity = Severity.ERROR
+            rules = event.evidence.setdefault("rules", [event.rule])
+            metrics = event.evidence.setdefault("metrics", [event.metric])
+            if key[0] not in rules or key[1] not in metrics:
+                rules.extend([key[0]] if key[0] not in rules else [])
+                metrics.extend([key[1]] if key[1] not in metrics else [])
+                also = (
+                    f" Same incident: {key[0]} on {key[1]} at step {at}: {_first_sentence(finding.message)}"
+                )
+                event.message += also
+                if episode is not None:
+                    episode.also += also
+            if severity.rank > event.severity.rank:
+                event.severity = severity
+                event.evidence["escalated"] = f"{key[0]} on {key[1]} at step {at}"
+            event.last_step = max(event.last_step, at)
+            self._touch(event)
+            return severity
+        return None
+
     def miss(self, key: tuple[str, str], clear_after: int) -> None:
         """The condition does not hold at this point: an open episode closes after `clear_after` of these."""
         episode = self.open_by_key.get(key)
@@ -195,6 +248,7 @@ class Episodes:
         episode.event.active = False
         if key[0] == "grad_spike":
             self._closed_grad[key[1]] = episode.event
+        self._closed[key] = episode.event
         self._touch(episode.event)
 
     def escalate_grad_spikes(self, step: int, loss_metric: str, horizon: int) -> None:
@@ -248,6 +302,12 @@ class Episodes:
 
     def _touch(self, event: AlertEvent) -> None:
         self._dirty[(event.rule, event.metric, event.first_step)] = event
+
+
+def _first_sentence(message: str) -> str:
+    """A finding's first sentence (what happened), without its causes and advice."""
+    end = message.find(". ")
+    return message if end < 0 else message[: end + 1]
 
 
 def _take_peak(episode: _Episode, finding: Finding, step: int) -> None:

@@ -78,6 +78,19 @@ class GradSpike:
             return self.window.quantile(self.cfg.tail_quantile)
         return values[min(len(values) - 1, int(self.cfg.tail_quantile * (len(values) - 1) + 0.5))]
 
+    def _routine(self, value: float) -> bool:
+        """Whether the run's recent points (spikes included, the latest few and start-up left out) reached
+        `routine_fraction` of `value` at least `routine_points` times: spikes of this size are its noise."""
+        history, cfg = self.history, self.cfg
+        floor, found = cfg.routine_fraction * value, 0
+        for i in range(max(0, len(history) - 2 * cfg.sustained_points)):
+            step, seen = history[i]
+            if step > self.settled_after and seen >= floor:
+                found += 1
+                if found >= cfg.routine_points:
+                    return True
+        return False
+
     def _finding_its_feet(self, step: int, facts: RunFacts) -> bool:
         """Whether a freshly initialised model is still in its first, naturally jumpy steps."""
         warmup = facts.settings.get("warmup_steps")
@@ -115,8 +128,8 @@ class GradSpike:
             tail, run = self._tail(), self.consecutive + 1
             if run >= cfg.sustained_points:
                 severity = Severity.ERROR
-            elif run >= cfg.warn_after_points or value >= max(
-                cfg.warn_ratio * max(mid, tail), cfg.normal_max
+            elif not self._routine(value) and (
+                run >= cfg.warn_after_points or value >= max(cfg.warn_ratio * max(mid, tail), cfg.normal_max)
             ):
                 severity = Severity.WARN
             else:

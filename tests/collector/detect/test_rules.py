@@ -100,8 +100,10 @@ def test_grad_spike_followed_by_loss_jump_is_an_error():
     series = replace_values(healthy_sft(seed=8), "train/grad_norm", {700: 40.0})
     series = replace_values(series, "train/loss", {702: 4.0, 703: 3.5})
     events = detect_series(series)
-    assert only(events, "grad_spike").severity == "error"
-    assert only(events, "loss_spike").first_step == 702
+    incident = only(events, "grad_spike")  # one alert for the incident: the spike and the loss jump after it
+    assert incident.severity == "error" and incident.evidence["rules"] == ["grad_spike", "loss_spike"]
+    assert "loss_spike on train/loss at step 702" in incident.message
+    assert "loss_spike" not in rules_of(events)
 
 
 def test_grad_norm_above_100_for_several_points_is_an_error_even_without_baseline():
@@ -361,9 +363,9 @@ def test_a_loss_recovering_after_an_lr_spike_is_a_spike_not_divergence_nor_plate
         [v if s < 1001 else v + 8.0 * math.exp(-(s - 1001) / 60) for s, v in zip(steps, values, strict=True)],
     )
     events = detect_series(series, run_info=VERL_INFO)
-    assert only(events, "grad_spike").severity == "error"  # followed by the loss jump
-    loss = only(events, "loss_spike")
-    assert loss.severity == "warn" and loss.first_step == 1001 and "diverging" not in loss.message
+    incident = only(events, "grad_spike")  # followed by the loss jump: one alert names both
+    assert incident.severity == "error" and "loss_spike on train/loss at step 1001" in incident.message
+    assert "diverging" not in incident.message and "loss_spike" not in rules_of(events)
     assert "loss_plateau" not in rules_of(events)
 
 
