@@ -21,7 +21,11 @@ log = logging.getLogger("collector.ingest.poll")
 MIN_INTERVAL_S = 0.3  # while a run writes
 MAX_INTERVAL_S = 5.0  # while nothing changes
 FULL_EVERY_S = 10.0  # a full listing (deletions); the delta listings in between see writes and renames
-SLACK_S = 1.0  # each delta looks this far before the last cycle's start (writes during the last listing)
+# Each delta looks this far before the last cycle's start (writes during the last listing): a second where
+# the listing shows whole-second times (such a filesystem rounds a write down), else a quarter second (a file
+# time lags the clock by a tick at most). A change a delta missed is seen by the next full listing.
+SLACK_S = 1.0
+FINE_SLACK_S = 0.25
 
 
 class RemotePoller:
@@ -48,7 +52,7 @@ class RemotePoller:
     def poll_once(self) -> int:
         """One cycle: list, compare, mark. Returns how many paths changed; HostUnreachable when down."""
         full = self._seen is None or time.monotonic() - self._last_full >= FULL_EVERY_S
-        since = None if full else self._since - SLACK_S
+        since = None if full else self._since - (FINE_SLACK_S if self._fine_times else SLACK_S)
         try:
             now, found = self.host.list_tree(since)
         except HostUnreachable:
@@ -58,6 +62,8 @@ class RemotePoller:
             raise
         if full:
             self._last_full = time.monotonic()
+            times = [st.st_mtime for st in found.values() if st.kind == "f"]
+            self._fine_times = bool(times) and all(t % 1 for t in times)
         previous = self._seen or {}
         changed = self._compare(previous, found, full)
         if self._all_changed:
@@ -71,6 +77,7 @@ class RemotePoller:
 
     _last_full = 0.0
     _since = 0.0
+    _fine_times = False  # every file's time has a fraction of a second (a delta can look back less far)
     _all_changed = True  # the first listing: every file is news to this process (the reader checks offsets)
 
     def _compare(self, previous: dict[str, RemoteStat], found: dict[str, RemoteStat], full: bool) -> set[str]:
