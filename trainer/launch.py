@@ -2,7 +2,7 @@
 
     python -m trainer.launch --preset {demo,overfit,spike,nan,stall,healthy,smoke,gpu,grpo,...} --out RUN_DIR
                              [--nproc N] [--steps N] [--data DIR] [--model PATH] [--wandb]
-                             [key=value verl overrides...]
+                             [--resume-from STEP] [key=value verl overrides...]
 
 GRPO presets (`grpo*`) run `python -m verl.trainer.main_ppo` instead (trainer/rl_launch.py); the rest is alike.
 Runs `torchrun -m verl.trainer.sft_trainer` (verl's own trainer, unforked) with the preset's overrides,
@@ -10,7 +10,8 @@ our plugin loaded through `VERL_USE_EXTERNAL_MODULES`, checkpoints in RUN_DIR/gl
 run-directory files (metrics.jsonl, training_history.csv, validation_history.csv, status.json, run.json)
 written by the plugin. Returns torchrun's exit code; 2 when pre-flight checks fail (nothing is started).
 Running it again on the same RUN_DIR resumes from the latest checkpoint (`trainer.resume_mode=auto`) and
-appends to the metrics files.
+appends to the metrics files; `--resume-from STEP` resumes from RUN_DIR/global_step_STEP instead
+(`trainer.resume_mode=resume_path`), the steps after it trained again (their new values replace the old ones).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from trainer.preflight import RunPlan, check_run, count_steps, parquet_rows, steps_in_data
 from trainer.presets import PRESETS, merge_overrides, override_value
+from trainer.resume_from import latest_checkpoint, resume_overrides, resume_problems
 from trainer.rl_launch import check_ppo_run, missing_packages, ppo_command, ppo_paths
 from trainer.writers import write_json_atomic
 
@@ -66,6 +68,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=parse_fault,
         metavar="JSON",
         help='an extra fault, e.g. \'{"kind":"stall","step":8,"seconds":60}\' (kinds: nan, lr_spike, stall, crash, slow)',
+    )
+    parser.add_argument(
+        "--resume-from",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="resume from RUN_DIR/global_step_STEP instead of the latest checkpoint (e.g. the last good one "
+        "before a spike, as runwatch's alert action says)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="check and print the torchrun command; start nothing"
@@ -109,6 +119,7 @@ def build_overrides(args: argparse.Namespace) -> list[str]:
     )
     model = (given or DEFAULT_DATA / "model").resolve()
     base = dict(preset.overrides)
+    base.update(resume_overrides(out, args.resume_from))
     if preset.trainer == "ppo":
         # GRPO presets start from the warm-started data/build/rl_model unless a model is given.
         base.update(ppo_paths(out, data, given.resolve() if given else None, args.nproc, preset.cpu))
@@ -175,14 +186,6 @@ def torchrun_command(nproc: int, overrides: list[str]) -> list[str]:
         "verl.trainer.sft_trainer",
         *overrides,
     ]
-
-
-def latest_checkpoint(out: Path) -> int:
-    """The step in RUN_DIR/latest_checkpointed_iteration.txt, 0 when there is none."""
-    try:
-        return int((out / "latest_checkpointed_iteration.txt").read_text().strip())
-    except (OSError, ValueError):
-        return 0
 
 
 def worker_env(args: argparse.Namespace, preset_faults: list[dict], extra: dict) -> dict[str, str]:
@@ -270,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"trainer.launch: bad override ({exc}); nothing was started", file=sys.stderr)
         return 2
-    problems = check_run(plan)
+    problems = check_run(plan) + resume_problems(args.out.resolve(), args.resume_from)
     if problems:
         return _preflight_failed(args.preset, problems)
 
@@ -307,6 +310,7 @@ def main_ppo(args: argparse.Namespace, preset) -> int:
         return 2
     out = args.out.resolve()
     problems, total_steps, train_rows = check_ppo_run(overrides, out, args.nproc)
+    problems = problems + resume_problems(out, args.resume_from)
     if problems:
         return _preflight_failed(args.preset, problems)
     if args.dry_run:
@@ -332,7 +336,7 @@ def run_workers(
 ) -> int:
     """Start the trainer command, relay its output, forward SIGTERM/SIGINT; status.json says `failed` if it fails."""
     preset = PRESETS[args.preset]
-    resume_from = latest_checkpoint(out)
+    resume_from = args.resume_from if args.resume_from is not None else latest_checkpoint(out)
     write_json_atomic(
         out / "status.json",
         {

@@ -77,6 +77,14 @@ color(
     f"**{alert['rule']}** ({alert['severity']}, {alert['state']}) in run `{alert['run']}`: {alert.get('message')}"
 )
 
+action = alert.get("action")
+if action:
+    # the API's action: the checkpoint to go back to and the command that resumes from it
+    st.markdown("**What to do**")
+    st.markdown(action["text"])
+    if action.get("command"):
+        st.code(action["command"], language="bash")
+
 if alert.get("metric"):
     first, last = alert["first_step"], alert["last_step"]
     margin = max(20, int((last - first) * CONTEXT_SHARE))

@@ -111,7 +111,8 @@ def recommend_checkpoint(
     Only complete checkpoints outside every bad episode are candidates; an inferred checkpoint (`inferred`
     true, completeness unknown) counts as one for the recommendation but is never deletable and frees
     nothing anyone has measured. Without any usable evaluation the
-    latest good checkpoint is recommended, and the reason says so. `deletable` never holds the recommended
+    latest good checkpoint is recommended, and the reason says so. With no checkpoint at all (none seen, none
+    inferred) but evaluations, the best evaluation's step is recommended with path None. `deletable` never holds the recommended
     checkpoint, the latest one (resume needs it: `latest_step`, else the newest complete one) nor a newest
     incomplete one (it may still be being written).
     """
@@ -133,6 +134,7 @@ def recommend_checkpoint(
                 "value": value,
                 "inferred": inferred,
                 "_eval_step": eval_step,
+                "_from": item.get("inferred_from"),
                 "_bad": _inside(step, bad_episodes),
             }
         )
@@ -153,6 +155,8 @@ def recommend_checkpoint(
             "path": best["path"],
             "reason": _reason(best, scored, skipped_bad, metric, direction, rows, finite_evals),
         }
+    elif not rows and finite_evals:
+        recommended = _best_evaluation_only(finite_evals, metric, direction)
     elif good:
         best = good[-1]
         why = "no evaluation of " + metric if not finite_evals else "no evaluation near a good checkpoint"
@@ -178,6 +182,20 @@ def recommend_checkpoint(
         "frees_bytes": frees,
         "metric": metric,
         "direction": direction,
+    }
+
+
+def _best_evaluation_only(evals: list[tuple[int, float]], metric: str, direction: str) -> dict:
+    """No checkpoint of the run was seen (a lone metrics file): the step of its best evaluation, path None."""
+    sign = 1 if direction == "min" else -1
+    step, value = min(evals, key=lambda e: (sign * e[1], e[0]))
+    word = "lowest" if direction == "min" else "highest"
+    return {
+        "step": step,
+        "path": None,
+        "reason": f"No checkpoint of this run was seen on disk; its best evaluation is step {step}, the {word} "
+        f"{metric} ({fmt(value)} of {len(evals)} evaluations): keep the checkpoint saved at (or nearest) that "
+        f"step if the trainer saved one.",
     }
 
 
@@ -237,11 +255,14 @@ def _reason(
 
 
 def _inferred_text(rows: list[dict]) -> str:
-    if not any(r["inferred"] for r in rows):
+    inferred = [r for r in rows if r["inferred"]]
+    if not inferred:
         return ""
+    # say only what the state file gave: each inferred checkpoint carries what it was inferred from
+    sources = sorted({r.get("_from") or "the run's trainer_state.json" for r in inferred})
     return (
-        "; the checkpoints were inferred from save_steps (no checkpoint folder seen on disk), so there is no "
-        "deletion advice for them"
+        f"; the checkpoints were inferred from {' and '.join(sources)} (no checkpoint folder seen on disk), so "
+        f"there is no deletion advice for them"
     )
 
 
@@ -302,19 +323,26 @@ def hf_checkpoints_from_state(info: dict, last_step: int | None) -> list[dict]:
     """INFERRED checkpoint list of an HF run from its trainer_state info (no folders seen): multiples of
     `save_steps` up to the last step, the `best_model_checkpoint`, and the final step (HF saves at the end).
     Each item: step, path (`checkpoint-N`), complete None and bytes None (unknown: nobody has seen the
-    folder), inferred True. Older checkpoints may in fact have been deleted by `save_total_limit`.
+    folder), inferred True, inferred_from (the state file's fact it rests on). Older checkpoints may in fact have been deleted by `save_total_limit`.
     """
     last = last_step if last_step is not None else info.get("global_step")
-    steps: set[int] = set()
+    steps: dict[int, str] = {}  # step -> the fact it was inferred from
     save_steps = info.get("save_steps")
     if isinstance(last, int) and last > 0:
-        steps.add(last)
         if isinstance(save_steps, int) and save_steps > 0:
-            steps.update(range(save_steps, last + 1, save_steps))
+            steps.update((s, "save_steps") for s in range(save_steps, last + 1, save_steps))
+        steps.setdefault(last, "global_step (HF saves at the end)")
     best = checkpoint_step(info.get("best_model_checkpoint"))
     if best is not None:
-        steps.add(best)
+        steps[best] = "best_model_checkpoint"
     return [
-        {"step": s, "path": f"checkpoint-{s}", "complete": None, "bytes": None, "inferred": True}
+        {
+            "step": s,
+            "path": f"checkpoint-{s}",
+            "complete": None,
+            "bytes": None,
+            "inferred": True,
+            "inferred_from": steps[s],
+        }  # fmt: skip
         for s in sorted(steps)
     ]

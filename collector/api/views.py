@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from collector.api import run_files
+from collector.api import alert_actions, run_files
 from collector.api.run_state import run_status
 from collector.core.roles import role_of
 from collector.detect.config import DetectConfig
@@ -120,8 +120,13 @@ def _run_summary(
     signature: tuple | None,
 ) -> dict:
     recommended = None
-    # A lone trainer_state.json has no checkpoint folders to index; its advice infers them from save_steps.
-    if has_checkpoints or r["format"] == "hf_trainer_state":
+    # A lone trainer_state.json has no checkpoint folders to index (its advice infers them); a run with
+    # evaluations and no checkpoint seen is told its best evaluation's step.
+    if (
+        has_checkpoints
+        or r["format"] == "hf_trainer_state"
+        or any(role_of(s["metric"]) in _EVAL_ROLES for s in stats)
+    ):
         recommended = _recommended_step(store, r, stats, signature)
     state = root_state(r["path"])["state"]
     return {
@@ -197,7 +202,7 @@ def run_view(
     index = store_alerts.checkpoints(store, run_id)
     return out | {
         "series": series,
-        "alerts": store_alerts.list_alerts(store, run=run_id),
+        "alerts": _with_actions(store, store_alerts.list_alerts(store, run=run_id)),
         "checkpoint_steps": sorted(c["step"] for c in index),
     }
 
@@ -240,17 +245,25 @@ def alerts(
     severity: str | None = None,
     state: str = "all",
 ) -> list[dict]:
-    """Alerts matching the filters (state `open`, `acked`, `resolved` or `all`), newest first."""
+    """Alerts matching the filters (state `open`, `acked`, `resolved` or `all`), newest first, each with its
+    `action` (`collector.api.alert_actions`)."""
     if state not in (*store_alerts.STATES, "all"):
         raise ValueError(f"state must be open, acked, resolved or all, not {state!r}")
-    return store_alerts.list_alerts(store, run=run, rule=rule, severity=severity, state=state)
+    return _with_actions(
+        store, store_alerts.list_alerts(store, run=run, rule=rule, severity=severity, state=state)
+    )
 
 
 def alert(store: Store, alert_id: int) -> dict:
     try:
-        return store_alerts.get_alert(store, alert_id)
+        return _with_actions(store, [store_alerts.get_alert(store, alert_id)])[0]
     except store_alerts.AlertNotFound as e:
         raise NotFound(str(e)) from None
+
+
+def _with_actions(store: Store, listed: list[dict]) -> list[dict]:
+    """Each alert with its `action`, from the same checkpoint advice as the run's checkpoint page."""
+    return alert_actions.with_actions(store, listed, checkpoints, _detect_config)
 
 
 def set_alert_state(store: Store, alert_id: int, state: str, note: str | None) -> dict:

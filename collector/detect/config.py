@@ -255,6 +255,8 @@ class AdviceSettings:
 
     metric: str | None = None
     direction: str | None = None  # "min" or "max"; None: from the metric's name
+    # an error alert's action replays a spike from a checkpoint at least this many steps before it
+    restart_before_steps: int = 100
 
 
 @dataclass(frozen=True)
@@ -319,9 +321,16 @@ def _advice(current: AdviceSettings, values: object, where: str) -> AdviceSettin
         return current
     if not isinstance(values, dict):
         raise ConfigError(f"{where} must be a table of key = value")
-    unknown = set(values) - {"metric", "direction"}
+    unknown = set(values) - {"metric", "direction", "restart_before_steps"}
     if unknown:
-        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: metric, direction")
+        raise ConfigError(
+            f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: metric, direction, restart_before_steps"
+        )
+    restart = _coerce(
+        values.get("restart_before_steps", current.restart_before_steps),
+        current.restart_before_steps,
+        f"{where} restart_before_steps",
+    )
     metric = values.get("metric", current.metric)
     if metric is not None and (not isinstance(metric, str) or not metric):
         raise ConfigError(f"{where} metric: expected a metric name (a non-empty string), got {metric!r}")
@@ -331,7 +340,7 @@ def _advice(current: AdviceSettings, values: object, where: str) -> AdviceSettin
     if direction is not None and metric is None:
         raise ConfigError(f"{where} direction needs a metric (metric = \"...\"): a direction alone would apply "
                           f"to whatever metric the run chose")  # fmt: skip
-    return AdviceSettings(metric=metric, direction=direction)
+    return AdviceSettings(metric=metric, direction=direction, restart_before_steps=restart)
 
 
 def _override(current: object, values: dict, where: str) -> object:

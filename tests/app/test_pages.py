@@ -393,3 +393,15 @@ def test_the_app_recovers_when_its_collector_is_killed(real_root, tmp_path, monk
         if info is not None:
             os.killpg(info["pid"], signal.SIGTERM)
             wait_until("the started collector exits", lambda: read_marker(db) is None, 60)
+
+
+def test_alert_review_shows_the_action_of_an_error_alert(app_env):
+    # the action (issue 12 item 8) is drawn as the API sends it: its text and its command, nothing recomputed
+    at = _state_filter(open_page("alerts"), "all")
+    alert = next(a for a in api_of(app_env).alerts(state="all") if a.get("action"))
+    at.selectbox(key="alert_choice").set_value(alert["id"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(m.value == "**What to do**" for m in at.markdown)
+    assert any(m.value == alert["action"]["text"] for m in at.markdown)
+    if alert["action"]["command"]:
+        assert [c.value for c in at.code] == [alert["action"]["command"]]

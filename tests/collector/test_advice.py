@@ -74,9 +74,18 @@ def test_non_finite_evaluations_are_ignored():
     assert [c["value"] for c in out["checkpoints"]] == [1.0, 1.0] and out["recommended"]["step"] == 200
 
 
-def test_no_checkpoints_means_no_recommendation():
-    out = recommend_checkpoint([], EVALS, [], "val/loss", "min")
+def test_no_checkpoints_and_no_evaluation_means_no_recommendation():
+    out = recommend_checkpoint([], [], [], "val/loss", "min")
     assert out["recommended"] is None and out["deletable"] == [] and out["frees_bytes"] == 0
+
+
+def test_no_checkpoint_seen_names_the_best_evaluation_step_without_a_path():
+    # a lone metrics file (verl TensorBoard events) has evaluations but no checkpoint folder beside it
+    out = recommend_checkpoint([], EVALS, [], "val-core/x/reward/mean@1", "max")
+    rec = out["recommended"]
+    assert rec["step"] == 100 and rec["path"] is None and out["deletable"] == [] and out["frees_bytes"] == 0
+    assert "No checkpoint of this run was seen" in rec["reason"] and "step 100" in rec["reason"]
+    assert recommend_checkpoint([], EVALS, [], "val/loss", "min")["recommended"]["step"] == 300
 
 
 def test_bad_direction_is_refused():
@@ -197,8 +206,9 @@ def test_advice_for_run_follows_hf_best_metric_and_infers_a_lone_state_files_che
     assert (out["metric"], out["direction"]) == ("eval_wer", "min")
     assert out["recommended"]["step"] == checkpoint_step(info["best_model_checkpoint"])
     assert out["checkpoints"] and all(c["inferred"] for c in out["checkpoints"]) and out["deletable"] == []
-    # without a trainer_state's save facts nothing is inferred: no checkpoints, no recommendation
-    assert advice_for_run([], evals, [], {}, 100)["recommended"] is None
+    # without a trainer_state's save facts nothing is inferred: the best evaluation's step, no path
+    bare = advice_for_run([], evals, [], {}, 100)
+    assert bare["checkpoints"] == [] and bare["recommended"]["path"] is None
 
 
 def test_advice_for_run_takes_the_configured_metric_unless_one_is_passed():

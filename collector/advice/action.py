@@ -1,0 +1,262 @@
+"""What to do about an alert: the last good checkpoint before its episode and the exact command that resumes
+from it, worded for the run's trainer. Pure: no I/O.
+
+Stable interface:
+
+- `trainer_of(run_format, source_formats, run_config, checkpoint_paths, metric_names) -> Trainer`: which
+  trainer wrote the run, from what its files say (our launcher's run.json, checkpoint folder names, the
+  formats read, metric names), with the fact it rests on; kind "unknown" when the data says nothing.
+- `needs_action(alert) -> bool`: error alerts, and the alerts that name a checkpoint to keep.
+- `action_for_alert(alert, advice, trainer, run_path, bad_episodes, restart_before=100) -> dict`: the action
+  (`checkpoint`, `trainer`, `trainer_evidence`, `command`, `restart_step`, `skip_steps`, `advice_step`,
+  `text`); `advice` is `recommend.advice_for_run`'s answer for the run, so an alert never names another
+  checkpoint than the advice without saying why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from collector.detect.base import fmt
+
+# rules whose episode is a burst of bad updates: replay from well before it and skip its batches
+SPIKE_RULES = frozenset({"loss_spike", "grad_spike", "kl_spike"})
+# rules that name a checkpoint to keep in their message (the advice's choice must agree, or say why not)
+CHECKPOINT_RULES = frozenset({"val_loss_rise", "val_score_decline"})
+_VERL_METRIC = re.compile(r"^(actor|critic|val-core|val-aux|timing_s|response_length)/")
+_REMOTE = re.compile(r"^([^/:]+):(/.*)$")
+_LAUNCHER_TRAINERS = ("verl_sft", "verl_ppo")
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """The trainer that wrote a run: `kind` one of runwatch, verl, hf, llamafactory, unknown;
+    `evidence` the fact in the run's files it was told by; `preset` for our launcher's runs."""
+
+    kind: str
+    evidence: str
+    preset: str | None = None
+
+
+def trainer_of(
+    run_format: str | None,
+    source_formats: list[str],
+    run_config: dict | None,
+    checkpoint_paths: list[str],
+    metric_names: list[str],
+) -> Trainer:
+    """The run's trainer from what its files say, strongest fact first (see `Trainer`)."""
+    config = run_config if isinstance(run_config, dict) else {}
+    preset = config.get("preset")
+    if config.get("trainer") in _LAUNCHER_TRAINERS and isinstance(preset, str) and preset != "custom":
+        return Trainer(
+            "runwatch", f"its run.json was written by trainer.launch (trainer {config['trainer']}, preset {preset})",
+            preset,
+        )  # fmt: skip
+    names = [p.rstrip("/").rsplit("/", 1)[-1] for p in checkpoint_paths if isinstance(p, str)]
+    if any(n.startswith("global_step_") for n in names):
+        return Trainer("verl", "its checkpoints are verl's global_step_N folders")
+    formats = {run_format, *source_formats} - {None}
+    if "llamafactory_log" in formats:
+        return Trainer("llamafactory", "it logs LLaMA-Factory's trainer_log.jsonl")
+    if any(n.startswith("checkpoint-") for n in names):
+        return Trainer("hf", "its checkpoints are Hugging Face Trainer checkpoint-N folders")
+    hf = formats & {"hf_trainer_state", "hf_console", "hf_tensorboard"}
+    if hf:
+        what = {
+            "hf_trainer_state": "a Hugging Face Trainer trainer_state.json",
+            "hf_console": "a Hugging Face Trainer console log",
+            "hf_tensorboard": "Hugging Face Trainer TensorBoard events",
+        }[sorted(hf)[0]]
+        return Trainer("hf", f"it is read from {what}")
+    if "console" in formats:
+        return Trainer("verl", "it is read from a verl console log (step:N - key:value lines)")
+    if (
+        "trainer" in config
+        and isinstance(config.get("trainer"), dict)
+        and "default_local_dir" in config["trainer"]
+    ):
+        return Trainer("verl", "its config has verl's trainer.default_local_dir")
+    verl_names = sorted(m for m in metric_names if _VERL_METRIC.match(m))
+    if len(verl_names) >= 2:
+        return Trainer("verl", f"it logs verl's metric names ({', '.join(verl_names[:2])}, ...)")
+    return Trainer("unknown", "its files do not say which trainer wrote it")
+
+
+def needs_action(alert: dict) -> bool:
+    """Whether an alert carries an action: every error alert, and the alerts that name a checkpoint to keep."""
+    return alert.get("severity") == "error" or alert.get("rule") in CHECKPOINT_RULES
+
+
+def action_for_alert(
+    alert: dict,
+    advice: dict,
+    trainer: Trainer,
+    run_path: str | None,
+    bad_episodes: list[tuple[int, int]],
+    restart_before: int = 100,
+) -> dict:
+    """The action for one alert (see the module docstring): which checkpoint to go back to, the command, the
+    batches to skip when replaying a spike, and one paragraph saying it all with the facts it rests on."""
+    rule, first, last = alert["rule"], int(alert["first_step"]), int(alert["last_step"])
+    recommended = advice.get("recommended")
+    advice_step = recommended["step"] if recommended else None
+    if rule in CHECKPOINT_RULES:
+        chosen, why = _kept_by_advice(alert, advice)
+    else:
+        chosen, why = _last_good_before(alert, advice["checkpoints"], bad_episodes, restart_before)
+    skip = [first, last] if rule in SPIKE_RULES else None
+    resume = _command(trainer, chosen, run_path) if chosen is not None else None
+    command = resume[0] if resume else None
+    parts = [why]
+    if resume is not None:
+        parts.append(f"To resume from it ({trainer.kind}: {trainer.evidence}), {resume[1]}.")
+    elif chosen is not None:
+        parts.append(f"Resume from it with your trainer's resume option ({trainer.evidence}).")
+    if skip is not None:
+        parts.append(
+            f"When replaying, skip the batches of steps {first}-{last} (the spike's): the same data in the same "
+            f"order would likely spike again; drop those samples or reshuffle the data."
+        )
+    if (
+        chosen is not None
+        and advice_step is not None
+        and advice_step != chosen["step"]
+        and rule not in CHECKPOINT_RULES
+    ):
+        scored = any(c.get("value") is not None for c in advice.get("checkpoints", []))
+        basis = (
+            f"by {advice.get('metric')}" if scored else "as the latest good one, with no evaluation to go by"
+        )
+        parts.append(
+            f"(This is where to resume from before the trouble; the checkpoint advice, which checkpoint to keep "
+            f"at the end, picks step {advice_step} {basis}.)"
+        )
+    return {
+        "checkpoint": chosen,
+        "trainer": trainer.kind,
+        "trainer_evidence": trainer.evidence,
+        "command": command,
+        "restart_step": chosen["step"] if chosen is not None else None,
+        "skip_steps": skip,
+        "advice_step": advice_step,
+        "text": " ".join(parts),
+    }
+
+
+def _kept_by_advice(alert: dict, advice: dict) -> tuple[dict | None, str]:
+    """A validation alert's checkpoint is the advice's; when the alert's own best evaluation is elsewhere,
+    the reason says why the two differ."""
+    rec = advice.get("recommended")
+    metric, own_best = alert.get("metric"), (alert.get("evidence") or {}).get("best_step")
+    if rec is None:
+        where = f" nearest step {own_best}" if own_best is not None else ""
+        return None, (
+            f"No complete checkpoint of this run was seen, so there is none to go back to; keep the one saved"
+            f"{where} if the trainer saved it elsewhere."
+        )
+    if rec.get("path") is None:  # the best evaluation's step, no checkpoint seen there
+        return None, rec["reason"]
+    chosen = _checkpoint_entry(advice, rec["step"]) or {"step": rec["step"], "path": rec.get("path")}
+    text = f"Keep step {rec['step']} ({rec.get('path')}), the checkpoint advice's choice: {rec['reason']}"
+    if own_best is not None and own_best != rec["step"]:
+        if advice.get("metric") != metric:
+            text += (
+                f" It differs from this alert's best evaluation (step {own_best} of {metric}) because the "
+                f"advice chooses by {advice.get('metric')}."
+            )
+        else:
+            text += (
+                f" It differs from this alert's best evaluation (step {own_best}) because no complete checkpoint "
+                f"outside a bad episode was saved at that step; step {rec['step']} is the nearest one evaluated best."
+            )
+    return chosen, text
+
+
+def _last_good_before(
+    alert: dict, checkpoints: list[dict], bad: list[tuple[int, int]], restart_before: int
+) -> tuple[dict | None, str]:
+    """The newest usable checkpoint saved before the episode began (for a spike, `restart_before` steps
+    before it when one exists), and the sentence saying which and why."""
+    first = int(alert["first_step"])
+    run_level = not alert.get("metric")  # stalled / failed: a checkpoint at the last step is still good
+    usable = [
+        c
+        for c in checkpoints
+        if (c["step"] <= first if run_level else c["step"] < first)
+        and (c.get("complete") or (c.get("inferred") and c.get("complete") is None))
+        and not any(lo <= c["step"] <= hi for lo, hi in bad)
+    ]
+    if not usable:
+        seen = [c for c in checkpoints if not c.get("inferred")]
+        later = f" (the first one seen is step {seen[0]['step']}, after it began)" if seen else ""
+        if not checkpoints:
+            none = "no checkpoint of this run was seen"
+        elif not seen:
+            none = "its trainer_state.json implies no checkpoint"
+        else:
+            none = "no complete checkpoint outside a bad episode was saved"
+        return None, (
+            f"There is no checkpoint to go back to: {none} before step {first}, where the trouble began{later}. "
+            f"Restart from the beginning (or the base model) once the cause is fixed."
+        )
+    pick = usable[-1]
+    margin = ""
+    if alert["rule"] in SPIKE_RULES:
+        early = [c for c in usable if c["step"] <= first - restart_before]
+        if early:
+            pick = early[-1]
+            margin = f", at least {restart_before} steps before the spike (restart well before it, not just before)"
+        else:
+            margin = f", only {first - pick['step']} step(s) before the spike: none was saved {restart_before} or more before it"
+    inferred = (
+        " It is inferred from the run's trainer_state.json (no checkpoint folder seen on disk): check it exists."
+        if pick.get("inferred")
+        else ""
+    )
+    value = f" (evaluation {fmt(pick['value'])})" if pick.get("value") is not None else ""
+    chosen = {k: pick.get(k) for k in ("step", "path", "complete", "inferred")}
+    return chosen, (
+        f"Go back to step {pick['step']}{value}: the last complete checkpoint saved before the trouble began at "
+        f"step {first}, outside every bad episode{margin}.{inferred}"
+    )
+
+
+def _checkpoint_entry(advice: dict, step: int) -> dict | None:
+    for c in advice.get("checkpoints", []):
+        if c["step"] == step:
+            return {k: c.get(k) for k in ("step", "path", "complete", "inferred")}
+    return None
+
+
+def _command(trainer: Trainer, checkpoint: dict, run_path: str | None) -> tuple[str, str] | None:
+    """(the exact resume command or setting for this trainer, the sentence that says how to use it), or None
+    when the trainer is not known."""
+    path, host = _on_host(str(checkpoint.get("path") or ""))
+    where = f" on {host}" if host else ""
+    if trainer.kind == "runwatch":
+        out, _ = _on_host(run_path or "RUN_DIR")
+        command = f"python -m trainer.launch --preset {trainer.preset} --out {out} --resume-from {checkpoint['step']}"
+        return command, f"run{where} `{command}`"
+    if trainer.kind == "verl":
+        command = f"trainer.resume_mode=resume_path trainer.resume_from_path={path}"
+        return command, f"add to your verl command{where} `{command}`"
+    if trainer.kind == "hf":
+        command = f'trainer.train(resume_from_checkpoint="{path}")'
+        return command, (
+            f"call `{command}`{where} (a script taking TrainingArguments, TRL's too: "
+            f"`--resume_from_checkpoint {path}`)"
+        )
+    if trainer.kind == "llamafactory":
+        command = f"resume_from_checkpoint: {path}"
+        return command, (
+            f"put `{command}` in your llamafactory-cli train YAML{where} (or pass `--resume_from_checkpoint {path}`)"
+        )
+    return None
+
+
+def _on_host(path: str) -> tuple[str, str | None]:
+    """A remote path `host:/x` as (/x, host); a local one as (path, None)."""
+    found = _REMOTE.match(path)
+    return (found.group(2), found.group(1)) if found else (path, None)

@@ -1,0 +1,162 @@
+"""An error alert's action (issue 12 item 8): the last good checkpoint before the episode and the exact resume
+command for the run's trainer, told from what the run's files say; one voice with the checkpoint advice."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from collector.advice.action import Trainer, action_for_alert, needs_action, trainer_of
+from tests.collector.test_daemon_support import cli_json
+
+
+def ckpt(step: int, complete: bool = True, value: float | None = None, inferred: bool = False) -> dict:
+    return {"step": step, "path": f"/runs/a/global_step_{step}", "complete": complete, "value": value,
+            "inferred": inferred}  # fmt: skip
+
+
+VERL = Trainer("verl", "its checkpoints are verl's global_step_N folders")
+
+
+def advice(checkpoints: list[dict], recommended: int | None = None, metric: str = "val/loss") -> dict:
+    rec = None if recommended is None else {"step": recommended, "path": f"/runs/a/global_step_{recommended}",
+                                            "reason": f"Step {recommended} has the lowest {metric}."}  # fmt: skip
+    return {"recommended": rec, "checkpoints": checkpoints, "metric": metric}
+
+
+def test_trainer_is_told_by_the_files_not_guessed():
+    ours = {"trainer": "verl_sft", "preset": "demo", "config": {}}
+    assert trainer_of("jsonl", [], ours, [], []).kind == "runwatch"
+    assert (
+        trainer_of("jsonl", [], {"trainer": "verl_sft", "preset": "custom"}, ["/r/global_step_5"], []).kind
+        == "verl"
+    )
+    assert trainer_of("hf_trainer_state", [], {}, [], []).kind == "hf"
+    assert trainer_of("jsonl", [], {}, ["/o/checkpoint-500"], []).kind == "hf"
+    assert trainer_of("llamafactory_log", [], {}, [], []).kind == "llamafactory"
+    assert trainer_of("console", [], {}, [], []).kind == "verl"
+    tb = trainer_of("tensorboard", [], {}, [], ["actor/entropy", "critic/score/mean", "x"])
+    assert tb.kind == "verl" and "actor/entropy" in tb.evidence
+    unknown = trainer_of("csv", [], {}, [], ["loss", "val_loss"])
+    assert unknown.kind == "unknown" and "do not say" in unknown.evidence
+
+
+def test_only_error_alerts_and_checkpoint_naming_alerts_carry_an_action():
+    assert needs_action({"rule": "grad_spike", "severity": "error"})
+    assert needs_action({"rule": "val_loss_rise", "severity": "warn"})
+    assert not needs_action({"rule": "loss_spike", "severity": "warn"})
+
+
+def test_a_spike_restarts_from_a_checkpoint_100_steps_before_and_skips_its_batches():
+    cks = [ckpt(100), ckpt(200), ckpt(250), ckpt(300), ckpt(400)]
+    alert = {
+        "rule": "grad_spike",
+        "severity": "error",
+        "metric": "grad_norm",
+        "first_step": 300,
+        "last_step": 303,
+    }
+    act = action_for_alert(alert, advice(cks, 400), VERL, "/runs/a", [(300, 303)])
+    assert act["restart_step"] == 200 and act["skip_steps"] == [300, 303]
+    assert (
+        act["command"] == "trainer.resume_mode=resume_path trainer.resume_from_path=/runs/a/global_step_200"
+    )
+    assert "steps 300-303" in act["text"] and "picks step 400" in act["text"]
+    # none 100 steps before: the last one before the spike, and the text says how close it is
+    close = action_for_alert(
+        {**alert, "first_step": 270}, advice([ckpt(100), ckpt(250)]), VERL, "/runs/a", [], restart_before=100
+    )
+    assert close["restart_step"] == 100  # 170 before: well before the spike
+    near = action_for_alert({**alert, "first_step": 270}, advice([ckpt(250)]), VERL, "/runs/a", [])
+    assert near["restart_step"] == 250 and "only 20 step(s) before" in near["text"]
+
+
+def test_incomplete_and_bad_checkpoints_are_passed_over():
+    cks = [ckpt(100), ckpt(150), ckpt(200, complete=False)]
+    alert = {"rule": "nonfinite", "severity": "error", "metric": "loss", "first_step": 260, "last_step": 260}
+    act = action_for_alert(alert, advice(cks), VERL, "/runs/a", [(140, 160)])
+    assert act["restart_step"] == 100 and act["skip_steps"] is None
+
+
+def test_no_checkpoint_before_the_episode_is_said_plainly():
+    alert = {"rule": "nonfinite", "severity": "error", "metric": "loss", "first_step": 50, "last_step": 50}
+    act = action_for_alert(alert, advice([ckpt(100)]), VERL, "/runs/a", [])
+    assert act["checkpoint"] is None and act["command"] is None
+    assert "no checkpoint to go back to" in act["text"] and "step 100, after it began" in act["text"]
+    none = action_for_alert(alert, advice([]), VERL, "/runs/a", [])
+    assert "no checkpoint of this run was seen" in none["text"]
+
+
+def test_commands_per_trainer_and_remote_paths():
+    alert = {"rule": "nonfinite", "severity": "error", "metric": "loss", "first_step": 500, "last_step": 500}
+    hf = {"step": 400, "path": "gpu1:/out/checkpoint-400", "complete": True, "value": None, "inferred": False}
+    act = action_for_alert(alert, advice([hf]), Trainer("hf", "x"), "gpu1:/out", [])
+    assert (
+        act["command"] == 'trainer.train(resume_from_checkpoint="/out/checkpoint-400")'
+        and "on gpu1" in act["text"]
+    )
+    ours = action_for_alert(alert, advice([ckpt(400)]), Trainer("runwatch", "x", "demo"), "/runs/a", [])
+    assert ours["command"] == "python -m trainer.launch --preset demo --out /runs/a --resume-from 400"
+    lf = action_for_alert(alert, advice([hf]), Trainer("llamafactory", "x"), "/out", [])
+    assert lf["command"] == "resume_from_checkpoint: /out/checkpoint-400"
+    unknown = action_for_alert(
+        alert, advice([ckpt(400)]), Trainer("unknown", "its files do not say"), "/a", []
+    )
+    assert unknown["command"] is None and "your trainer's resume option" in unknown["text"]
+
+
+def test_a_validation_alert_keeps_the_advices_checkpoint_and_says_why_it_differs():
+    cks = [ckpt(10, value=2.0), ckpt(20, value=1.5), ckpt(30, value=1.7)]
+    rise = {"rule": "val_loss_rise", "severity": "warn", "metric": "eval_loss", "first_step": 30, "last_step": 40,
+            "evidence": {"best_step": 25}}  # fmt: skip
+    same = action_for_alert(rise, advice(cks, 20, metric="eval_loss"), VERL, "/runs/a", [])
+    assert same["restart_step"] == 20 and "no complete checkpoint" in same["text"]
+    other = action_for_alert(rise, advice(cks, 30, metric="eval_wer"), VERL, "/runs/a", [])
+    assert other["restart_step"] == 30 and "because the advice chooses by eval_wer" in other["text"]
+
+
+def test_the_api_and_cli_json_give_each_error_alert_its_action(tmp_path):
+    run = tmp_path / "root" / "spiky"
+    run.mkdir(parents=True)
+    rng = random.Random(0)
+    with (run / "metrics.jsonl").open("w") as f:
+        for s in range(1, 401):
+            loss, grad = 2.0 - s * 0.002 + rng.gauss(0, 0.02), 1.0 + rng.gauss(0, 0.05)
+            if 300 <= s <= 303:
+                loss, grad = loss * 6, grad * 80
+            elif 304 <= s <= 310:
+                loss *= 3
+            f.write(json.dumps({"step": s, "data": {"train/loss": loss, "train/grad_norm": grad}}) + "\n")
+    for step in (100, 200, 250, 300, 400):
+        hf = run / f"global_step_{step}" / "huggingface"
+        hf.mkdir(parents=True)
+        (hf / "config.json").write_text("{}")
+        (hf / "tokenizer.json").write_text("{}")
+        save_file({"w": np.zeros((4, 4), dtype=np.float32)}, str(hf / "model.safetensors"))
+    db = tmp_path / "rw.duckdb"
+    cli_json(db, "ingest", str(tmp_path / "root"))
+    alerts = cli_json(db, "alerts")
+    errors = [a for a in alerts if a["severity"] == "error"]
+    assert errors and all(a["action"] is not None for a in errors)
+    assert all(a["action"] is None for a in alerts if not needs_action(a))
+    spike = next(a for a in errors if a["rule"] == "grad_spike")
+    assert spike["action"]["restart_step"] == 200 and spike["action"]["trainer"] == "verl"
+    assert spike["action"]["checkpoint"]["path"].endswith("global_step_200")
+    assert spike["action"]["skip_steps"] == [spike["first_step"], spike["last_step"]]
+    # the documented fields are all still there
+    for key in (
+        "id",
+        "run",
+        "rule",
+        "severity",
+        "metric",
+        "first_step",
+        "last_step",
+        "state",
+        "message",
+        "value",
+    ):
+        assert key in spike
