@@ -112,7 +112,7 @@ def recommend_checkpoint(
     true, completeness unknown) counts as one for the recommendation but is never deletable and frees
     nothing anyone has measured. Without any usable evaluation the
     latest good checkpoint is recommended, and the reason says so. With no checkpoint at all (none seen, none
-    inferred) but evaluations, the best evaluation's step is recommended with path None. `deletable` never holds the recommended
+    inferred) but two or more evaluations after step 0, the best one's step is recommended with path None. `deletable` never holds the recommended
     checkpoint, the latest one (resume needs it: `latest_step`, else the newest complete one) nor a newest
     incomplete one (it may still be being written).
     """
@@ -155,8 +155,9 @@ def recommend_checkpoint(
             "path": best["path"],
             "reason": _reason(best, scored, skipped_bad, metric, direction, rows, finite_evals),
         }
-    elif not rows and finite_evals:
-        recommended = _best_evaluation_only(finite_evals, metric, direction)
+    elif not rows and len([e for e in finite_evals if e[0] > 0]) >= 2:
+        # a step-0 evaluation is the base model's (no checkpoint is saved there); one evaluation is no choice
+        recommended = _best_evaluation_only([e for e in finite_evals if e[0] > 0], metric, direction)
     elif good:
         best = good[-1]
         why = "no evaluation of " + metric if not finite_evals else "no evaluation near a good checkpoint"

@@ -86,6 +86,12 @@ def test_no_checkpoint_seen_names_the_best_evaluation_step_without_a_path():
     assert rec["step"] == 100 and rec["path"] is None and out["deletable"] == [] and out["frees_bytes"] == 0
     assert "No checkpoint of this run was seen" in rec["reason"] and "step 100" in rec["reason"]
     assert recommend_checkpoint([], EVALS, [], "val/loss", "min")["recommended"]["step"] == 300
+    # the base model's evaluation (step 0) is no checkpoint, and one evaluation alone is no choice
+    assert (
+        recommend_checkpoint([], [(0, 0.1), (10, 0.5), (20, 0.4)], [], "acc", "max")["recommended"]["step"]
+        == 10
+    )
+    assert recommend_checkpoint([], [(0, 0.1), (10, 0.5)], [], "acc", "max")["recommended"] is None
 
 
 def test_bad_direction_is_refused():
