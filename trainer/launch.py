@@ -10,8 +10,7 @@ our plugin loaded through `VERL_USE_EXTERNAL_MODULES`, checkpoints in RUN_DIR/gl
 run-directory files (metrics.jsonl, training_history.csv, validation_history.csv, status.json, run.json)
 written by the plugin. Returns torchrun's exit code; 2 when pre-flight checks fail (nothing is started).
 Running it again on the same RUN_DIR resumes from the latest checkpoint (`trainer.resume_mode=auto`) and
-appends to the metrics files; `--resume-from STEP` resumes from RUN_DIR/global_step_STEP instead
-(`trainer.resume_mode=resume_path`), the steps after it trained again (their new values replace the old ones).
+appends to the metrics files; `--resume-from STEP` resumes from RUN_DIR/global_step_STEP (trainer/resume_from.py).
 """
 
 from __future__ import annotations
@@ -69,14 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="JSON",
         help='an extra fault, e.g. \'{"kind":"stall","step":8,"seconds":60}\' (kinds: nan, lr_spike, stall, crash, slow)',
     )
-    parser.add_argument(
-        "--resume-from",
-        type=int,
-        default=None,
-        metavar="STEP",
-        help="resume from RUN_DIR/global_step_STEP instead of the latest checkpoint (e.g. the last good one "
-        "before a spike, as runwatch's alert action says)",
-    )
+    resume_help = "resume from RUN_DIR/global_step_STEP, not the latest (the last good one before a spike)"
+    parser.add_argument("--resume-from", type=int, default=None, metavar="STEP", help=resume_help)
     parser.add_argument(
         "--dry-run", action="store_true", help="check and print the torchrun command; start nothing"
     )
