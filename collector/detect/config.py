@@ -46,6 +46,7 @@ from collector.detect.config_rl import (
     KlSpikeRule,
     ResponseTruncationRule,
     RewardCollapseRule,
+    ValScoreDeclineRule,
 )
 from collector.detect.stop import StopConfigError, StopSettings, parse_stop
 
@@ -222,6 +223,7 @@ class Rules:
     grad_spike: GradSpikeRule = field(default_factory=GradSpikeRule)
     loss_spike: LossSpikeRule = field(default_factory=LossSpikeRule)
     val_loss_rise: ValLossRiseRule = field(default_factory=ValLossRiseRule)
+    val_score_decline: ValScoreDeclineRule = field(default_factory=ValScoreDeclineRule)
     loss_plateau: LossPlateauRule = field(default_factory=LossPlateauRule)
     no_learning: NoLearningRule = field(default_factory=NoLearningRule)
     stalled: StalledRule = field(default_factory=StalledRule)

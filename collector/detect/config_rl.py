@@ -65,3 +65,19 @@ class KlRiseRule:
     growth: float = 1.5  # and the newest block's median is this many times the oldest's...
     min_level: float = 0.05  # ...and at least this high (GRPO/PPO KL usually stays below 0.01-0.1)
     clear_after: int = 2
+
+
+@dataclass(frozen=True)
+class ValScoreDeclineRule:
+    """A validation score (reward, accuracy, exact match: verl `val-core/...`, `val/test_score/...`, HF
+    `eval_<score>`) falling from its best and staying down: on by default for RL runs only."""
+
+    enabled: bool = True
+    all_runs: bool = False  # judge the validation scores of SFT runs too (an SFT's val loss is judged anyway)
+    patience: int = 3  # evaluations in a row below the best by more than both margins below
+    min_rel_drop: float = 0.03  # below the best by 3 % of |best| (or of the score's observed range if larger)
+    noise_sigmas: float = 2.0  # and by this many sigmas of the evaluations' own wobble
+    noise_evals: int = 10  # (from the differences between the last this-many evaluations)
+    min_evals: int = 5  # evaluations seen before any verdict (fewer give no wobble to judge against)
+    error_after: int = 10  # evaluations of one decline that make it an error (example-runwatch.toml's 10)
+    clear_after: int = 1  # one evaluation back near the best ends the episode

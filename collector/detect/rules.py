@@ -31,6 +31,7 @@ from collector.detect.runlevel import UNSAFE_RUN_LEVEL_RULES
 from collector.detect.schedule import LrAnomaly
 from collector.detect.spikes import GradSpike, LossSpike, StepTimeSpike
 from collector.detect.trends import LossPlateau, NoLearningGrad, NoLearningLoss, ValLossRise
+from collector.detect.val_scores import ValScoreDecline
 
 RULES_BY_ROLE: Mapping[str, tuple[tuple[type[Rule], str], ...]] = MappingProxyType(
     {
@@ -44,6 +45,11 @@ RULES_BY_ROLE: Mapping[str, tuple[tuple[type[Rule], str], ...]] = MappingProxyTy
         "clip_ratio": ((ResponseTruncation, "response_truncation"),),
         "reward": ((RewardCollapse, "reward_collapse"),),
         "reward_std": ((RewardStdCollapse, "reward_collapse"),),
+        # validation scores: verl's val-core/... (val_score), eval_accuracy, eval_reward... (the rule keeps
+        # only the held-out scores among them, see val_scores.is_validation_score)
+        "val_score": ((ValScoreDecline, "val_score_decline"),),
+        "accuracy": ((ValScoreDecline, "val_score_decline"),),
+        "eval_metric": ((ValScoreDecline, "val_score_decline"),),
     }
 )
 
