@@ -1,6 +1,7 @@
 """`python -m collector check RUN_OR_PATH [--fail-on warn|error] [--db DB] [--json]`: judge a run in one pass.
 
-For CI, scripts and agents: prints the verdict per run (OK / WARN / ERROR, its alerts, the checkpoint to keep)
+For CI, scripts and agents: prints the verdict per run (OK / WARN / ERROR, its alerts with the action of each
+error alert, the checkpoint to keep)
 and exits 2 when an alert (open or since cleared) is at or above `--fail-on` (default error), 1 on a usage
 error, 0 otherwise. The reading and the queries are the CLI's own (`ingest`, then `runs` and `alerts`).
 """
@@ -58,8 +59,16 @@ def check(
                     "verdict": worst if worst in ("warn", "error") else "ok",
                     "alerts": [
                         {
-                            k: a[k]
-                            for k in ("rule", "severity", "metric", "first_step", "last_step", "message")
+                            k: a.get(k)
+                            for k in (
+                                "rule",
+                                "severity",
+                                "metric",
+                                "first_step",
+                                "last_step",
+                                "message",
+                                "action",
+                            )
                         }
                         for a in sorted(alerts, key=lambda a: (-_RANK[a["severity"]], a["first_step"]))
                     ],
@@ -77,4 +86,6 @@ def check(
                 print(
                     f"  [{a['severity']}] {a['rule']} {a['metric']} @{a['first_step']}-{a['last_step']}: {a['message']}"
                 )
+                if a.get("action"):  # what to do: the checkpoint to go back to and the resume command
+                    print(f"    action: {a['action']['text']}")
     return 2 if failed else 0

@@ -210,16 +210,16 @@ def _last_good_before(
             margin = f", at least {restart_before} steps before the spike (restart well before it, not just before)"
         else:
             margin = f", only {first - pick['step']} step(s) before the spike: none was saved {restart_before} or more before it"
-    inferred = (
-        " It is inferred from the run's trainer_state.json (no checkpoint folder seen on disk): check it exists."
+    kind = (
+        "checkpoint the run's trainer_state.json implies (no folder seen on disk: check it exists)"
         if pick.get("inferred")
-        else ""
+        else "complete checkpoint saved"
     )
     value = f" (evaluation {fmt(pick['value'])})" if pick.get("value") is not None else ""
     chosen = {k: pick.get(k) for k in ("step", "path", "complete", "inferred")}
     return chosen, (
-        f"Go back to step {pick['step']}{value}: the last complete checkpoint saved before the trouble began at "
-        f"step {first}, outside every bad episode{margin}.{inferred}"
+        f"Go back to step {pick['step']}{value}: the last {kind} before the trouble began at step {first}, "
+        f"outside every bad episode{margin}."
     )
 
 

@@ -243,14 +243,16 @@ def _reason(
             f" and {len(others) - 3} more" if len(others) > 3 else ""
         )
     else:
-        alternatives = "; it is the only evaluated complete checkpoint"
+        alternatives = f"; it is the only evaluated {'' if best['inferred'] else 'complete '}checkpoint"
     sign = 1 if direction == "min" else -1
     top_step, top_value = min(evals, key=lambda e: (sign * e[1], e[0]))
     missed = ""
     if sign * top_value < sign * best["value"]:
         missed = f"; the best evaluation overall, {fmt(top_value)} at step {top_step}, has no complete checkpoint near it"
+    # an inferred checkpoint's completeness is unknown: the reason does not call it complete
+    complete = "" if any(r["inferred"] for r in scored) else "complete "
     return (
-        f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} complete "
+        f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} {complete}"
         f"checkpoint(s){alternatives}{missed}{_skipped_text(skipped)}{_inferred_text(rows)}."
     )
 

@@ -213,6 +213,9 @@ def test_advice_for_run_follows_hf_best_metric_and_infers_a_lone_state_files_che
     assert out["recommended"]["step"] == checkpoint_step(info["best_model_checkpoint"])
     assert out["checkpoints"] and all(c["inferred"] for c in out["checkpoints"]) and out["deletable"] == []
     # without a trainer_state's save facts nothing is inferred: the best evaluation's step, no path
+    # reasons say only what the state file gave: inferred checkpoints are not called complete
+    assert " complete checkpoint" not in out["recommended"]["reason"]
+    assert "inferred from best_model_checkpoint" in out["recommended"]["reason"]
     bare = advice_for_run([], evals, [], {}, 100)
     assert bare["checkpoints"] == [] and bare["recommended"]["path"] is None
 

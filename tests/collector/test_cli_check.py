@@ -39,8 +39,13 @@ def test_check_prints_the_verdict_and_fails_at_the_level(tmp_path):
     verdict = json.loads(failed.stdout)
     assert verdict["failed"] and verdict["runs"][0]["verdict"] == "error"
     assert [a["rule"] for a in verdict["runs"][0]["alerts"]] == ["nonfinite"]
+    # the error's action: no checkpoint folder, no save_steps, a trainer_state.json of an HF run: nothing
+    # before the NaN (step 310) to go back to, and it says so
+    action = verdict["runs"][0]["alerts"][0]["action"]
+    assert action["trainer"] == "hf" and "trainer_state.json" in action["trainer_evidence"]
     text = _check(str(run))
     assert text.returncode == 2 and "ERROR" in text.stdout and "nonfinite" in text.stdout
+    assert f"    action: {action['text']}" in text.stdout
 
     healthy = tmp_path / "good"
     healthy.mkdir()
