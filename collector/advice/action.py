@@ -6,7 +6,7 @@ Stable interface:
 - `trainer_of(run_format, source_formats, run_config, checkpoint_paths, metric_names) -> Trainer`: which
   trainer wrote the run, from what its files say (our launcher's run.json, checkpoint folder names, the
   formats read, metric names), with the fact it rests on; kind "unknown" when the data says nothing.
-- `needs_action(alert) -> bool`: error alerts, and the alerts that name a checkpoint to keep.
+- `needs_action(alert) -> bool`: error alerts, and the alerts that name a checkpoint or a step to go back to.
 - `action_for_alert(alert, advice, trainer, run_path, bad_episodes, restart_before=100) -> dict`: the action
   (`checkpoint`, `trainer`, `trainer_evidence`, `command`, `restart_step`, `skip_steps`, `advice_step`,
   `text`); `advice` is `recommend.advice_for_run`'s answer for the run, so an alert never names another
@@ -24,6 +24,9 @@ from collector.detect.base import fmt
 SPIKE_RULES = frozenset({"loss_spike", "grad_spike", "kl_spike"})
 # rules that name a checkpoint to keep in their message (the advice's choice must agree, or say why not)
 CHECKPOINT_RULES = frozenset({"val_loss_rise", "val_score_decline"})
+# rules whose message points near a step (the reward's best, the entropy's peak): the action names the
+# checkpoint to go back to before the episode and says how it relates to that step
+STEP_NAMING_RULES = frozenset({"reward_collapse", "entropy_collapse"})
 _VERL_METRIC = re.compile(r"^(actor|critic|val-core|val-aux|timing_s|response_length)/")
 _REMOTE = re.compile(r"^([^/:]+):(/.*)$")
 _LAUNCHER_TRAINERS = ("verl_sft", "verl_ppo")
@@ -86,7 +89,8 @@ def trainer_of(
 
 def needs_action(alert: dict) -> bool:
     """Whether an alert carries an action: every error alert, and the alerts that name a checkpoint to keep."""
-    return alert.get("severity") == "error" or alert.get("rule") in CHECKPOINT_RULES
+    rule = alert.get("rule")
+    return alert.get("severity") == "error" or rule in CHECKPOINT_RULES or rule in STEP_NAMING_RULES
 
 
 def action_for_alert(
@@ -106,6 +110,23 @@ def action_for_alert(
         chosen, why = _kept_by_advice(alert, advice)
     else:
         chosen, why = _last_good_before(alert, advice["checkpoints"], bad_episodes, restart_before)
+    evidence = alert.get("evidence") or {}
+    named = evidence.get("best_step", evidence.get("peak_step"))
+    if (
+        rule not in CHECKPOINT_RULES
+        and chosen is not None
+        and isinstance(named, int)
+        and named != chosen["step"]
+    ):
+        why += (
+            f" The alert's message points near step {named} (the metric's best); the checkpoint named here is the "
+            f"last usable one saved before the episode began"
+            + (
+                ", which is later than that step."
+                if chosen["step"] > named
+                else ", none being saved nearer it."
+            )
+        )
     skip = [first, last] if rule in SPIKE_RULES else None
     resume = _command(trainer, chosen, run_path) if chosen is not None else None
     command = resume[0] if resume else None

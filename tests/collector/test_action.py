@@ -47,7 +47,17 @@ def test_trainer_is_told_by_the_files_not_guessed():
 def test_only_error_alerts_and_checkpoint_naming_alerts_carry_an_action():
     assert needs_action({"rule": "grad_spike", "severity": "error"})
     assert needs_action({"rule": "val_loss_rise", "severity": "warn"})
+    assert needs_action({"rule": "reward_collapse", "severity": "warn"})
     assert not needs_action({"rule": "loss_spike", "severity": "warn"})
+
+
+def test_a_collapse_that_points_near_its_best_step_says_how_the_checkpoint_relates_to_it():
+    collapse = {"rule": "reward_collapse", "severity": "warn", "metric": "critic/score/mean", "first_step": 260,
+                "last_step": 300, "evidence": {"best_step": 180}}  # fmt: skip
+    act = action_for_alert(collapse, advice([ckpt(100), ckpt(200), ckpt(300)]), VERL, "/runs/a", [])
+    assert (
+        act["restart_step"] == 200 and "points near step 180" in act["text"] and "later than" in act["text"]
+    )
 
 
 def test_a_spike_restarts_from_a_checkpoint_100_steps_before_and_skips_its_batches():
