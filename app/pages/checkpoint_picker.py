@@ -20,7 +20,8 @@ direction = advice.get("direction")
 
 if recommended:
     st.success(f"**Keep step {recommended['step']:,}**: {recommended.get('reason', '')}")
-    st.code(recommended["path"], language=None)
+    if recommended.get("path"):  # null when no checkpoint was seen: the step is the best evaluation's
+        st.code(recommended["path"], language=None)
 else:
     st.info("No checkpoint to recommend yet (none is complete, or the run has no metric to judge them by).")
 
