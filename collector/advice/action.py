@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 from collector.detect.base import fmt
 
-# rules whose episode is a burst of bad updates: replay from well before it and skip its batches
+# rules whose episode is a burst of bad updates: replay from well before it...
 SPIKE_RULES = frozenset({"loss_spike", "grad_spike", "kl_spike"})
+# ...and, for a loss or gradient spike (bad batches, as large-run logbooks found), skip its batches
+SKIP_BATCH_RULES = frozenset({"loss_spike", "grad_spike"})
 # rules that name a checkpoint to keep in their message (the advice's choice must agree, or say why not)
 CHECKPOINT_RULES = frozenset({"val_loss_rise", "val_score_decline"})
 # rules whose message points near a step (the reward's best, the entropy's peak): the action names the
@@ -127,7 +129,7 @@ def action_for_alert(
                 else ", none being saved nearer it."
             )
         )
-    skip = [first, last] if rule in SPIKE_RULES else None
+    skip = [first, last] if rule in SKIP_BATCH_RULES else None
     resume = _command(trainer, chosen, run_path) if chosen is not None else None
     command = resume[0] if resume else None
     parts = [why]
