@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePath
 
 from collector.core.severity import SEVERITIES
+from collector.detect.config_advice import AdviceConfigError, AdviceSettings, parse_advice
 from collector.detect.config_rl import (
     EntropyCollapseRule,
     KlRiseRule,
@@ -251,17 +252,6 @@ class CustomRule:
 
 
 @dataclass(frozen=True)
-class AdviceSettings:
-    """Which evaluation picks the checkpoint to keep; None leaves the choice to the run (HF
-    `metric_for_best_model`, else the validation loss)."""
-
-    metric: str | None = None
-    direction: str | None = None  # "min" or "max"; None: from the metric's name
-    # an error alert's action replays a spike from a checkpoint at least this many steps before it
-    restart_before_steps: int = 100
-
-
-@dataclass(frozen=True)
 class DetectConfig:
     rules: Rules = field(default_factory=Rules)
     custom: tuple[CustomRule, ...] = ()
@@ -310,39 +300,12 @@ def apply_document(config: DetectConfig, doc: dict, source: str = "<config>") ->
     custom = list(config.custom)
     for index, item in enumerate(doc.get("custom") or [], start=1):
         custom.append(_custom_rule(item, f"{source}: [[custom]] #{index}"))
-    advice = _advice(config.advice, doc.get("advice"), f"{source}: [advice]")
     try:
+        advice = parse_advice(config.advice, doc.get("advice"), f"{source}: [advice]")
         stop = parse_stop(config.stop, doc.get("stop"), f"{source}: [stop]")
-    except StopConfigError as e:
+    except (AdviceConfigError, StopConfigError) as e:
         raise ConfigError(str(e)) from None
     return DetectConfig(rules=rules, custom=tuple(custom), advice=advice, stop=stop)
-
-
-def _advice(current: AdviceSettings, values: object, where: str) -> AdviceSettings:
-    if values is None:
-        return current
-    if not isinstance(values, dict):
-        raise ConfigError(f"{where} must be a table of key = value")
-    unknown = set(values) - {"metric", "direction", "restart_before_steps"}
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: metric, direction, restart_before_steps"
-        )
-    restart = _coerce(
-        values.get("restart_before_steps", current.restart_before_steps),
-        current.restart_before_steps,
-        f"{where} restart_before_steps",
-    )
-    metric = values.get("metric", current.metric)
-    if metric is not None and (not isinstance(metric, str) or not metric):
-        raise ConfigError(f"{where} metric: expected a metric name (a non-empty string), got {metric!r}")
-    direction = values.get("direction", current.direction)
-    if direction is not None and direction not in ("min", "max"):
-        raise ConfigError(f'{where} direction: expected "min" or "max", got {direction!r}')
-    if direction is not None and metric is None:
-        raise ConfigError(f"{where} direction needs a metric (metric = \"...\"): a direction alone would apply "
-                          f"to whatever metric the run chose")  # fmt: skip
-    return AdviceSettings(metric=metric, direction=direction, restart_before_steps=restart)
 
 
 def _override(current: object, values: dict, where: str) -> object:

@@ -117,6 +117,7 @@ def test_missing_files_give_the_defaults(tmp_path):
         ("[advice]\nmetric = 3\n", "[advice] metric: expected a metric name"),
         ('[advice]\nmetrics = "x"\n', "[advice]: unknown key 'metrics'"),
         ('[advice]\ndirection = "max"\n', "[advice] direction needs a metric"),
+        ("[advice]\nrestart_before_steps = -5\n", "[advice] restart_before_steps: expected a whole number"),
         ('[stop]\non = "nonfinite"\n', "[stop] on: expected a list of rule ids"),
         ('[stop]\non = ["nonfinite"]\nseverity = "fatal"\n', "[stop] severity: expected"),
         ("[stop]\nafter_points = 0\n", "[stop] after_points: expected a whole number >= 1"),
