@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from collector.api import stop as api_stop
 from collector.api import views as api_views
 from collector.api.client import ApiError, Client
 from collector.cli_tables import TABLES
-from collector.core.runtime import Settings, keep_private, read_marker
+from collector.core.runtime import API_THREADS, MEMORY_MB, Settings, keep_private, read_marker
 from collector.store import read as store_read
 from collector.store.db import Store, StoreError
 
@@ -53,6 +54,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--polling", action="store_true", help="poll instead of inotify (network filesystems)")
     serve.add_argument("--webhook", help="POST alerts to this URL (Slack-compatible)")
     serve.add_argument("--once", action="store_true", help="ingest what is there now, then exit")
+    serve.add_argument(
+        "--memory-mb",
+        type=int,
+        default=int(os.environ.get("RUNWATCH_MEMORY_MB") or MEMORY_MB),
+        help=f"DuckDB's memory limit in MB (default $RUNWATCH_MEMORY_MB or {MEMORY_MB}; it spills to disk past it)",
+    )
+    serve.add_argument(
+        "--api-threads",
+        type=int,
+        default=int(os.environ.get("RUNWATCH_API_THREADS") or API_THREADS),
+        help=f"API requests answered at once (default $RUNWATCH_API_THREADS or {API_THREADS})",
+    )
 
     ingest = sub.add_parser("ingest", parents=[common], help="ingest these paths once (twice adds nothing)")
     ingest.add_argument(
@@ -162,7 +175,11 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         polling=args.polling,
         webhook=args.webhook,
+        memory_mb=args.memory_mb,
+        api_threads=args.api_threads,
     )
+    if args.memory_mb < 16 or args.api_threads < 1:
+        raise CliError("--memory-mb must be at least 16 and --api-threads at least 1")
     settings.roots = _roots(args.roots, wait=args.once)
     try:
         check_not_running(args.db)

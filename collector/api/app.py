@@ -16,6 +16,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
@@ -103,11 +104,20 @@ def create_app(
             raise HTTPException(404, f"no run {run!r}")
 
     @app.get("/api/health")
-    def health() -> JSONWithNaN:
+    async def health() -> JSONWithNaN:
         # Counts only (no token here): which files, and why, come from /api/problem_files.
-        return JSONWithNaN(
-            health_info(db, roots, api_views.VERSION) | {"problem_files": run_files.problem_counts(store)}
+        body = await run_in_threadpool(
+            lambda: (
+                health_info(db, roots, api_views.VERSION)
+                | {
+                    "problem_files": run_files.problem_counts(store),
+                    "memory_limit": store_read.memory_limit(store),
+                }
+            )
         )
+        # (read here, in the event loop: the pool's size in force)
+        api_threads = anyio.to_thread.current_default_thread_limiter().total_tokens
+        return JSONWithNaN(body | {"api_threads": int(api_threads)})
 
     @app.get("/api/problem_files", dependencies=guard)
     def problem_files(

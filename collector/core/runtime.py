@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -12,6 +13,16 @@ from pathlib import Path
 COMMIT_INTERVAL_S = 0.2  # the store commits at most this often while files change (batching, not per event)
 RESCAN_INTERVAL_S = 5.0  # a full look at the roots, for events a filesystem did not deliver
 POLL_INTERVAL_S = 0.25  # the polling observer's period (network filesystems)
+# What bounds the daemon's memory (bench/memory_clients.py: five 1M-step backfills, 20 polling clients).
+# DuckDB's buffer pool: its tables, the bulk readers' wide stage, every query's work (it spills to disk past
+# this; 80 MB made concurrent chart queries fail).
+MEMORY_MB = 160
+# API requests answered at once (the rest wait their turn): each holds its query's memory while it runs, and
+# Starlette's default of 40 let 20 dashboards add ~100 MB.
+API_THREADS = 8
+# glibc gives each thread its own malloc arena (up to 8 a core), each keeping what it freed: ~70 MB of the
+# same benchmark's peak. Two arenas serve the ingest thread and the API threads.
+MALLOC_ARENAS = 2
 
 
 @dataclass
@@ -26,6 +37,20 @@ class Settings:
     webhook: str | None = None
     commit_interval_s: float = COMMIT_INTERVAL_S
     rescan_interval_s: float = RESCAN_INTERVAL_S
+    memory_mb: int = MEMORY_MB  # DuckDB's memory limit
+    api_threads: int = API_THREADS  # API requests answered at once
+
+
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas for the threads this process starts from now on (see MALLOC_ARENAS); a
+    `MALLOC_ARENA_MAX` in the environment stands instead. False where there is no glibc `mallopt`."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(-8, arenas))  # M_ARENA_MAX
 
 
 def marker_path(db: Path) -> Path:

@@ -8,6 +8,7 @@ SIGINT: stop the observer, make the final commit, remove the marker, exit 0.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ from collector.core.runtime import (
     Settings,
     ensure_token,
     keep_private,
+    limit_malloc_arenas,
     read_marker,
     remove_marker,
     write_marker,
@@ -54,7 +56,7 @@ class Collector:
         self.db = Path(settings.db).resolve()
         self.roots = [fs.root_path(r) for r in settings.roots]  # local, or ssh:// (RemotePath)
         keep_private(self.db)
-        self.store = Store(self.db)
+        self.store = Store(self.db, settings.memory_mb)
         self.detection = Detection(
             self.store, self.db, default_sinks(self.db, settings.webhook) if sinks is None else sinks
         )
@@ -116,6 +118,7 @@ class Collector:
         """Run until SIGTERM/SIGINT (or `stop()`). Raises AlreadyRunning when another collector holds the DB."""
         # Imported here: one-shot commands (ingest, --once) need neither the web stack, the file watcher
         # nor their memory.
+        import anyio.to_thread
         import uvicorn
 
         from collector.api.app import create_app
@@ -129,7 +132,13 @@ class Collector:
         sock.bind((self.settings.host, self.settings.port))
         port = sock.getsockname()[1]
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
-        api_thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api", daemon=True)
+
+        async def serve_api() -> None:
+            # The thread pool the sync routes run in: at most `api_threads` requests at once.
+            anyio.to_thread.current_default_thread_limiter().total_tokens = self.settings.api_threads
+            await server.serve(sockets=[sock])
+
+        api_thread = threading.Thread(target=asyncio.run, args=(serve_api(),), name="api", daemon=True)
         api_thread.start()
         while not server.started:
             if not api_thread.is_alive():
@@ -266,6 +275,7 @@ def check_not_running(db: Path) -> None:
 def run_daemon(settings: Settings) -> int:
     """`python -m collector serve`: returns the exit code."""
     check_not_running(settings.db)
+    limit_malloc_arenas()  # before the daemon starts its threads
     collector = Collector(settings)
     previous = {}
 

@@ -24,6 +24,7 @@ from types import ModuleType
 import duckdb
 
 from collector.core.model import BadLine
+from collector.core.runtime import MEMORY_MB
 from collector.store.schema import StoreError, migrate
 
 
@@ -32,10 +33,6 @@ def arrow() -> ModuleType:
     import pyarrow
 
     return pyarrow
-
-
-# DuckDB's buffer pool would take 80% of RAM; the collector stays small (it spills to disk past this).
-MEMORY_LIMIT = "160MB"
 
 
 @dataclass(slots=True)
@@ -62,10 +59,12 @@ class SourceState:
 class Store:
     """One DuckDB file. Thread-safe: each thread gets its own cursor; writers take turns."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, memory_mb: int = MEMORY_MB) -> None:
+        """Open (or create) the file; DuckDB uses at most `memory_mb` of memory (its default would be 80% of
+        RAM), spilling to disk past it."""
         self.path = Path(path)
         try:
-            self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
+            self._con = duckdb.connect(str(self.path), config={"memory_limit": f"{memory_mb}MB"})
         except duckdb.IOException as e:
             raise StoreError(
                 f"cannot open the database {self.path}: {e}. Only one process may hold it; if a collector "

@@ -321,3 +321,8 @@ def parse_json(text: str | None) -> dict | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else {"value": value}
+
+
+def memory_limit(store: Store) -> str:
+    """DuckDB's memory limit in force, as DuckDB says it (`152.5 MiB`)."""
+    return store.rows("SELECT current_setting('memory_limit')")[0][0]
