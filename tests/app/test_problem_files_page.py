@@ -8,7 +8,12 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.test_pages import APP, PAGE_FILES, PAGE_TIMEOUT_S
 from tests.collector.test_daemon_support import Daemon, wait_for
-from tests.collector.test_problem_files import AS_USER, base, runs_with_problems  # noqa: F401 (a fixture)
+from tests.collector.test_problem_files import (  # noqa: F401 (base: a fixture)
+    AS_USER,
+    base,
+    run_detail,
+    runs_with_problems,
+)
 
 
 def test_sidebar_and_run_page_name_a_file_that_cannot_be_read(base, monkeypatch):  # noqa: F811
@@ -20,7 +25,7 @@ def test_sidebar_and_run_page_name_a_file_that_cannot_be_read(base, monkeypatch)
     try:
         d.start()
         c = d.client()
-        failing = wait_for(lambda: c.get("/api/runs/locked")["failing_files"], "the locked file failing")
+        failing = wait_for(lambda: run_detail(c, "locked").get("failing_files"), "the locked file failing")
         at = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S)
         at.session_state["pending_run"] = "locked"
         at.run()

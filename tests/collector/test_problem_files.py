@@ -55,6 +55,16 @@ def verl_lines(steps: range) -> str:
     return "".join(json.dumps({"step": s, "data": {"train/loss": 1.0 / s}}) + "\n" for s in steps)
 
 
+def run_detail(c, run: str) -> dict:
+    """The run's detail, or {} while the collector has not listed the run yet (it serves before it discovers)."""
+    try:
+        return c.get(f"/api/runs/{run}")
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        return {}
+
+
 def health(d: Daemon) -> dict:
     """`/api/health` over plain HTTP, with no token (it needs none)."""
     port = json.loads(Path(f"{d.db}.collector.json").read_text())["port"]
@@ -91,9 +101,9 @@ def test_files_not_read_in_full_are_named_per_run_and_overall(base, monkeypatch)
     try:
         d.start()
         c = d.client()
-        wait_for(lambda: c.get("/api/runs/gone")["last_step"] == 3, "run gone read")
+        wait_for(lambda: run_detail(c, "gone").get("last_step") == 3, "run gone read")
         (root / "gone" / "metrics.jsonl").unlink()
-        wait_for(lambda: c.get("/api/runs/ok")["last_step"] == 5, "run ok read around its bad line")
+        wait_for(lambda: run_detail(c, "ok").get("last_step") == 5, "run ok read around its bad line")
 
         def problems() -> list[dict]:
             return c.get("/api/problem_files")
@@ -153,7 +163,7 @@ def test_files_not_read_in_full_are_named_per_run_and_overall(base, monkeypatch)
         locked.chmod(stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
         d.start()
         c = d.client()
-        wait_for(lambda: c.get("/api/runs/locked")["last_step"] == 10, "the unlocked file read")
+        wait_for(lambda: run_detail(c, "locked").get("last_step") == 10, "the unlocked file read")
         wait_for(lambda: c.get("/api/runs/locked")["failing_files"] == [], "the failure cleared")
         assert not by_kind("failing") and health(d)["problem_files"]["failing"] == 0
     finally:
