@@ -59,6 +59,11 @@ def test_the_events_come_in_order_with_the_alert_at_its_step(served):
     (alert_at,) = [i for i, k in enumerate(kinds) if k == "alert"]
     assert events[alert_at]["rule"] == "nonfinite" and events[alert_at]["first_step"] == NAN_STEP
     assert at_step[NAN_STEP] < alert_at < at_step[NAN_STEP + 1]  # after its step's points, before the next
+    # as GET /api/alerts lists it, its action (what to do) included
+    listed = next(
+        a for a in served.get("/api/alerts", params={"run": "timed"}) if a["id"] == events[alert_at]["id"]
+    )
+    assert "action" in events[alert_at] and events[alert_at]["action"] == listed["action"]
     progress = [e["progress"] for e in events if e["event"] == "progress"]
     assert len(progress) == 11 and progress == sorted(progress) and progress[-1] == 1.0
     assert events[-1] == {"event": "playback_complete", "steps": 11, "total": 11, "alerts": 1}
