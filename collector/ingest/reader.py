@@ -5,10 +5,9 @@ with the format's parser, and commits the points together with the new offset in
 any moment loses and repeats nothing. A file that shrank (truncated), was replaced (new inode: rotation) or was
 rewritten in place starts a new segment from offset 0; what was ingested from the old life stays.
 
-Large backlogs of verl JSONL and CSV histories are read by DuckDB's own readers (`ingest.bulk`, `bulk_csv`:
-many times faster than Python); a chunk they cannot read as plain records goes through the Python parser so its
-bad lines are quarantined with their numbers. What a format is (whole document or lines, its parser state, its
-run facts) comes from its `Format` descriptor only.
+Large backlogs of verl JSONL and CSV histories are read by DuckDB's own readers (`ingest.bulk`, `bulk_csv`); a
+chunk they cannot read as plain records goes through the Python parser so its bad lines are quarantined with
+their numbers. What a format is (whole document or lines, its state, its run facts) is its `Format`'s word.
 """
 
 from __future__ import annotations
@@ -125,6 +124,7 @@ class Ingestor:
         self.run_dirs[run.id] = run.dir
         self.store.upsert_run(run.id, str(run.root), str(run.path), run.format)
         self.store.set_skipped_files(run.id, [(str(p), why, segments.size_of(p)) for p, why in run.skipped])
+        self.hf_own_state.pop(run.id, None)
         if run.reused:  # one of the runs of a reused HF output folder: which checkpoints are its own
             self.hf_own_state[run.id] = run.own_state
         for source in run.sources:

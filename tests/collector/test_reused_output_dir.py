@@ -255,3 +255,24 @@ def test_a_live_collector_splits_the_folder_when_a_new_run_saves_into_it(tmp_pat
         )
     finally:
         daemon.ensure_stopped()
+
+
+def test_the_real_reused_outputs_folder_ingests_as_two_runs(tmp_path):
+    # huloujun/GreenBuilding-QA-LLM's outputs/ as it was when both runs had saved there: checkpoint-384
+    # (3 epochs, batch 2, 38 loss points) and checkpoint-640 (5 epochs, batch 1, 64 loss points), their states
+    # read from ../shared at test time; the 640-step run wrote last.
+    from tests.conftest import SHARED
+
+    files = SHARED / "real-runs-wild" / "files"
+    out = tmp_path / "root" / "outputs"
+    for step, when in ((384, T0), (640, T0 + 1000)):
+        text = (
+            files / f"huloujun__GreenBuilding-QA-LLM__outputs-checkpoint-{step}-trainer_state.json"
+        ).read_text()
+        save(out, f"checkpoint-{step}/trainer_state.json", text, when)
+    db = tmp_path / "rw.duckdb"
+    assert cli_json(db, "ingest", str(tmp_path / "root"))["runs"] == ["outputs", "outputs/run-to-384"]
+    found = runs_and_points(db, out)
+    assert (len(found["outputs"]["loss"]), found["outputs"]["loss"][-1][0]) == (64, 640)
+    assert (len(found["outputs/run-to-384"]["loss"]), found["outputs/run-to-384"]["loss"][-1][0]) == (38, 380)
+    assert (found["outputs"]["checkpoints"], found["outputs/run-to-384"]["checkpoints"]) == ([640], [384])
