@@ -195,7 +195,7 @@ def _best_evaluation_only(evals: list[tuple[int, float]], metric: str, direction
         "step": step,
         "path": None,
         "reason": f"No checkpoint of this run was seen on disk; its best evaluation is step {step}, the {word} "
-        f"{metric} ({fmt(value)} of {len(evals)} evaluations): keep the checkpoint saved at (or nearest) that "
+        f"{metric} of {len(evals)} evaluations ({fmt(value)}): keep the checkpoint saved at (or nearest) that "
         f"step if the trainer saved one.",
     }
 
