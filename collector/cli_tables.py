@@ -41,7 +41,9 @@ def metrics_table(series: dict) -> str:
 def checkpoints_table(advice: dict) -> str:
     rec = advice.get("recommended")
     head = (
-        f"keep step {rec['step']}: {rec['path']}\n  {rec['reason']}" if rec else "no checkpoint to recommend"
+        f"keep step {rec['step']}: {rec['path'] or '(no checkpoint seen)'}\n  {rec['reason']}"
+        if rec
+        else "no checkpoint to recommend"
     )
     body = table(advice.get("checkpoints", []), ["step", "complete", "bytes", "value", "path"])
     return f"{head}\n{body}\ndeletable: {advice.get('deletable') or 'none'}"

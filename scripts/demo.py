@@ -93,7 +93,7 @@ def print_advice(db: Path, run: str) -> None:
     rec = advice.get("recommended")
     print("\nCheckpoint advice:")
     if rec:
-        print(f"  keep step {rec['step']}: {rec['path']}\n  why: {rec['reason']}")
+        print(f"  keep step {rec['step']}: {rec['path'] or '(no checkpoint seen)'}\n  why: {rec['reason']}")
     else:
         print("  no complete checkpoint to recommend yet")
     if advice.get("deletable"):

@@ -78,7 +78,9 @@ def _advice_cell(row: dict) -> str:
     if rec is None:
         return "no complete checkpoint"
     if any(c.get("inferred") for c in advice["checkpoints"]):
-        deletable = f"{len(advice['checkpoints'])} checkpoint(s) inferred from save_steps: no deletion advice"
+        deletable = (
+            f"{len(advice['checkpoints'])} checkpoint(s) inferred from the state file: no deletion advice"
+        )
     else:
         deletable = f"deletable {len(advice['deletable'])} of {len(advice['checkpoints'])}"
     if "no evaluation" in rec["reason"]:

@@ -205,7 +205,8 @@ def _checkpoints_complete(checkpoints: list[dict]) -> dict:
         return _item(
             "checkpoint_complete",
             "unknown",
-            f"{len(checkpoints)} checkpoint(s) inferred from save_steps, none seen on disk",
+            f"{len(checkpoints)} checkpoint(s) inferred from the run's trainer_state.json "
+            f"({', '.join(sorted({c.get('inferred_from') or 'its steps' for c in checkpoints}))}), none seen on disk",
         )
     broken = [int(c["step"]) for c in checkpoints if not c.get("complete")]
     if broken:
