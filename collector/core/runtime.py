@@ -85,6 +85,18 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def command_of(pid: int) -> str | None:
+    """The command line of a running process (from /proc), None when it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    words = [w.decode(errors="replace") for w in raw.split(b"\0") if w]
+    if words:
+        words[0] = os.path.basename(words[0])
+    return " ".join(" ".join(words).split()) or None
+
+
 def read_marker(db: Path) -> dict | None:
     """The live daemon's marker for `db`, or None when there is none, it is half-written, or its pid is dead."""
     try:

@@ -14,6 +14,7 @@ replacement rule.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from types import ModuleType
 import duckdb
 
 from collector.core.model import BadLine
-from collector.core.runtime import MEMORY_MB
+from collector.core.runtime import MEMORY_MB, command_of
 from collector.store.schema import StoreError, migrate
 
 
@@ -66,10 +67,7 @@ class Store:
         try:
             self._con = duckdb.connect(str(self.path), config={"memory_limit": f"{memory_mb}MB"})
         except duckdb.IOException as e:
-            raise StoreError(
-                f"cannot open the database {self.path}: {e}. Only one process may hold it; if a collector "
-                f"is running, use it through its API (the CLI does this by itself)."
-            ) from None
+            raise StoreError(f"cannot open the database {self.path}: {e}. {_lock_advice(str(e))}") from None
         self._local = threading.local()
         self._write_lock = threading.RLock()
         migrate(self._con)
@@ -314,3 +312,19 @@ class Store:
         return dict(self.rows("SELECT run_id, max(last_step) FROM metric_stats GROUP BY run_id"))
 
     # ---- points ---------------------------------------------------------------------------------
+
+
+def _lock_advice(error: str) -> str:
+    """What to do about a database another process holds, naming that process when DuckDB says which."""
+    found = re.search(r"\(PID (\d+)\)", error)
+    command = command_of(int(found.group(1))) if found else None
+    holder = f"process {found.group(1)} (`{command[:200]}`)" if found and command else "another process"
+    if command and "collector serve" in command:
+        return (
+            f"It is held by {holder}, a collector still starting or not answering: once it serves, the CLI "
+            "goes through its API by itself (try again in a moment), or stop it to use the file directly."
+        )
+    return (
+        f"Only one process may hold it, and {holder} does: wait for it to finish or stop it; a running "
+        "`collector serve` is used through its API (the CLI does this by itself)."
+    )

@@ -8,6 +8,8 @@ Waits are bounded and generous (a loaded 2-core CI machine); nothing asserts how
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.collector import test_remote
@@ -113,4 +115,28 @@ def test_ingest_of_a_remote_path_while_a_daemon_serves_the_database_goes_through
         daemon.ensure_stopped()
     # With the daemon stopped, the same command reads the database directly.
     out = cli(db, "ingest", ssh_home.url(elsewhere), "--json")
+    assert json.loads(out.stdout)["points_added"] == 3
+
+
+def test_ingest_while_another_process_holds_the_database_names_it_and_says_what_to_do(tmp_path):
+    run = tmp_path / "runs" / "exp"
+    run.mkdir(parents=True)
+    test_remote.append(run / "metrics.jsonl", range(1, 4))
+    db = tmp_path / "db.duckdb"
+    # A real process holding the file read-write (as a collector does while it starts, before its API).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({str(db)!r}); print('open', flush=True);"
+         " sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "open\n"
+        out = cli(db, "ingest", str(tmp_path / "runs"), check=False)
+        assert out.returncode == 1
+        assert f"process {holder.pid} (`python" in out.stderr and "duckdb.connect" in out.stderr
+        assert "wait for it to finish or stop it" in out.stderr
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    out = cli(db, "ingest", str(tmp_path / "runs"), "--json")
     assert json.loads(out.stdout)["points_added"] == 3
