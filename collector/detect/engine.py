@@ -289,6 +289,8 @@ class RunDetector:
                     if key[0] == "loss_spike" and joined != Severity.INFO:
                         episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
                     continue
+            if key[0] == "grad_spike" and episodes.adopt_same_step(key, verdict, step, "loss_spike"):
+                continue  # the loss logged first jumped at this very step: one incident, headed by the grad norm
             episodes.hit(key, verdict, step)
             # a loss that jumped for more than one point (a warning) after a gradient spike: the spike did damage
             if key[0] == "loss_spike" and episodes.open_by_key[key].event.severity != Severity.INFO:

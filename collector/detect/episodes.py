@@ -232,6 +232,34 @@ class Episodes:
             return severity
         return None
 
+    def adopt_same_step(self, key: tuple[str, str], finding: Finding, step: int, rule: str) -> bool:
+        """A finding of `key` at the step where an episode of `rule` opened in this same batch (not handed
+        out yet: the loss logged before the grad norm of the step whose update blew up) becomes the head of
+        one incident: that episode folds into a new episode of `key`, which names both. False when there is
+        no such episode (then `key` opens on its own)."""
+        if key in self.open_by_key:
+            return False
+        at = finding.at_step if finding.at_step is not None else step
+        for other_key, episode in list(self.open_by_key.items()):
+            event = episode.event
+            dirty_key = (event.rule, event.metric, event.first_step)
+            if other_key[0] != rule or event.first_step != at or self._dirty.get(dirty_key) is not event:
+                continue
+            del self.open_by_key[other_key], self._dirty[dirty_key]
+            self.hit(key, finding, step)
+            head = self.open_by_key[key]
+            also = f" Same incident: {rule} on {other_key[1]} at step {at}: {_first_sentence(event.message)}"
+            head.event.evidence["rules"] = [key[0], rule]
+            head.event.evidence["metrics"] = [key[1], other_key[1]]
+            head.also += also
+            head.event.message += also
+            if event.severity.rank > head.event.severity.rank:
+                head.event.severity = event.severity
+            count_key = (key[0], key[1], head.event.first_step, other_key)
+            self._joined_hits[count_key] = episode.hits
+            return True
+        return False
+
     def miss(self, key: tuple[str, str], clear_after: int) -> None:
         """The condition does not hold at this point: an open episode closes after `clear_after` of these."""
         episode = self.open_by_key.get(key)

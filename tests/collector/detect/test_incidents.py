@@ -80,3 +80,29 @@ def test_grad_spikes_the_size_the_run_often_reaches_are_a_notice_not_a_warning()
     grad[800], grad[801] = 300.0, 280.0
     events = detect_series({"grad_norm": (steps, grad), "loss": (steps, loss)})
     assert [e.first_step for e in warned(events, "grad_spike") if e.first_step > steps[200]] == [steps[800]]
+
+
+def test_a_loss_logged_before_the_grad_norm_of_the_same_blown_up_step_is_the_same_incident():
+    # verl logs train/loss before train/grad_norm: an lr x40 step makes both jump at the next step, the loss
+    # first in the line; one alert, headed by the grad spike (the cause), names the loss too
+    rng = random.Random(8)
+    steps = list(range(1, 1501))
+    loss = [1.0 + 2.0 * math.exp(-s / 200) + rng.gauss(0, 0.02) for s in steps]
+    grad = [0.8 * math.exp(rng.gauss(0, 0.1)) for _ in steps]
+    for i in range(1001, 1005):
+        grad[i] = 12.0
+    for i in range(1001, 1060):
+        loss[i] += 8.0 * math.exp(-(i - 1001) / 30)
+    events = detect_series({"train/loss": (steps, loss), "train/grad_norm": (steps, grad)})
+    alerts = warned(events)
+    assert len(alerts) == 1, [(e.rule, e.metric, str(e.severity), e.first_step) for e in alerts]
+    incident = alerts[0]
+    assert (incident.rule, incident.metric, str(incident.severity)) == (
+        "grad_spike",
+        "train/grad_norm",
+        "error",
+    )
+    assert (
+        incident.evidence["metrics"] == ["train/grad_norm", "train/loss"]
+        and incident.first_step == steps[1001]
+    )
