@@ -115,7 +115,7 @@ def action_for_alert(
     evidence = alert.get("evidence") or {}
     named = evidence.get("best_step", evidence.get("peak_step"))
     if (
-        rule not in CHECKPOINT_RULES
+        rule in STEP_NAMING_RULES
         and chosen is not None
         and isinstance(named, int)
         and named != chosen["step"]

@@ -71,6 +71,11 @@ def test_a_spike_restarts_from_a_checkpoint_100_steps_before_and_skips_its_batch
     }
     act = action_for_alert(alert, advice(cks, 400), VERL, "/runs/a", [(300, 303)])
     assert act["restart_step"] == 200 and act["skip_steps"] == [300, 303]
+    # a spike's peak step is no "best" to point near
+    peaked = action_for_alert(
+        {**alert, "evidence": {"peak_step": 301}}, advice(cks, 400), VERL, "/runs/a", []
+    )
+    assert "points near" not in peaked["text"]
     assert (
         act["command"] == "trainer.resume_mode=resume_path trainer.resume_from_path=/runs/a/global_step_200"
     )
