@@ -158,6 +158,21 @@ class RunFacts:
         if value > self._lr_peak:
             self._lr_peak = value
 
+    def note_train_losses(self, values, ln_vocab_rel: float) -> None:
+        """`note_train_loss` for each of `values` in order (a backlog's points taken in bulk)."""
+        if not len(values):
+            return
+        self.note_train_loss(float(values[0]), ln_vocab_rel)
+        self._train_loss.extend(float(v) for v in values[1:][-self._train_loss.maxlen :])
+
+    def note_lrs(self, values) -> None:
+        """`note_lr` for each of `values` (a numpy array) in order: a backlog's points taken in bulk."""
+        if len(values) > 1:
+            self._lr_now = float(values[-2])
+            self._lr_peak = max(self._lr_peak, float(values[:-1].max()))
+        if len(values):
+            self.note_lr(float(values[-1]))
+
     def note_chosen(self, metric: str, step: int, value: float) -> None:
         """An evaluation point of any metric: followed when it is the run's own checkpoint metric."""
         wanted = self.settings.get("metric_for_best_model")

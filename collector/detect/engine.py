@@ -35,7 +35,7 @@ from collector.core.facts import RunFacts
 from collector.core.model import Points
 from collector.core.roles import role_of, value_scale
 from collector.core.severity import Severity
-from collector.detect.base import HOLD, Rule
+from collector.detect.base import HOLD, Finding, Rule
 from collector.detect.config import DetectConfig
 from collector.detect.episodes import AlertEvent, Episodes
 from collector.detect.rules import rules_for
@@ -275,27 +275,32 @@ class RunDetector:
                 if key in is_open:
                     episodes.miss(key, clear_after)
                 continue
-            if key[0] in _INCIDENT_RULES and episodes.join_incident(key, verdict, step):
-                continue  # the same condition on another metric from the same step: one alert names both
-            follows = _FOLLOWS.get(key[0])
-            if follows is not None:
-                horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
-                heads, same_metric = follows
-                joined = episodes.join_related(
-                    key, verdict, step, heads, metric if same_metric else None, horizon
-                )
-                if joined is not None:
-                    # a loss that jumped for more than one point (a warning) after a gradient spike: damage
-                    if key[0] == "loss_spike" and joined != Severity.INFO:
-                        episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
-                    continue
-            if key[0] == "grad_spike" and episodes.adopt_same_step(key, verdict, step, "loss_spike"):
-                continue  # the loss logged first jumped at this very step: one incident, headed by the grad norm
-            episodes.hit(key, verdict, step)
-            # a loss that jumped for more than one point (a warning) after a gradient spike: the spike did damage
-            if key[0] == "loss_spike" and episodes.open_by_key[key].event.severity != Severity.INFO:
-                horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
-                self.episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
+            self._found(key, verdict, step, metric)
+
+    def _found(self, key: tuple[str, str], verdict: Finding, step: int, metric: str) -> None:
+        """A rule's finding at `step` becomes (part of) an episode."""
+        episodes = self.episodes
+        if key[0] in _INCIDENT_RULES and episodes.join_incident(key, verdict, step):
+            return  # the same condition on another metric from the same step: one alert names both
+        follows = _FOLLOWS.get(key[0])
+        if follows is not None:
+            horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
+            heads, same_metric = follows
+            joined = episodes.join_related(
+                key, verdict, step, heads, metric if same_metric else None, horizon
+            )
+            if joined is not None:
+                # a loss that jumped for more than one point (a warning) after a gradient spike: damage
+                if key[0] == "loss_spike" and joined != Severity.INFO:
+                    episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
+                return
+        if key[0] == "grad_spike" and episodes.adopt_same_step(key, verdict, step, "loss_spike"):
+            return  # the loss logged first jumped at this very step: one incident, headed by the grad norm
+        episodes.hit(key, verdict, step)
+        # a loss that jumped for more than one point (a warning) after a gradient spike: the spike did damage
+        if key[0] == "loss_spike" and episodes.open_by_key[key].event.severity != Severity.INFO:
+            horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
+            episodes.escalate_grad_spikes(verdict.at_step or step, metric, horizon)
 
     def _log_interval(self) -> int:
         """Steps between logged points (median of recent gaps; 1 before any)."""
