@@ -1,0 +1,215 @@
+"""The backlog path (`collector.detect.backlog`) against the incremental engine: the same episodes, exactly.
+
+Random runs (spikes, NaN and inf, plateaus, rises, zero stretches, resumes that rewind steps, re-reads,
+warm-up, several metrics, RL runs, custom rules, run settings) go through `RunDetector.update` and through
+`judge_backlog` (in random slices); every episode's final state must match, and so must what both detectors
+say about a live tail fed afterwards (the rules' state after the bulk path is the engine's).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.core.model import Points
+from collector.detect import screens
+from collector.detect.backlog import judge_backlog
+from collector.detect.config import CustomRule, DetectConfig
+from collector.detect.engine import RunDetector
+from collector.detect.spikes import GradSpike
+
+SFT = ("train/loss", "train/grad_norm", "train/lr", "train/time(s)", "train/lr(1e-3)", "train/mfu")
+RL = ("critic/score/mean", "critic/score/std", "actor/entropy", "actor/kl_loss", "response_length/clip_ratio")
+
+
+def _series(rng: np.random.Generator, metric: str, n: int) -> np.ndarray:
+    """A plausible curve for the metric, then trouble planted at random places."""
+    t = np.arange(n) / max(1, n)
+    noise = rng.standard_normal(n)
+    if "loss" in metric and "kl" not in metric:
+        v = 0.6 + 3.0 * np.exp(-rng.uniform(1, 8) * t) + rng.choice([0.0, 0.01, 0.05]) * noise
+    elif "grad" in metric:
+        v = np.abs(1.0 + 0.2 * noise)
+    elif "lr" in metric:
+        warm = max(1, int(n * rng.uniform(0, 0.1)))
+        v = np.where(
+            np.arange(n) < warm, 1e-4 * (np.arange(n) + 1) / warm, 1e-4 * 0.5 * (1 + np.cos(math.pi * t))
+        )
+    elif "time" in metric:
+        v = 0.1 + 0.005 * np.abs(noise)
+    elif "clip_ratio" in metric:
+        v = np.clip(0.2 + 0.1 * noise, 0, 1)
+    else:
+        v = 1.0 + 0.1 * noise + rng.uniform(-1, 1) * t
+    for _ in range(rng.integers(0, 6)):  # trouble
+        at = int(rng.integers(0, n))
+        span = int(rng.integers(1, max(2, n // 5)))
+        kind = rng.integers(0, 7)
+        if kind == 0:
+            v[at] *= rng.choice([3.0, 10.0, 100.0, 1e4])  # a spike
+        elif kind == 1:
+            v[at] = rng.choice([np.nan, np.inf, -np.inf])
+        elif kind == 2:
+            v[at : at + span] = v[at]  # a plateau, exactly flat
+        elif kind == 3:
+            v[at : at + span] += np.linspace(0, rng.uniform(0.1, 5.0), len(v[at : at + span]))  # a rise
+        elif kind == 4:
+            v[at : at + span] = 0.0
+        elif kind == 5:
+            v[at : at + span] *= rng.uniform(0.3, 3.0)  # a new level
+        else:
+            v[at : at + span : max(1, int(rng.integers(2, 20)))] *= 8  # periodic slow steps or jumps
+    return v
+
+
+def _run(seed: int, n: int) -> tuple[Points, dict, DetectConfig, list[int]]:
+    """A whole run as the store would hand it out: rows in file order, resumes and re-reads included."""
+    rng = np.random.default_rng(seed)
+    metrics = [str(m) for m in rng.choice(SFT, size=int(rng.integers(1, len(SFT) + 1)), replace=False)]
+    if rng.random() < 0.25:
+        metrics += [str(m) for m in rng.choice(RL, size=int(rng.integers(1, len(RL) + 1)), replace=False)]
+    every = int(rng.choice([1, 1, 1, 2, 5]))
+    steps = np.arange(1, n + 1) * every
+    data = {m: _series(rng, m, n) for m in metrics}
+    val_every = int(rng.choice([0, 10, 50]))
+    points = Points()
+    resumes = sorted(rng.integers(1, n, size=int(rng.integers(0, 3))).tolist())
+    i = 0
+    while i < n:
+        for m in metrics:
+            points.add(int(steps[i]), m, float(data[m][i]))
+        if val_every and i % val_every == val_every - 1:
+            points.add(
+                int(steps[i]), "val/loss", float(1.0 + rng.uniform(-0.2, 0.5) * (i / n) + 0.01 * rng.random())
+            )
+        if rng.random() < 0.002:  # a re-read of the last step
+            points.add(int(steps[i]), metrics[0], float(data[metrics[0]][i]))
+        if resumes and i == resumes[0]:
+            resumes.pop(0)
+            back = int(rng.integers(1, min(i, 300) + 1))
+            for m in metrics:  # the resumed run logs other values from the rewound step on
+                data[m][i - back + 1 : i + 1] *= rng.uniform(0.9, 1.1)
+            i -= back
+        i += 1
+    info: dict = {}
+    if rng.random() < 0.5:
+        info = {"trainer": {"total_training_steps": int(steps[-1]) * int(rng.choice([1, 2]))}}
+        if rng.random() < 0.5:
+            info["trainer"]["warmup_steps"] = int(rng.integers(1, max(2, n // 10)))
+        if rng.random() < 0.5:
+            info["optim"] = {
+                "lr_scheduler_type": str(rng.choice(["cosine", "linear", "constant"])),
+                "lr": 1e-4,
+            }
+        if rng.random() < 0.3:
+            info["model"] = {"vocab_size": 32000}
+        if rng.random() < 0.3:
+            info["trainer"]["save_freq"] = int(rng.choice([50, 100]))
+    custom = ()
+    if rng.random() < 0.3:
+        op = str(rng.choice([">", "<", "==", "falling", "rising"]))
+        custom = (
+            CustomRule("c1", str(rng.choice(metrics)), op, float(rng.uniform(0, 2)), int(rng.integers(1, 5))),
+        )
+    checkpoints = sorted(rng.integers(1, int(steps[-1]) + 1, size=int(rng.integers(0, 4))).tolist())
+    return points, info, DetectConfig(custom=custom), checkpoints
+
+
+def _final(events) -> dict:
+    """Each episode's last state (NaN compared as text)."""
+    return {(e.rule, e.metric, e.first_step): e.to_dict() for e in events}
+
+
+def _both(points: Points, info: dict, config: DetectConfig, checkpoints: list[int], cuts: list[int]):
+    """(incremental engine, backlog path) detectors fed the same run, and each one's final episodes."""
+    slow, fast = RunDetector("r", config, info), RunDetector("r", config, info)
+    for d in (slow, fast):
+        d.note_checkpoints(checkpoints)
+    want = _final(slow.update(points))
+    got: dict = {}
+    bounds = [0, *sorted(set(cuts)), len(points)]
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        if b > a:
+            got.update(_final(judge_backlog(fast, points.step[a:b], points.metric[a:b], points.value[a:b])))
+    return slow, fast, want, got
+
+
+def _tail(points: Points, n: int = 120) -> Points:
+    """Live points after the run: the same metrics a little later, a spike among them."""
+    last = max(points.step)
+    latest = dict(zip(points.metric, points.value, strict=True))
+    tail = Points()
+    for i in range(1, n + 1):
+        for m, v in latest.items():
+            v = v if math.isfinite(v) else 1.0
+            tail.add(last + i, m, v * (25.0 if i == n // 2 else 1.0 + 0.01 * math.sin(i)))
+    return tail
+
+
+def _same(points, info, config, checkpoints, cuts) -> bool:
+    slow, fast, want, got = _both(points, info, config, checkpoints, cuts)
+    if want != got:
+        return False
+    tail = _tail(points)
+    return _final(slow.update(tail)) == _final(fast.update(tail)) and _final(slow.open_episodes()) == _final(
+        fast.open_episodes()
+    )
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(30, 2500),
+    cuts=st.lists(st.integers(0, 12000), max_size=3),
+)
+def test_backlog_path_finds_what_the_engine_finds(seed: int, n: int, cuts: list[int]) -> None:
+    points, info, config, checkpoints = _run(seed, n)
+    slow, fast, want, got = _both(points, info, config, checkpoints, [c for c in cuts if c < len(points)])
+    assert got == want
+    tail = _tail(points)
+    assert _final(fast.update(tail)) == _final(slow.update(tail))
+    assert _final(fast.open_episodes()) == _final(slow.open_episodes())
+
+
+def test_a_long_run_with_planted_trouble() -> None:
+    """The bench's shape, long enough for every bulk path (windows full, trend checks, plateau checks)."""
+    rng = np.random.default_rng(7)
+    n = 60_000
+    steps = np.arange(1, n + 1)
+    loss = 0.6 + 5.0 * np.exp(-6.0 * steps / n) + 0.05 * rng.standard_normal(n)
+    grad = np.clip(1.0 + 0.1 * rng.standard_normal(n), 0.5, 1.6)
+    grad[[8_000, 21_000, 40_000]] = [25.0, 40.0, 45.0]
+    loss[33_000] = np.nan
+    points = Points()
+    for i in range(n):
+        points.add(int(steps[i]), "train/loss", float(loss[i]))
+        points.add(int(steps[i]), "train/grad_norm", float(grad[i]))
+        if i % 1000 == 999:
+            points.add(int(steps[i]), "val/loss", 0.7 + 5.0 * math.exp(-6.0 * steps[i] / n))
+    slow, fast, want, got = _both(points, {}, DetectConfig(), [], [len(points) // 3])
+    assert {(k[0], k[2]) for k in want} >= {
+        ("grad_spike", 8_001),
+        ("grad_spike", 40_001),
+        ("nonfinite", 33_001),
+    }
+    assert got == want
+
+
+class _Blind(screens.GradSpikeScreen):
+    """A broken screen: it never sees a spike (what the property test exists to catch)."""
+
+    def quiet(self, rule, steps, values, ctx) -> int:
+        return len(values)
+
+
+def test_the_comparison_catches_a_screen_that_misses_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    points = Points()
+    for s in range(1, 400):
+        points.add(s, "train/grad_norm", 30.0 if s == 300 else 1.0 + 0.01 * math.sin(s))
+    assert _same(points, {}, DetectConfig(), [], [])
+    monkeypatch.setitem(screens.SCREENS, GradSpike, _Blind())
+    assert not _same(points, {}, DetectConfig(), [], [])
