@@ -16,6 +16,7 @@ from collector.core.model import Points, RunInfo
 from collector.core.runtime import alerts_log_path
 from collector.core.stop_request import STOP_FILE, stop_path
 from collector.daemon.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, deliver
+from collector.detect.backlog import judge_columns
 from collector.detect.config import DetectConfig
 from collector.detect.engine import AlertEvent, RunDetector
 from collector.detect.thresholds import thresholds_for
@@ -27,7 +28,8 @@ from collector.store.db import Store
 log = logging.getLogger("collector.detect")
 
 REBUILD_POINTS_PER_METRIC = 256  # enough history for every rule's window, bounded whatever the run's length
-CATCH_UP_POINTS = 5000  # points read from the store per catch-up slice (keeps live runs flowing meanwhile)
+# points judged per catch-up slice: about a quarter second of the backlog path, so live runs keep flowing
+CATCH_UP_POINTS = 500_000
 TELL_SINKS = ("opened", "escalated", "auto_resolved")
 
 
@@ -116,30 +118,22 @@ class Detection:
             self.behind[run] = self.fed_to.get(run, -(2**62))
 
     def catch_up(self, budget: int = CATCH_UP_POINTS) -> bool:
-        """Feed up to `budget` stored points of runs with a backlog, in step order; True while any is left.
+        """Judge about `budget` stored points of a run with a backlog, in step order; True while any is left.
 
-        Detection is slower than bulk ingest (Python per point), so a big backfill is stored first and
-        judged after, slice by slice, without holding up live runs.
+        A big backfill is stored first and judged after, slice by slice, without holding up live runs. A
+        slice goes through the backlog path (`collector.detect.backlog`: numpy screens, only the points where
+        a rule may fire fed one by one), which finds exactly what feeding every point would.
         """
         for run in list(self.behind):
             after = self.behind[run]
-            rows = store_read.points_from(self.store, run, None, after, budget)
-            if len(rows) == budget and rows[0][0] != rows[-1][0]:
-                last = rows[-1][0]  # a step split by the limit: leave it whole for the next slice
-                rows = [r for r in rows if r[0] != last]
-            if not rows:
+            steps, codes, names, values = store_read.point_columns(self.store, run, after, budget)
+            if not len(steps):
                 del self.behind[run]
                 self.store.set_detected_to(run, None)
                 continue
-            points = Points(
-                step=[r[0] for r in rows],
-                metric=[r[1] for r in rows],
-                value=[r[2] for r in rows],
-                wall_time=[None] * len(rows),
-            )
-            self._handle(run, self.detector(run).update(points))
-            self.behind[run] = self.fed_to[run] = rows[-1][0]
-            self.store.set_detected_to(run, rows[-1][0])
+            self._handle(run, judge_columns(self.detector(run), steps, codes, names, values))
+            self.behind[run] = self.fed_to[run] = int(steps[-1])
+            self.store.set_detected_to(run, int(steps[-1]))
             return True
         return bool(self.behind)
 

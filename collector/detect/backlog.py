@@ -56,7 +56,6 @@ def judge_columns(det: RunDetector, steps, codes, names: list[str], values) -> l
     det._replay = False
     if not det.facts.is_rl:
         det.facts.is_rl = any(role_of(m) in _RL_ROLES for m in names)
-    events: dict[tuple[str, str, int], AlertEvent] = {}
     start, n, rewinds = 0, len(steps), 0
     while start < n:
         cut, groups = _first_rewind(det, steps, codes, names, start)
@@ -67,28 +66,24 @@ def judge_columns(det: RunDetector, steps, codes, names: list[str], values) -> l
                 groups = [g[: np.searchsorted(g, cut - start)] for g in groups]
                 groups = [g for g in groups if len(g)]
             segment = slice(start, cut)
-            _Segment(det, steps[segment], codes[segment], names, values[segment], groups).run(events)
+            _Segment(det, steps[segment], codes[segment], names, values[segment], groups).run()
         if cut >= n:
             break
         if rewinds >= _MAX_REWINDS:
             rest = slice(cut, n)
-            _merge(events, det.update(Points(steps[rest].tolist(), [names[c] for c in codes[rest]],
-                                             values[rest].tolist(), [None] * (n - cut))))  # fmt: skip
+            det.update(Points(steps[rest].tolist(), [names[c] for c in codes[rest]], values[rest].tolist(),
+                              [None] * (n - cut)), flush=False)  # fmt: skip
             break
         rewinds += 1
-        _merge(events, _one(det, int(steps[cut]), names[codes[cut]], float(values[cut])))
+        _one(det, int(steps[cut]), names[codes[cut]], float(values[cut]))
         start = cut + 1
-    return list(events.values())
+    return det.episodes.flush()
 
 
-def _merge(into: dict, events: list[AlertEvent]) -> None:
-    # one event per changed episode, its latest state, in the order episodes first changed (as one flush)
-    for e in events:
-        into[(e.rule, e.metric, e.first_step)] = e
-
-
-def _one(det: RunDetector, step: int, metric: str, value: float) -> list[AlertEvent]:
-    return det.update(Points([step], [metric], [value], [None]))
+def _one(det: RunDetector, step: int, metric: str, value: float) -> None:
+    # not flushed: what `update` hands out once per batch, the backlog hands out once at its end (an incident's
+    # episodes not handed out yet still fold into one)
+    det.update(Points([step], [metric], [value], [None]), flush=False)
 
 
 def _groups(codes: np.ndarray) -> list[np.ndarray]:
@@ -273,14 +268,14 @@ class _Segment:
                 best = int(t.f_rows[q])
         return best
 
-    def _feed(self, t: _Track, row: int, q: int | None, events: dict) -> None:
+    def _feed(self, t: _Track, row: int, q: int | None) -> None:
         """Row `row` (finite index `q`, None for a non-finite value) through `update`."""
         det = self.det
         if q is not None:
             for r in t.rules:
                 self._advance(t, r, q)
         self._sync(row)
-        _merge(events, _one(det, int(self.steps[row]), t.metric, float(self.values[row])))
+        _one(det, int(self.steps[row]), t.metric, float(self.values[row]))
         self._after_fed(row)
         open_ = det.episodes.open_by_key
         if q is None:
@@ -295,13 +290,13 @@ class _Segment:
             if r.lim <= q or (r.key in open_ and not getattr(r.screen, "holds_between", False)):
                 self._screen(t, r)
 
-    def _visit(self, t: _Track, row: int, events: dict) -> None:
+    def _visit(self, t: _Track, row: int) -> None:
         if t.bad < len(t.bad_rows) and t.bad_rows[t.bad] == row:
-            self._feed(t, row, None, events)
+            self._feed(t, row, None)
             return
         q = int(np.searchsorted(t.f_rows, row))
         if t.full or t.force == q:
-            self._feed(t, row, q, events)
+            self._feed(t, row, q)
             return
         hot = []
         for r in t.rules:
@@ -330,7 +325,7 @@ class _Segment:
             for r in hot:
                 self._screen(t, r)
 
-    def run(self, events: dict) -> None:
+    def run(self) -> None:
         det = self.det
         heap = []
         for i, t in enumerate(self.tracks):
@@ -345,7 +340,7 @@ class _Segment:
         while heap:
             row, i = heapq.heappop(heap)
             t = self.tracks[i]
-            self._visit(t, row, events)
+            self._visit(t, row)
             nxt = self._next(t)
             if nxt is not None:
                 heapq.heappush(heap, (nxt, i))
@@ -356,7 +351,6 @@ class _Segment:
         self._sync(len(self.steps))
         self._finish()
         det.episodes.close((STALLED, ""))
-        _merge(events, det.episodes.flush())
 
     def _finish(self) -> None:
         """Per-metric bookkeeping `update` keeps: last step, the steps remembered for re-reads, points fed."""

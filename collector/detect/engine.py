@@ -139,12 +139,13 @@ class RunDetector:
 
     # ----- the incremental path -----
 
-    def update(self, points: Points, replay: bool = False) -> list[AlertEvent]:
+    def update(self, points: Points, replay: bool = False, flush: bool = True) -> list[AlertEvent]:
         """Feed a batch of points (file order); return one event per episode opened, changed or closed.
 
         `replay=True` is for rebuilding state from a tail of stored points after a restart: the first
         `REPLAY_WARMUP` points of each metric only fill the windows (a baseline cut short would call normal
-        points spikes); non-finite values are still reported.
+        points spikes); non-finite values are still reported. `flush=False` keeps the events for the next
+        call (the batch goes on: an incident's episodes not handed out yet still fold into one).
         """
         self._replay = replay
         facts = self.facts
@@ -191,7 +192,7 @@ class RunDetector:
                 self._judge(metric, state, step, value)
         if fed:
             self.episodes.close((STALLED, ""))  # points arrived: the run is moving again
-        return self.episodes.flush()
+        return self.episodes.flush() if flush else []
 
     def tick(self, now: float, status: dict | None, last_point_wall: float | None) -> list[AlertEvent]:
         """Time-based rules: `stalled` when the status says running but no point came for far too long."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
+
 from collector.core.model import Points
 from collector.store.db import Store
 
@@ -217,6 +219,39 @@ def points_from(
         if rows or after_step + span >= last:
             return rows
     return store.rows(sql, [run, after_step, 2**62, *params, limit])  # a gap in the steps
+
+
+def point_columns(
+    store: Store, run: str, after_step: int, limit: int
+) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """About `limit` points of a run with step > `after_step`, whole steps only, in the order of
+    `points_from` (step, then metric), as columns for judging a backlog in bulk: (steps int64, metric codes
+    into the returned names, the names, values float64). Empty columns: nothing stored past `after_step`.
+    """
+    names = [r[0] for r in store.rows("SELECT metric FROM series WHERE run_id = ? ORDER BY metric", [run])]
+    sql = """SELECT p.step, s.code, p.value FROM point_rows p
+             JOIN (SELECT id, (row_number() OVER (ORDER BY metric)) - 1 AS code FROM series WHERE run_id = ?) s
+               ON p.series = s.id
+             WHERE p.step > ? AND p.step <= ? ORDER BY p.step, s.code"""
+    total, first, last = store.rows(
+        "SELECT sum(points), min(first_step), max(last_step) FROM metric_stats WHERE run_id = ?", [run]
+    )[0]
+    upto = 2**62
+    if total:  # a window of steps holding about `limit` points (whole steps, however dense the run)
+        upto = after_step + max(1, math.ceil(limit * (last - first + 1) / total))
+    table = store.cursor().execute(sql, [run, after_step, upto]).fetchnumpy()
+    if not len(table["step"]) and upto < 2**62:  # a gap in the steps: the next stored step on
+        nxt = store.rows("SELECT min(step) FROM points WHERE run_id = ? AND step > ?", [run, after_step])[0][
+            0
+        ]
+        if nxt is not None:
+            table = store.cursor().execute(sql, [run, after_step, nxt]).fetchnumpy()
+    return (
+        np.asarray(table["step"], dtype=np.int64),
+        np.asarray(table["code"], dtype=np.int64),
+        names,
+        np.asarray(table["value"], dtype=np.float64),
+    )
 
 
 def playback_range(store: Store, run: str, metrics: list[str] | None, start: int, end: int) -> dict:
