@@ -1,73 +1,133 @@
-"""`python bench/detect_speed.py [--steps N]`: how fast the detectors digest a backfill.
+"""`python bench/detect_speed.py [--steps N] [--skip-incremental] [--skip-store]`: how fast a backfill is judged.
 
-A synthetic verl-style history (train/loss, train/grad_norm, train/lr, train/time(s), one point each per
-step, seeded) is fed to one `RunDetector` in batches of 100,000 points, as the collector feeds a backfill;
-then the same points again (a whole-file re-read, which the engine skips). Prints points per second for
-both, and per role for 100,000 points of a single metric.
+The bench's verl history (bench/gen.py: train/loss, train/grad_norm, train/lr, train/time(s) every step,
+val/loss every 1000 steps, five grad-norm spikes and a NaN; 1M steps = 4,001,000 points by default) judged
+  incremental  by one `RunDetector.update` (every point through every rule, as live points are);
+  backlog      by `collector.detect.backlog.judge_columns` (numpy screens, only the points where a rule may
+               fire fed one by one), checked to give exactly the same alerts;
+  stored->judged  end to end: `python -m collector ingest` stores the file (the CLI leaves a bulk backlog's
+               judging to the daemon), then the daemon's detection (`Detection.warm_up` + `catch_up` slices
+               until none is left, on the DuckDB file) judges it: the seconds from stored to judged.
+Prints points/s (wall and CPU) for each and the machine's load average (a shared machine: read wall times
+with it; CPU seconds hold whatever share the process got).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import random
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-from collector.core.model import Points
-from collector.detect.engine import RunDetector
+import numpy as np
 
-BATCH = 100_000
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gen  # noqa: E402
 
-
-def history(steps: int, seed: int = 0) -> Points:
-    """A healthy-looking run: falling noisy loss, noisy grad_norm, constant lr, steady step time."""
-    rng = random.Random(seed)
-    points = Points()
-    for s in range(1, steps + 1):
-        points.add(s, "train/loss", 2.0 * math.exp(-s / steps) + 0.5 + rng.gauss(0, 0.02))
-        points.add(s, "train/grad_norm", math.exp(rng.gauss(0, 0.2)))
-        points.add(s, "train/lr", 1e-4)
-        points.add(s, "train/time(s)", 0.5 + abs(rng.gauss(0, 0.02)))
-    return points
+sys.path.insert(0, str(gen.REPO))
+from collector.core.model import Points  # noqa: E402
+from collector.detect.backlog import judge_columns  # noqa: E402
+from collector.detect.engine import RunDetector  # noqa: E402
 
 
-def feed(detector: RunDetector, points: Points) -> float:
-    """Seconds to feed `points` in backfill-sized batches."""
-    start = time.perf_counter()
-    for i in range(0, len(points), BATCH):
-        end = i + BATCH
-        detector.update(
-            Points(points.step[i:end], points.metric[i:end], points.value[i:end], points.wall_time[i:end])
-        )
-    return time.perf_counter() - start
+def columns(h: gen.History) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """The history as the store hands it out: rows by step, then metric name."""
+    cols = gen.train_columns(h)
+    names = sorted([*gen.TRAIN_METRICS, gen.VAL_METRIC])
+    parts = [(cols["step"], np.full(h.steps, names.index(m)), cols[m]) for m in gen.TRAIN_METRICS]
+    vs = cols["step"][cols["step"] % h.val_every == 0] if h.val_every else cols["step"][:0]
+    parts.append(
+        (vs, np.full(len(vs), names.index(gen.VAL_METRIC)), np.array([gen.val_loss(h, int(s)) for s in vs]))
+    )
+    steps, codes, values = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    order = np.lexsort((codes, steps))
+    return steps[order], codes[order], names, values[order]
+
+
+def timed(fn):
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - t0, time.process_time() - c0
+
+
+def alerts_of(events) -> dict:
+    return {(e.rule, e.metric, e.first_step): e.to_dict() for e in events}
+
+
+def stored_to_judged(h: gen.History) -> dict:
+    """Store the history's file with the CLI, then judge the stored backlog as the daemon does."""
+    from collector.daemon.detection import Detection
+    from collector.store import alerts as store_alerts
+    from collector.store.db import Store
+
+    work = Path(tempfile.mkdtemp(prefix="detect-speed-"))
+    try:
+        db = work / "rw.duckdb"
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "collector", "ingest", "--db", str(db), str(gen.verl_root(h))],
+                       cwd=gen.REPO, check=True, capture_output=True)  # fmt: skip
+        stored_s = time.perf_counter() - t0
+        store = Store(db)
+        try:
+            detection = Detection(store, db, sinks=[])
+            t1, c1 = time.perf_counter(), time.process_time()
+            detection.warm_up()
+            slices = 0
+            while detection.catch_up():
+                slices += 1
+            judged_s, judged_cpu = time.perf_counter() - t1, time.process_time() - c1
+            alerts = store_alerts.list_alerts(store)
+            left = store.detection_backlogs()
+        finally:
+            store.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    by_rule: dict[str, int] = {}
+    for a in alerts:
+        by_rule[a["rule"]] = by_rule.get(a["rule"], 0) + 1
+    return {"stored_s": stored_s, "judged_after_stored_s": judged_s, "judging_cpu_s": judged_cpu,
+            "slices": slices + 1, "alerts_by_rule": by_rule, "backlogs_left": len(left)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python bench/detect_speed.py", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--steps", type=int, default=100_000, help="steps of synthetic history (4 points each)"
+        "--steps", type=int, default=1_000_000, help="steps of the bench history (4 points each)"
     )
+    parser.add_argument(
+        "--skip-incremental", action="store_true", help="only the backlog path (the other takes ~30 s)"
+    )
+    parser.add_argument("--skip-store", action="store_true", help="no end-to-end stored->judged run")
     args = parser.parse_args(argv)
-    points = history(args.steps)
-    detector = RunDetector("bench")
-    first = feed(detector, points)
-    again = feed(detector, points)
-    print(f"backfill: {len(points):,} points in {first:.2f} s = {len(points) / first / 1e3:,.0f} k points/s")
-    print(f"re-read:  {len(points):,} points in {again:.2f} s = {len(points) / again / 1e3:,.0f} k points/s")
-    rng = random.Random(1)
-    for metric in (
-        "train/loss",
-        "train/grad_norm",
-        "train/lr",
-        "train/time(s)",
-        "critic/score/mean",
-        "train/mfu",
-    ):
-        single = Points()
-        for s in range(1, 100_001):
-            single.add(s, metric, 1.0 + rng.gauss(0, 0.02))
-        seconds = feed(RunDetector("bench"), single)
-        print(f"  {metric:20s} {len(single) / seconds / 1e3:7,.0f} k points/s")
+    h = gen.history(args.steps)
+    steps, codes, names, values = columns(h)
+    n = len(steps)
+    out: dict = {"steps": args.steps, "points": n, "load_before": os.getloadavg()}
+    fast, wall, cpu = timed(lambda: judge_columns(RunDetector("bench"), steps, codes, names, values))
+    out["backlog"] = {"wall_s": wall, "cpu_s": cpu, "points_per_s": n / wall, "points_per_cpu_s": n / cpu}
+    print(f"backlog path:  {n:,} points in {wall:.2f} s wall ({cpu:.2f} s CPU) = {n / wall / 1e6:.2f} M points/s "
+          f"({n / cpu / 1e6:.2f} M per CPU-s)", flush=True)  # fmt: skip
+    if not args.skip_incremental:
+        points = Points(steps.tolist(), [names[c] for c in codes.tolist()], values.tolist(), [None] * n)
+        slow, wall, cpu = timed(lambda: RunDetector("bench").update(points))
+        same = alerts_of(slow) == alerts_of(fast)
+        out["incremental"] = {"wall_s": wall, "cpu_s": cpu, "points_per_s": n / wall, "same_alerts": same}
+        print(f"incremental:   {n:,} points in {wall:.2f} s wall ({cpu:.2f} s CPU) = {n / wall / 1e3:,.0f} k points/s; "
+              f"same alerts as the backlog path: {'yes' if same else 'NO'}", flush=True)  # fmt: skip
+    out["alerts"] = sorted(f"{e.rule}@{e.first_step}" for e in fast)
+    print(f"alerts: {', '.join(out['alerts'])}")
+    if not args.skip_store:
+        e2e = stored_to_judged(h)
+        out["stored_to_judged"] = e2e
+        print(f"stored by `collector ingest` in {e2e['stored_s']:.2f} s; judged {e2e['judged_after_stored_s']:.2f} s "
+              f"after stored ({e2e['judging_cpu_s']:.2f} s CPU, {e2e['slices']} slices); alerts {e2e['alerts_by_rule']}")  # fmt: skip
+    out["load_after"] = os.getloadavg()
+    print(f"load average before {out['load_before'][0]:.1f}, after {out['load_after'][0]:.1f} (2 cores)")
+    gen.write_json("detect_speed", out)
 
 
 if __name__ == "__main__":
