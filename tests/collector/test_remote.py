@@ -271,3 +271,20 @@ def test_the_server_killed_and_restarted_mid_tail_loses_and_repeats_nothing(ssh_
         daemon.ensure_stopped()
         if ssh_home.proc is None:
             ssh_home.start()
+
+
+def test_a_listing_relative_to_its_roots_names_every_path_in_full():
+    from collector.ingest.ssh_target import parse_listing
+
+    def record(kind: str, rel: str, size: int = 3) -> bytes:
+        return f"{kind}\t{kind}\t{size}\t1795514821.5\t7\t9\t{rel}".encode() + b"\0"
+
+    # find's records per root (%P: the root itself is the empty path), each root's ended by an empty record.
+    body = (
+        record("d", "") + record("f", "exp/metrics.jsonl", 40) + b"\0"
+        + b"\0"  # a root with nothing changed
+        + record("d", "") + record("f", "etc/x") + b"\0"
+    )  # fmt: skip
+    found = parse_listing(body, ["/runs", "/empty", "/"])
+    assert sorted(found) == ["/", "/etc/x", "/runs", "/runs/exp/metrics.jsonl"]
+    assert found["/runs/exp/metrics.jsonl"].st_size == 40 and found["/runs"].kind == "d"
