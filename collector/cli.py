@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from collector.api import run_files
 from collector.api import stop as api_stop
 from collector.api import views as api_views
 from collector.api.client import ApiError, Client
@@ -363,7 +362,7 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         )
     if c == "files":
         params = {"run": args.run} if args.run else None
-        return "/api/problem_files", params, lambda s: run_files.problem_files(s, args.run)
+        return "/api/problem_files", params, lambda s: api_views.problem_files(s, args.run)
     if c == "checkpoints":
         return (
             f"/api/runs/{quote(args.run, safe='/')}/checkpoints",

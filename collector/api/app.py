@@ -123,9 +123,7 @@ def create_app(
     def problem_files(
         run: Annotated[str | None, Query(description="only this run's files")] = None,
     ) -> JSONWithNaN:
-        if run is not None:
-            known_run(run)
-        return call(run_files.problem_files, run)
+        return call(api_views.problem_files, run)
 
     @app.get("/api/runs", dependencies=guard)
     def runs() -> JSONWithNaN:

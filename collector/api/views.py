@@ -207,6 +207,13 @@ def run_view(
     }
 
 
+def problem_files(store: Store, run_id: str | None = None) -> list[dict]:
+    """`run_files.problem_files` of one run (NotFound for an unknown one) or of all runs."""
+    if run_id is not None:
+        _require_run(store, run_id)
+    return run_files.problem_files(store, run_id)
+
+
 def _require_run(store: Store, run_id: str) -> None:
     if not store_read.runs(store, run_id):
         raise NotFound(f"no run {run_id!r}")
