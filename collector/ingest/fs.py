@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from collector.ingest.remote import Host
-from collector.ingest.remote_stream import stream
+from collector.ingest.remote_stream import fill_local, fill_remote
 from collector.ingest.ssh_target import HostUnreachable, RemoteStat, Target, parse_root
 
 
@@ -95,19 +95,9 @@ class Files:
         each piece's length once it is in `buf[:n]`; stops early at the file's end. A remote file streams
         with the next pieces in flight while the caller works on this one."""
         if key.startswith("/"):
-            with open(key, "rb") as f:
-                f.seek(start)
-                while size > 0:
-                    n = f.readinto(memoryview(buf)[: min(len(buf), size)])
-                    if not n:
-                        return
-                    size -= n
-                    yield n
-            return
+            return fill_local(key, start, size, buf)
         host, path = _split(key)
-        for data in stream(host, path, start, size, len(buf)):
-            buf[: len(data)] = data
-            yield len(data)
+        return fill_remote(host, path, start, size, buf)
 
     @staticmethod
     def prefetch(starts: list[tuple[str, int]]) -> None:

@@ -1,5 +1,5 @@
-"""A long read of a remote file as a stream of pieces, the next ones in flight while the caller works on one:
-the network and the ingest overlap (a first backfill over SSH)."""
+"""A long read of a file piece by piece (`fs.Files.fill`): a remote one as a stream whose next pieces are in
+flight while the caller works on one, so the network and the ingest overlap (a first backfill over SSH)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,25 @@ def stream(host: Host, path: str, start: int, size: int, piece: int) -> Iterator
             future.cancel()
         if f is not None:
             Loop.submit(f.close())  # not waited for: a stalled link must not hold the caller
+
+
+def fill_local(path: str, start: int, size: int, buf: bytearray) -> Iterator[int]:
+    """Read `size` bytes of a local file from `start` into `buf` piece by piece; yields each piece's length."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        while size > 0:
+            n = f.readinto(memoryview(buf)[: min(len(buf), size)])
+            if not n:
+                return
+            size -= n
+            yield n
+
+
+def fill_remote(host: Host, path: str, start: int, size: int, buf: bytearray) -> Iterator[int]:
+    """Like `fill_local`, for a file on `host`, streamed (`stream`)."""
+    for data in stream(host, path, start, size, len(buf)):
+        buf[: len(data)] = data
+        yield len(data)
 
 
 async def _open(sftp: asyncssh.SFTPClient, path: str) -> asyncssh.SFTPClientFile:
