@@ -56,6 +56,7 @@ def check(
                     "status": r["status"],
                     "last_step": r["last_step"],
                     "recommended_step": r["recommended_step"],
+                    "recommendation_reason": _recommendation_reason(db, r, query),
                     "verdict": worst if worst in ("warn", "error") else "ok",
                     "alerts": [
                         {
@@ -82,6 +83,8 @@ def check(
             keep = v.get("recommended_step")
             print(f"{v['run']}: {v['verdict'].upper()} (status {v['status']}"
                   + (f", keep step {keep})" if keep is not None else ")"))  # fmt: skip
+            if v.get("recommendation_reason"):
+                print(f"  checkpoint: {v['recommendation_reason']}")
             for a in v["alerts"]:
                 print(
                     f"  [{a['severity']}] {a['rule']} {a['metric']} @{a['first_step']}-{a['last_step']}: {a['message']}"
@@ -89,3 +92,13 @@ def check(
                 if a.get("action"):  # what to do: the checkpoint to go back to and the resume command
                     print(f"    action: {a['action']['text']}")
     return 2 if failed else 0
+
+
+def _recommendation_reason(db: Path, run: dict, query: Callable[[argparse.Namespace], Any]) -> str:
+    """Why `recommended_step` is what it is: the advice's reason, or why there is none (never a bare null)."""
+    asked = argparse.Namespace(db=db, command="checkpoints", run=run["id"], metric=None, direction=None)
+    advice = query(asked)
+    rec = advice.get("recommended")
+    if run["recommended_step"] is not None and rec:
+        return rec["reason"]
+    return advice.get("no_recommendation") or "No checkpoint of this run was seen or inferred."

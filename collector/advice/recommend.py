@@ -9,12 +9,12 @@ Stable interface:
 - `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
   latest_step=None) -> dict` with exactly the keys `recommended` ({step, path, reason} or None),
   `checkpoints` ([{step, path, complete, bytes, value, inferred}]), `deletable` ([steps]), `frees_bytes`,
-  `metric`, `direction`. Input `checkpoints` items carry step, path, complete, bytes (and optionally
+  `metric`, `direction`, `no_recommendation` (why `recommended` is None, else None). Input `checkpoints` items carry step, path, complete, bytes (and optionally
   `inferred`); `evals` are (step, value) of the chosen metric; `bad_episodes` are (first_step, last_step)
   of `nonfinite` and `grad_spike` episodes: a checkpoint saved inside one is never recommended.
 - `choose_metric(run_info, available_metrics, evals_by_metric=None) -> (metric, direction)`: which
   evaluation metric decides (validation loss, min, by default; the HF run's own best metric when known).
-- `hf_checkpoints_from_state(info, last_step) -> list[dict]`: the checkpoints a Hugging Face run most
+- `hf_checkpoints_from_state(info, last_step) -> list[dict]` (from `hf_saves`): the checkpoints a Hugging Face run most
   likely saved, for a lone trainer_state.json copy: INFERRED (multiples of save_steps, the best model
   checkpoint, the final step), each marked `inferred: True`, completeness and bytes unknown (None).
   An inferred checkpoint can be recommended (the run most likely saved it) but is never deletable: nobody
@@ -24,14 +24,17 @@ Stable interface:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 
+from collector.advice.hf_saves import (
+    checkpoint_step,
+    hf_checkpoints_from_state,
+    is_trainer_state,
+    run_best_step,
+)
 from collector.core.roles import eval_metric_direction, role_of
 from collector.detect.base import fmt
 from collector.detect.config import DetectConfig
-
-_CKPT_STEP = re.compile(r"checkpoint-(\d+)/?$")
 
 
 def advice_for_run(
@@ -72,10 +75,21 @@ def advice_for_run(
     else:
         chosen, chosen_direction = choose_metric(info, list(evals_by_metric), evals_by_metric)
         chosen_direction = direction or chosen_direction
-    if not checkpoints and _is_trainer_state(info):
-        checkpoints = hf_checkpoints_from_state(info, latest_step)
+    if is_trainer_state(info) and not any(c.get("complete") for c in checkpoints):
+        # no weights seen (a lone trainer_state.json, or checkpoint-N/ folders holding only it): the saves the
+        # state file implies stand in for the ones not seen
+        seen = {int(c["step"]) for c in checkpoints}
+        checkpoints = list(checkpoints) + [
+            c for c in hf_checkpoints_from_state(info, latest_step) if c["step"] not in seen
+        ]
     advice = recommend_checkpoint(
-        checkpoints, evals_by_metric.get(chosen, []), bad_episodes, chosen, chosen_direction, latest_step
+        checkpoints,
+        evals_by_metric.get(chosen, []),
+        bad_episodes,
+        chosen,
+        chosen_direction,
+        latest_step,
+        best_step=run_best_step(info),
     )
     if unused and advice["recommended"]:
         advice["recommended"]["reason"] += (
@@ -93,10 +107,6 @@ def _stated_direction(info: dict, metric: str) -> str | None:
     return None
 
 
-def _is_trainer_state(info: dict) -> bool:
-    return "global_step" in info and ("save_steps" in info or "best_model_checkpoint" in info)
-
-
 def recommend_checkpoint(
     checkpoints: list[dict],
     evals: list[tuple[int, float]],
@@ -104,15 +114,21 @@ def recommend_checkpoint(
     metric: str = "val_loss",
     direction: str = "min",
     latest_step: int | None = None,
+    best_step: int | None = None,
 ) -> dict:
     """The checkpoint to keep by `metric` (`direction` "min" or "max"), explained in one sentence.
 
     Each checkpoint takes the value of the evaluation nearest to its step (ties go to the earlier one).
     Only complete checkpoints outside every bad episode are candidates; an inferred checkpoint (`inferred`
-    true, completeness unknown) counts as one for the recommendation but is never deletable and frees
-    nothing anyone has measured. Without any usable evaluation the
+    true, completeness unknown) and a seen one holding only its trainer_state.json (`state_only`: the run
+    saved it, its weights are not here) count as one for the recommendation, are never deletable and free
+    nothing anyone has measured; the reason then says the weights are not here. Among equal values, a
+    checkpoint evaluated at its own step wins over one that only borrows a nearby evaluation, then the run's
+    own best (`best_step`), then the later one. With no recommendation, `no_recommendation` says why (else
+    it is None). Without any usable evaluation the
     latest good checkpoint is recommended, and the reason says so. With no checkpoint at all (none seen, none
-    inferred) but two or more evaluations after step 0, the best one's step is recommended with path None. `deletable` never holds the recommended
+    inferred) but two or more evaluations after step 0, the best one's step is recommended with path None.
+    `deletable` never holds the recommended
     checkpoint, the latest one (resume needs it: `latest_step`, else the newest complete one) nor a newest
     incomplete one (it may still be being written).
     """
@@ -136,9 +152,13 @@ def recommend_checkpoint(
                 "_eval_step": eval_step,
                 "_from": item.get("inferred_from"),
                 "_bad": _inside(step, bad_episodes),
+                "_state_only": bool(item.get("state_only")) and not inferred,
+                "_problem": item.get("problem"),
             }
         )
-    complete = [r for r in rows if r["complete"] or (r["inferred"] and r["complete"] is None)]
+    complete = [
+        r for r in rows if r["complete"] or (r["inferred"] and r["complete"] is None) or r["_state_only"]
+    ]
     newest = rows[-1]["step"] if rows else None
     if latest_step is None and complete:
         latest_step = complete[-1]["step"]
@@ -149,7 +169,15 @@ def recommend_checkpoint(
     recommended = None
     if scored:
         sign = 1 if direction == "min" else -1
-        best = min(scored, key=lambda r: (sign * r["value"], -r["step"]))
+        best = min(
+            scored,
+            key=lambda r: (
+                sign * r["value"],
+                r["_eval_step"] != r["step"],
+                r["step"] != best_step,
+                -r["step"],
+            ),
+        )
         recommended = {
             "step": best["step"],
             "path": best["path"],
@@ -164,14 +192,17 @@ def recommend_checkpoint(
         recommended = {
             "step": best["step"],
             "path": best["path"],
-            "reason": f"Step {best['step']} is the latest complete checkpoint outside any bad episode ({why}, so "
-            f"nothing better to go by){_skipped_text(skipped_bad)}{_inferred_text(rows)}.",
+            "reason": f"Step {best['step']} is the latest {'complete' if best['complete'] else 'saved'} checkpoint "
+            f"outside any bad episode ({why}, so "
+            f"nothing better to go by){_skipped_text(skipped_bad)}{_inferred_text(rows)}{_weights_text(best, rows)}.",
         }
 
     keep = {latest_step, recommended["step"] if recommended else None}
     if rows and not rows[-1]["complete"]:
         keep.add(newest)
-    deletable = [r["step"] for r in rows if r["step"] not in keep and not r["inferred"]]
+    deletable = [
+        r["step"] for r in rows if r["step"] not in keep and not r["inferred"] and not r["_state_only"]
+    ]
     seen = [r for r in rows if not r["inferred"]]
     frees = sum(r["bytes"] for r in seen if r["step"] in deletable) if seen or not rows else None
     return {
@@ -183,6 +214,7 @@ def recommend_checkpoint(
         "frees_bytes": frees,
         "metric": metric,
         "direction": direction,
+        "no_recommendation": None if recommended else _why_none(rows, skipped_bad),
     }
 
 
@@ -198,6 +230,35 @@ def _best_evaluation_only(evals: list[tuple[int, float]], metric: str, direction
         f"{metric} of {len(evals)} evaluations ({fmt(value)}): keep the checkpoint saved at (or nearest) that "
         f"step if the trainer saved one.",
     }
+
+
+def _why_none(rows: list[dict], skipped_bad: list[dict]) -> str:
+    """Why no checkpoint is recommended, in one sentence (the JSON never holds a bare null)."""
+    if not rows:
+        return (
+            "No checkpoint was seen on disk and the run's files name no save steps (save_steps, "
+            "best_model_checkpoint), so there is nothing to recommend."
+        )
+    if skipped_bad:
+        return f"Every usable checkpoint was saved inside a bad episode{_skipped_text(skipped_bad)}."
+    broken = "; ".join(f"checkpoint at step {r['step']}: {r['_problem'] or 'incomplete'}" for r in rows[-3:])
+    return f"None of the {len(rows)} checkpoint(s) seen is complete ({broken})."
+
+
+def _weights_text(best: dict, rows: list[dict]) -> str:
+    """Says plainly that the recommended checkpoint's weights are not in the folder, and what is."""
+    if best["complete"]:
+        return ""
+    name = f"checkpoint-{best['step']}"
+    state_only = [r for r in rows if r["_state_only"]]
+    if best["_state_only"]:
+        here = "only its trainer_state.json is"
+    elif state_only:
+        names = " and ".join(f"checkpoint-{r['step']}'s" for r in state_only[:3])
+        here = f"only {names} trainer_state.json {'is' if len(state_only) == 1 else 'are'}"
+    else:
+        here = "no checkpoint folder of this run was seen"
+    return f"; {name}'s weights are not here: {here}"
 
 
 def _nearest(evals: list[tuple[int, float]], step: int) -> tuple[int | None, float | None]:
@@ -243,17 +304,18 @@ def _reason(
             f" and {len(others) - 3} more" if len(others) > 3 else ""
         )
     else:
-        alternatives = f"; it is the only evaluated {'' if best['inferred'] else 'complete '}checkpoint"
+        alternatives = f"; it is the only evaluated {'complete ' if best['complete'] else ''}checkpoint"
     sign = 1 if direction == "min" else -1
     top_step, top_value = min(evals, key=lambda e: (sign * e[1], e[0]))
+    # a checkpoint nobody has seen whole is not called complete
+    kind = "complete " if all(r["complete"] for r in scored) else "saved "
     missed = ""
     if sign * top_value < sign * best["value"]:
-        missed = f"; the best evaluation overall, {fmt(top_value)} at step {top_step}, has no complete checkpoint near it"
-    # an inferred checkpoint's completeness is unknown: the reason does not call it complete
-    complete = "" if any(r["inferred"] for r in scored) else "complete "
+        missed = f"; the best evaluation overall, {fmt(top_value)} at step {top_step}, has no {kind}checkpoint near it"
     return (
-        f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} {complete}"
-        f"checkpoint(s){alternatives}{missed}{_skipped_text(skipped)}{_inferred_text(rows)}."
+        f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} {kind}"
+        f"checkpoint(s){alternatives}{missed}{_skipped_text(skipped)}{_inferred_text(rows)}"
+        f"{_weights_text(best, rows)}."
     )
 
 
@@ -263,9 +325,14 @@ def _inferred_text(rows: list[dict]) -> str:
         return ""
     # say only what the state file gave: each inferred checkpoint carries what it was inferred from
     sources = sorted({r.get("_from") or "the run's trainer_state.json" for r in inferred})
+    which = (
+        "the checkpoints were"
+        if len(inferred) == len(rows)
+        else f"{len(inferred)} of the {len(rows)} checkpoints were"
+    )
     return (
-        f"; the checkpoints were inferred from {' and '.join(sources)} (no checkpoint folder seen on disk), so "
-        f"there is no deletion advice for them"
+        f"; {which} inferred from {' and '.join(sources)} (no folder of theirs seen on disk), so there is no "
+        "deletion advice for them"
     )
 
 
@@ -312,40 +379,3 @@ def _metric_matching_best(info: dict, evals_by_metric: dict[str, list[tuple[int,
             if step == best_step and value is not None and math.isclose(value, best_metric, rel_tol=1e-6):
                 return name
     return None
-
-
-def checkpoint_step(path: object) -> int | None:
-    """The N of a path ending in `checkpoint-N` (absolute paths from another machine included), else None."""
-    if not isinstance(path, str):
-        return None
-    found = _CKPT_STEP.search(path.strip())
-    return int(found.group(1)) if found else None
-
-
-def hf_checkpoints_from_state(info: dict, last_step: int | None) -> list[dict]:
-    """INFERRED checkpoint list of an HF run from its trainer_state info (no folders seen): multiples of
-    `save_steps` up to the last step, the `best_model_checkpoint`, and the final step (HF saves at the end).
-    Each item: step, path (`checkpoint-N`), complete None and bytes None (unknown: nobody has seen the
-    folder), inferred True, inferred_from (the state file's fact it rests on). Older checkpoints may in fact have been deleted by `save_total_limit`.
-    """
-    last = last_step if last_step is not None else info.get("global_step")
-    steps: dict[int, str] = {}  # step -> the fact it was inferred from
-    save_steps = info.get("save_steps")
-    if isinstance(last, int) and last > 0:
-        if isinstance(save_steps, int) and save_steps > 0:
-            steps.update((s, "save_steps") for s in range(save_steps, last + 1, save_steps))
-        steps.setdefault(last, "global_step (HF saves at the end)")
-    best = checkpoint_step(info.get("best_model_checkpoint"))
-    if best is not None:
-        steps[best] = "best_model_checkpoint"
-    return [
-        {
-            "step": s,
-            "path": f"checkpoint-{s}",
-            "complete": None,
-            "bytes": None,
-            "inferred": True,
-            "inferred_from": steps[s],
-        }  # fmt: skip
-        for s in sorted(steps)
-    ]

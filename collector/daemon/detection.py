@@ -167,6 +167,7 @@ class Detection:
                 "kind": c.kind,
                 "problem": c.problem,
             }
+            | ({"state_only": True} if c.state_only else {})
             for c in index.checkpoints
         ]
         if items != self._checkpoints_seen.get(run):

@@ -37,6 +37,9 @@ class Checkpoint:
     complete: bool
     kind: str  # "verl" or "hf"
     problem: str | None = None
+    # HF: the folder holds the trainer's trainer_state.json but no weights (what people commit to git):
+    # the run saved this checkpoint, its weights are elsewhere or gone.
+    state_only: bool = False
 
 
 @dataclass(slots=True)
@@ -108,7 +111,11 @@ def _scan_folder(folder: Path, index: CheckpointIndex) -> None:
             continue  # last-checkpoint/ is the Hub's copy of a checkpoint-N/ still there
         seen.add((step, kind))
         problem = _verl_problem(path) if kind == "verl" else _hf_problem(path)
-        index.checkpoints.append(Checkpoint(step, path, _total_bytes(path), problem is None, kind, problem))
+        state_only = kind == "hf" and problem is not None and _state_only(path)
+        if state_only:
+            problem = f"only {HF_STATE} (no weights nor config): the weights of this save are not here"
+        checkpoint = Checkpoint(step, path, _total_bytes(path), problem is None, kind, problem, state_only)
+        index.checkpoints.append(checkpoint)
 
 
 def _drop_other_runs(run_dir: Path, index: CheckpointIndex, own_state: Path | None, reused: bool) -> None:
@@ -154,6 +161,19 @@ def _hf_problem(folder: Path) -> str | None:
     if not (folder / "config.json").is_file():
         return "no config.json (nor adapter_config.json for a LoRA adapter)"
     return _weights_problem(folder, folder.name)
+
+
+def _state_only(folder: Path) -> bool:
+    """Whether an HF checkpoint folder has its trainer_state.json but no weights file of any kind."""
+    try:
+        names = os.listdir(folder) if isinstance(folder, Path) else [e.name for e in folder.scandir()]
+    except ConnectionError:
+        raise
+    except OSError:
+        return False
+    # (optimizer.pt, rng_state.pth, training_args.bin are the trainer's, not the model's)
+    weights = [n for n in names if n.startswith(("model", "pytorch_model", "adapter_model"))]
+    return HF_STATE in names and not weights
 
 
 def _weights_problem(folder: Path, where: str, adapter: bool = False) -> str | None:

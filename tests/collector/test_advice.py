@@ -25,7 +25,15 @@ EVALS = [(100, 2.0), (200, 1.5), (300, 1.2), (400, 1.3), (500, 1.4)]
 
 def test_picks_the_lowest_val_loss_and_explains_with_the_alternatives():
     out = recommend_checkpoint([ckpt(s) for s in (100, 200, 300, 400, 500)], EVALS, [], "val/loss", "min")
-    assert set(out) == {"recommended", "checkpoints", "deletable", "frees_bytes", "metric", "direction"}
+    assert set(out) == {
+        "recommended",
+        "checkpoints",
+        "deletable",
+        "frees_bytes",
+        "metric",
+        "direction",
+        "no_recommendation",
+    }
     assert out["recommended"]["step"] == 300 and out["recommended"]["path"] == "/runs/a/global_step_300"
     reason = out["recommended"]["reason"]
     assert reason.count(".") >= 1 and "lowest val/loss, 1.2" in reason and "step 400 1.3" in reason
@@ -173,7 +181,9 @@ def test_advice_for_run_chooses_the_metric_and_maps_evaluations():
     checkpoints = [ckpt(s) for s in (100, 200, 300, 400, 500)]
     out = advice_for_run(checkpoints, evals, [], {}, 500)
     assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/loss", "min", 300)
-    assert set(out) == {"recommended", "checkpoints", "deletable", "frees_bytes", "metric", "direction"}
+    assert set(out) == {
+        "recommended", "checkpoints", "deletable", "frees_bytes", "metric", "direction", "no_recommendation"
+    }  # fmt: skip
     # an explicit metric wins; its direction follows its name unless given
     out = advice_for_run(checkpoints, evals, [], {}, 500, metric="val/accuracy")
     assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/accuracy", "max", 500)

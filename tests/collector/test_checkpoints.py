@@ -117,7 +117,10 @@ def test_hf_checkpoints_full_lora_and_broken(tmp_path):
         False,
         "checkpoint-300/pytorch_model.bin: not a complete zip archive (truncated?)",
     )
-    assert got[400] == ("hf", False, "no config.json (nor adapter_config.json for a LoRA adapter)")
+    # only the trainer's state (what people commit to git): saved by the run, its weights not here
+    only_state = "only trainer_state.json (no weights nor config): the weights of this save are not here"
+    assert got[400] == ("hf", False, only_state)
+    assert [c.step for c in index.checkpoints if c.state_only] == [400]
 
 
 def test_sharded_weights_need_every_shard_the_index_names(tmp_path):

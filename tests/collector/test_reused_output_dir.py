@@ -87,7 +87,8 @@ def runs_and_points(db: Path, out: Path) -> dict[str, dict]:
             advice = views.checkpoints(store, run_id)
             found[run_id] = {
                 "loss": steps,
-                "checkpoints": [c["step"] for c in advice["checkpoints"]],
+                # the folders seen (these fixtures hold only trainer_state.json, so advice also infers saves)
+                "checkpoints": [c["step"] for c in advice["checkpoints"] if not c["inferred"]],
                 "deletable": advice["deletable"],
                 "sources": sorted(Path(s["path"]).relative_to(out).as_posix() for s in detail["sources"]),
             }
