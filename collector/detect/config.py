@@ -141,6 +141,10 @@ class ValLossRiseRule:
     noise_evals: int = 10  # (from the differences between the last this-many evaluations)
     min_delta: float = 0.01  # relative: an evaluation within 1 % of the best is not "above" it
     train_window: int = 5  # train-loss points averaged at each evaluation to tell whether it still falls
+    # an error once it lasts (2x patience evaluations), is large (relative) and far beyond the evals' wobble
+    error_patience: int = 6
+    error_rise: float = 0.2
+    error_noise_sigmas: float = 4.0
 
 
 @dataclass(frozen=True)

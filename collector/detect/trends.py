@@ -108,6 +108,17 @@ class ValLossRise:
                 f"Keep the checkpoint nearest step {self.best_step}; consider stopping, more data, fewer epochs, "
                 f"a lower lr or more regularisation (dropout, weight decay, LoRA rank)."
             )
+            # lasting, large and far beyond the evaluations' wobble: every further step makes it worse
+            if (
+                self.above >= self.cfg.error_patience
+                and rise > self.cfg.error_rise
+                and value - self.best > self.cfg.error_noise_sigmas * wobble
+            ):
+                severity = Severity.ERROR
+                keep = (
+                    f"It has lasted {self.above} evaluations ({step - self.first_above} steps), far beyond the "
+                    f"evaluations' own wobble. {keep}"
+                )
         return Finding(
             severity,
             value,

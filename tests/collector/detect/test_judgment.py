@@ -170,3 +170,33 @@ def test_a_nan_loss_heads_its_incident_over_a_skipped_grad_step():
     assert (alert.metric, str(alert.severity), alert.first_step) == ("train/loss", "error", 12)
     assert alert.evidence["metrics"] == ["train/loss", "train/grad_norm"]
     assert "also: train/grad_norm" in alert.message
+
+
+def _overfit(evals: dict[int, float], last: int) -> dict:
+    train = list(range(50, last + 1, 50))
+    return {
+        "eval_loss": (list(evals), list(evals.values())),
+        "loss": (train, [1.2 / (1 + s / 100) for s in train]),
+    }
+
+
+def test_a_val_loss_rise_that_lasts_and_is_large_becomes_an_error():
+    # the MelDashti shape: eval every 200, best 0.3213 at the first, then up 12 evaluations to +73% while the
+    # training loss keeps falling
+    rising = [0.3213, 0.3256, 0.379, 0.3788, 0.415, 0.4152, 0.423, 0.45, 0.458, 0.489, 0.527, 0.542, 0.5547]
+    series = _overfit(dict(zip(range(200, 2601, 200), rising, strict=True)), 2750)
+    (alert,) = [e for e in detect_series(series) if e.rule == "val_loss_rise"]
+    assert str(alert.severity) == "error" and "step 200" in alert.message
+    assert "12 evaluations" in alert.message and "far beyond the evaluations' own wobble" in alert.message
+    # the same rise cut after 4 evaluations above the best: not lasting yet, a warning
+    short = _overfit(dict(zip(range(200, 1001, 200), rising[:5], strict=True)), 1000)
+    (alert,) = [e for e in detect_series(short) if e.rule == "val_loss_rise"]
+    assert str(alert.severity) == "warn"
+
+
+def test_a_lasting_but_small_val_loss_rise_stays_a_warning():
+    # +12 % for 9 evaluations (yongshuaiy's shape): overfitting, worth a warning, not an error
+    values = [1.061, 1.052, 1.07, 1.075, 1.08, 1.078, 1.167, 1.17, 1.175, 1.179, 1.178]
+    series = _overfit(dict(zip(range(50, 551, 50), values, strict=True)), 560)
+    (alert,) = [e for e in detect_series(series) if e.rule == "val_loss_rise"]
+    assert str(alert.severity) == "warn"

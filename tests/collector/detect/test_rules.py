@@ -155,7 +155,8 @@ def test_overfitting_names_the_best_step():
     )
     alert = only(detect_series(series), "val_loss_rise")
     assert alert.evidence["best_step"] == 800 and alert.first_step == 900 and "step 800" in alert.message
-    assert alert.severity == "warn" and alert.active
+    # a rise that lasts (past 2x patience evaluations) and is large (> 20 %): an error, no longer a warning
+    assert alert.severity == "error" and alert.active and alert.evidence["evaluations_above"] >= 6
 
 
 def test_single_eval_bump_is_not_overfitting():
