@@ -11,7 +11,7 @@ from pathlib import Path
 
 from collector.advice.recommend import advice_for_run, recommend_checkpoint
 from collector.ingest.checkpoints import scan_checkpoints
-from tests.collector.test_daemon_support import cli_json
+from tests.collector.test_daemon_support import cli
 
 
 def _state(last: int, save_steps: int, evals: dict[int, float], best: str | None = None) -> dict:
@@ -53,7 +53,10 @@ def test_a_state_only_checkpoint_folder_is_indexed_as_saved_without_weights(tmp_
 
 def test_check_recommends_the_inferred_best_and_says_its_weights_are_not_here(tmp_path):
     _write(tmp_path, 1460, _state(1460, 200, RISING))
-    out = cli_json(tmp_path / "db.duckdb", "check", str(tmp_path / "output"))
+    # (exit 2: the overfitting is an error alert; the advice is what this test reads)
+    out = json.loads(
+        cli(tmp_path / "db.duckdb", "check", str(tmp_path / "output"), "--json", check=False).stdout
+    )
     [run] = out["runs"]
     assert run["recommended_step"] == 200
     reason = run["recommendation_reason"]
