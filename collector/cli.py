@@ -23,6 +23,7 @@ from collector.api import views as api_views
 from collector.api.client import ApiError, Client
 from collector.cli_tables import TABLES
 from collector.core.runtime import API_THREADS, MEMORY_MB, Settings, keep_private, read_marker
+from collector.formats import unread
 from collector.store import read as store_read
 from collector.store.db import Store, StoreError
 
@@ -263,14 +264,19 @@ def _ingest(args: argparse.Namespace) -> int:
         after = store_read.point_count(collector.store)
         runs = sorted(collector.ingestor.run_dirs)
         not_read = _not_read(collector.store, set(runs))
+        own = [{"path": str(p), "reason": why} for p, why in unread.runwatch_files_beside(args.db, paths)]
     finally:
         collector.close()
     seconds = time.perf_counter() - started
     summary = {"runs": runs, "points_added": after - before, "points": after, "seconds": round(seconds, 3)}
     if args.json:
-        print(json.dumps(summary | {"not_read": not_read}))
+        print(json.dumps(summary | {"not_read": not_read, "runwatch_files": own}))
         return 0
     print(f"ingested {len(runs)} run(s): {after - before} new points ({after} stored) in {seconds:.2f} s")
+    if own:
+        print(f"{len(own)} file(s) of runwatch's own beside the database, not read:")
+    for f in own:
+        print(f"  {f['path']}: {f['reason']}")
     for run, files in not_read.items():
         print(f"{run}: {len(files)} file(s) not read, failing or read without a point")
         for f in files:

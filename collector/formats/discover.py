@@ -86,10 +86,13 @@ def find_runs(roots: list[Path]) -> list[Run]:
         if root.is_file():
             found.extend(_file_root_runs(root))
             continue
-        for dirpath, dirnames, _ in _walk(root):
+        for dirpath, dirnames, filenames in _walk(root):
             dirpath = as_path(dirpath)
             has_wandb = WANDB_DIR in dirnames
-            dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(d))
+            beside = set(filenames)
+            dirnames[:] = sorted(
+                d for d in dirnames if not _skipped_dir(d) and unread.runwatch_own_reason(d, beside) is None
+            )
             if layouts.is_mlflow_run(dirpath):
                 dirnames[:] = [
                     d for d in dirnames if d not in layouts.MLFLOW_PARTS
@@ -157,6 +160,10 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
             return _with_unique_id(found, roots) if found else None
         if i < len(rel_parts) - 1 and (part in SKIP_DIRS or part.startswith(".")):
             return None
+        if i < len(rel_parts) - 1 and part.endswith(unread.SCRATCH_SUFFIX):
+            beside = root.joinpath(*rel_parts[:i], part.removesuffix(unread.SCRATCH_SUFFIX))
+            if beside.is_file():
+                return None  # runwatch's own scratch folder beside its database
         if _CHECKPOINT_DIR.match(part):  # a checkpoint folder itself (created, deleted) or a file in one
             run_dir = root.joinpath(*rel_parts[:i])
             in_checkpoint = True
@@ -186,6 +193,7 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     skipped: list[tuple[Path, str]] = []
     claimed = None  # a format a skipped file's name claims (a pointer in place of an event file)
     hf_checkpoints: list[tuple[int, Path]] = []
+    names = {e.name for e in entries}
     for entry in entries:
         try:
             is_file = entry.is_file()
@@ -201,6 +209,10 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             continue
         if is_file:
             path = folder / entry.name
+            own = unread.runwatch_own_reason(entry.name, names)
+            if own is not None:
+                skipped.append((path, own))  # its alert log is JSONL: never read back as a run
+                continue
             fmt = classify(path)
             pointer = peek.pointer(path, size)
             if fmt is not None and pointer is None:

@@ -1,13 +1,17 @@
 """Why a file under a watched root is not read: the reason a person sees beside the file on its run.
 
-Pure: a file's name, size and first bytes in, a sentence out. Discovery calls `reason_not_read` for every
+Pure but for `runwatch_files_beside` (lists one folder): a file's name, size and first bytes in, a sentence out. Discovery calls `reason_not_read` for every
 file no format claims, and `pointer_reason` before it trusts a name (a Git LFS pointer committed in place
 of `events.out.tfevents.*` or `trainer_state.json` is not that file).
 """
 
 from __future__ import annotations
 
-from pathlib import PurePath
+import os
+from collections.abc import Collection
+from pathlib import Path, PurePath
+
+from collector.core.runtime import alerts_log_path, marker_path, scratch_path, token_path
 
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 ANNEX_MARKERS = (b"/annex/objects/", b"#$# git-annex")
@@ -54,6 +58,29 @@ NOT_RUN_SUFFIXES = {
     ".arrow",
 }
 NOT_RUN_NAMES = {"LICENSE", "README", "Makefile", "Dockerfile", ".DS_Store", "requirements.txt"}
+
+
+# What runwatch writes beside its database DB (see `collector.core.runtime`): DB + suffix, each in words.
+RUNWATCH_OWN = {
+    alerts_log_path(Path("x")).name[1:]: "alert log",
+    token_path(Path("x")).name[1:]: "API token",
+    marker_path(Path("x")).name[1:]: "running-collector marker",
+    ".wal": "database write-ahead log",  # DuckDB's own, beside the database
+    scratch_path(Path("x")).name[1:]: "ingest scratch folder",
+}
+SCRATCH_SUFFIX = scratch_path(Path("x")).name[1:]
+
+
+def runwatch_own_reason(name: str, beside: Collection[str]) -> str | None:
+    """The reason a file or folder named `name` is not a run when it is one runwatch writes: its database
+    (a file with one of runwatch's companions beside it in `beside`, the folder's names) or a companion of
+    a database beside it (`DB.alerts.jsonl`, `DB.token`, `DB.collector.json`, `DB.wal`, `DB.ingest/`)."""
+    for suffix, what in RUNWATCH_OWN.items():
+        if name.endswith(suffix) and name[: -len(suffix)] in beside:
+            return f"runwatch's own {what} (of the database {name[: -len(suffix)]}): not a run"
+    if any(name + suffix in beside for suffix in RUNWATCH_OWN):
+        return "runwatch's own database: not a run"
+    return None
 
 
 def pointer_reason(head: bytes) -> str | None:
@@ -105,3 +132,17 @@ def zero_points_warning(lines: int, points: int) -> str | None:
         return None
     noun = "line" if lines == 1 else "lines"
     return f"0 points from {lines} {noun}: none holds a metric runwatch reads in this format"
+
+
+def runwatch_files_beside(db: Path, roots: list[Path]) -> list[tuple[Path, str]]:
+    """runwatch's own files beside the database `db` when its folder is under one of `roots` (they are
+    never read as runs; this lists them with the reason, so nothing is skipped in silence)."""
+    folder = db.expanduser().resolve().parent
+    if not any(folder.is_relative_to(Path(r).expanduser().resolve()) for r in roots):
+        return []
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return []
+    found = [(folder / n, runwatch_own_reason(n, names)) for n in sorted(names)]
+    return [(path, why) for path, why in found if why is not None]
