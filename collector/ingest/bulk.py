@@ -21,8 +21,8 @@ import numpy as np
 
 from collector.core.runtime import pid_alive, scratch_path
 from collector.formats import jsonl
-from collector.ingest.fs import Files, written_at
-from collector.ingest.segments import SIG_BYTES, read_range
+from collector.ingest.fs import Files
+from collector.ingest.segments import SIG_BYTES, read_range, written_at
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
 from collector.store.points import BulkMismatch, NotPlainVerl

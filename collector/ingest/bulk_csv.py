@@ -37,8 +37,8 @@ from collector.ingest.bulk import (
     ends_with_newline,
     identity_of,
 )
-from collector.ingest.fs import Files, written_at
-from collector.ingest.segments import SIG_BYTES, read_range
+from collector.ingest.fs import Files
+from collector.ingest.segments import SIG_BYTES, read_range, written_at
 from collector.store import csv_wide
 from collector.store.db import SourceState, Store
 from collector.store.points import BulkMismatch

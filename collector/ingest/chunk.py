@@ -16,8 +16,7 @@ from collections.abc import Callable
 import duckdb
 
 from collector.core.model import BadLine, Format, ParseResult, Points, RunInfo
-from collector.ingest.fs import written_at
-from collector.ingest.segments import SIG_BYTES, inside_line, read_range
+from collector.ingest.segments import SIG_BYTES, inside_line, read_range, written_at
 from collector.store import points as store_points
 from collector.store.db import SourceState, Store
 

@@ -159,3 +159,15 @@ def position(s: SourceState) -> dict:
         k: getattr(s, k)
         for k in ("inode", "device", "size", "mtime", "offset", "lines", "segment", "state", "tail_sig")
     }
+
+
+# A file modified less than this long ago counts as written now: a remote host's clock may be off by minutes,
+# and a live run must not look silent for it; older data is dated by its file's modification time.
+CLOCK_SLACK_S = 600.0
+
+
+def written_at(mtime: float, now: float) -> float:
+    """When a file's newest data was written, as far as the collector can tell: its modification time when
+    that is older than `CLOCK_SLACK_S`, else `now` (so a run first seen hours after it stopped writing is
+    not taken for one that just wrote)."""
+    return mtime if now - mtime > CLOCK_SLACK_S else now

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from collector.ingest.fs import CLOCK_SLACK_S, written_at
+from collector.ingest.segments import CLOCK_SLACK_S, written_at
 from tests.conftest import REPO
 
 HOUR = 3600.0
