@@ -302,6 +302,11 @@ def _not_read(store, runs: set[str]) -> dict[str, list[dict]]:
         warning = source_warning(source)
         if source["run"] in runs and warning:
             out.setdefault(source["run"], []).append({"path": source["path"], "reason": warning})
+    for r in store_read.runs(store):
+        # entries a file holds that are deliberately not read (HF predict_* test-set results without a step)
+        note = (store_read.parse_json(r["config"]) or {}).get("entries_not_read") if r["id"] in runs else None
+        if isinstance(note, str):
+            out.setdefault(r["id"], []).append({"path": r["path"], "reason": note})
     return dict(sorted(out.items()))
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,12 @@ def check(
         if target.exists():
             db = args.db.expanduser().resolve() if args.db else Path(tmp) / "check.duckdb"
             reading = argparse.Namespace(db=db, json=True, paths=[target])
-            with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+            with io.StringIO() as said, contextlib.redirect_stdout(said):
                 ingest(reading)
+                not_read = json.loads(said.getvalue() or "{}").get("not_read", {})
             run_ids = None
         elif args.db is not None:
-            db, run_ids = args.db.expanduser().resolve(), [args.target]
+            db, run_ids, not_read = args.db.expanduser().resolve(), [args.target], {}
         else:
             raise ValueError(f"{target} does not exist (give a run folder or file, or a run id with --db)")
         listing = argparse.Namespace(db=db, command="runs")
@@ -57,6 +58,8 @@ def check(
                     "last_step": r["last_step"],
                     "recommended_step": r["recommended_step"],
                     "recommendation_reason": _recommendation_reason(db, r, query),
+                    # files and entries of the run not read, with why (as `ingest` lists them)
+                    "not_read": not_read.get(r["id"], []),
                     "verdict": worst if worst in ("warn", "error") else "ok",
                     "alerts": [
                         {

@@ -182,7 +182,9 @@ class RunDetector:
             fed = True
             if not isfinite(value):
                 if nonfinite_on:
-                    finding = nonfinite_finding(metric, step, value, nonfinite_cfg, state.role, facts.is_rl)
+                    finding = nonfinite_finding(
+                        metric, step, value, nonfinite_cfg, state.role, facts.is_rl, facts.settings
+                    )
                     if not self.episodes.join_incident(state.nonfinite_key, finding, step):
                         self.episodes.hit(state.nonfinite_key, finding, step)
                 continue

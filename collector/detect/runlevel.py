@@ -15,17 +15,24 @@ UNSAFE_RUN_LEVEL_RULES = frozenset({NONFINITE})
 
 
 def nonfinite_finding(
-    metric: str, step: int, value: float, cfg: NonfiniteRule, role: str | None, rl: bool = False
+    metric: str,
+    step: int,
+    value: float,
+    cfg: NonfiniteRule,
+    role: str | None,
+    rl: bool = False,
+    settings: dict | None = None,
 ) -> Finding:
     """NaN or Inf in a metric: an error, except a gradient norm's, which alone is a step the loss scaler
-    skipped (a notice that becomes a warning, then an error, as they add up in one episode)."""
+    skipped (a notice that becomes a warning, then an error, as they add up in one episode). The message says
+    where in the run it happened (`settings`: the run's `total_steps`, `warmup_steps` when known)."""
     if role == "grad_norm":
         return Finding(
             Severity.INFO,
             value,
             f"{metric} is {fmt(value)} at step {step}: with fp16 and a dynamic loss scaler the optimizer skips "
-            f"this step and lowers the scale (normal, a few times at the start). Many in a row mean the scale "
-            f"collapsed: switch to bf16 or lower the lr.",
+            f"this step and lowers the scale ({_where_skipped(step, settings or {})}). Many in a row mean the "
+            f"scale collapsed: switch to bf16 or lower the lr.",
             {"value": str(value), "kind": "skipped_step"},
             warn_after_points=cfg.grad_warn_after,
             error_after_points=cfg.grad_error_after,
@@ -49,6 +56,20 @@ def nonfinite_finding(
         f"(empty sequence, all labels masked), division by zero in a custom loss. Check the loss and the loss "
         f"scale around this step; switch to bf16 or lower the lr if it repeats.",
         {"value": str(value)},
+    )
+
+
+def _where_skipped(step: int, settings: dict) -> str:
+    """A skipped step worded by where it happened: routine while the scaler finds its level at the start,
+    an overflow of this step's gradients later on."""
+    total, warmup = settings.get("total_steps"), settings.get("warmup_steps") or 0
+    start = max(2 * warmup, total // 20) if isinstance(total, int) and total > 0 else max(2 * warmup, 100)
+    if step <= start:
+        return "normal a few times at the start, while the scaler finds its level"
+    where = f"{step / total:.0%} into the run" if isinstance(total, int) and total > 0 else "past the start"
+    return (
+        f"here {where}, long after the scaler found its level, this step's gradients overflowed: harmless "
+        f"once; look at this batch if it repeats"
     )
 
 

@@ -69,12 +69,16 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     result.consumed = len(data)
     result.lines = data.count(b"\n")
     points = result.points
+    test_entries = 0
     for position, entry in enumerate(state["log_history"], start=1):
         if type(entry) is not dict:
             reason = f"log_history entry {position} is not an object"
             result.bad.append(BadLine(position, reason, bad_text(json.dumps(entry))))
             continue
         step = as_step(entry.get("step"))
+        if step is None and "step" not in entry and any(k.startswith(_TEST_PREFIXES) for k in entry):
+            test_entries += 1  # trainer.predict()'s test-set results: no step to put them at
+            continue
         if step is None:
             reason = f"log_history entry {position} has no whole-number step: {short_repr(entry.get('step'))}"
             if type(entry.get("step")) is int:
@@ -95,6 +99,11 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         points.wall_time.extend([None] * len(names))
 
     info = result.info
+    if test_entries:
+        info["entries_not_read"] = (
+            f"{test_entries} predict_* entr{'y' if test_entries == 1 else 'ies'} without a step "
+            f"{'was' if test_entries == 1 else 'were'} not read (test-set results)"
+        )
     for key in INFO_KEYS:
         info[key] = state.get(key)
     for key in OPTIONAL_INFO_KEYS:
@@ -104,6 +113,9 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     match = _CHECKPOINT_STEP.search(best) if isinstance(best, str) else None
     info["best_checkpoint_step"] = int(match.group(1)) if match else None
     return result
+
+
+_TEST_PREFIXES = ("predict_", "test_")
 
 
 def run_info(info: dict) -> RunInfo:
