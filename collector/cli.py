@@ -296,8 +296,8 @@ def _not_read(store, runs: set[str]) -> dict[str, list[dict]]:
             reason = f"could not be read ({f['reason']}); nothing of it was stored, the next read tries again"
             out.setdefault(f["run"], []).append({"path": f["path"], "reason": reason})
     for f in store_read.skipped_files(store):
-        if f["run"] in runs:
-            out.setdefault(f["run"], []).append({"path": f["path"], "reason": f["reason"]})
+        if f["run"] in runs or f["run"] is None:  # (None: a folder that could not be listed)
+            out.setdefault(f["run"] or "(no run)", []).append({"path": f["path"], "reason": f["reason"]})
     for source in store_read.sources(store):
         warning = source_warning(source)
         if source["run"] in runs and warning:

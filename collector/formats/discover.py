@@ -68,7 +68,7 @@ class Run:
         return [s for s in self.sources if s.role == "metrics"]
 
 
-def find_runs(roots: list[Path]) -> list[Run]:
+def find_runs(roots: list[Path], unlisted: list[tuple[str, str]] | None = None) -> list[Run]:
     """Every run under `roots`, sorted by id.
 
     Run ids: the run directory's path under its root with `/` separators; the root itself as a run uses the
@@ -78,7 +78,8 @@ def find_runs(roots: list[Path]) -> list[Run]:
     `checkpoint-*`), `huggingface/`, `wandb/`, hidden folders, `node_modules`, `__pycache__`, nor follow
     symlinked folders. An HF Trainer output folder's `runs/*/events.out.tfevents.*` are sources of that run
     (format `hf_tensorboard`: its live view), not runs of their own. Each run lists the files of its folder
-    it does not read, with the reason (`Run.skipped`).
+    it does not read, with the reason (`Run.skipped`). A folder that cannot be listed is appended to
+    `unlisted` as (path, reason) (local roots; a remote listing failure is the host's state).
     """
     found: list[Run] = []
     for root in roots:
@@ -86,7 +87,12 @@ def find_runs(roots: list[Path]) -> list[Run]:
         if root.is_file():
             found.extend(_file_root_runs(root))
             continue
-        for dirpath, dirnames, filenames in _walk(root):
+
+        def cannot_list(e: OSError) -> None:
+            if unlisted is not None:
+                unlisted.append((str(e.filename), f"{unread.UNLISTABLE_REASON} ({e.strerror or e})"))
+
+        for dirpath, dirnames, filenames in _walk(root, cannot_list):
             dirpath = as_path(dirpath)
             has_wandb = WANDB_DIR in dirnames
             beside = set(filenames)
@@ -383,8 +389,8 @@ def _scandir(folder: Path):
     return os.scandir(folder) if isinstance(folder, Path) else folder.scandir()
 
 
-def _walk(root: Path):
-    return os.walk(root) if isinstance(root, Path) else root.walk()
+def _walk(root: Path, onerror=None):
+    return os.walk(root, onerror=onerror) if isinstance(root, Path) else root.walk()
 
 
 def _skipped_dir(name: str) -> bool:

@@ -92,6 +92,9 @@ def pointer_reason(head: bytes) -> str | None:
     return None
 
 
+UNLISTABLE_REASON = (
+    "a folder that cannot be listed: any run in it is not seen; it is looked at again at each rescan"
+)
 UNREADABLE_REASON = (
     "cannot be opened to read (permission denied, or an I/O error): it is looked at again at each rescan"
 )

@@ -37,6 +37,7 @@ class Failures:
         self.by_path: dict[str, Failing] = {
             f["path"]: Failing(f["attempts"], f["reason"], 0.0) for f in known
         }
+        self.unlisted: list[tuple[str, str]] | None = None  # folders that could not be listed, last noted
 
     def waiting(self, path: str, now: float) -> bool:
         """Whether `path` failed and its next try is not due at `now`."""
@@ -56,6 +57,13 @@ class Failures:
             except Exception:  # the store itself failing: the caller's log line still names the file
                 log.exception("%s: its failure could not be recorded in the store", path)
         return self.by_path[path]
+
+    def note_unlisted(self, folders: list[tuple[str, str]]) -> None:
+        """The folders (path, reason) a discovery could not list: kept in the store's `skipped_files` with no
+        run (no run of theirs is known), replaced when they change."""
+        if folders != self.unlisted and self.store is not None:
+            self.store.set_skipped_files(None, [(path, why, 0) for path, why in folders])
+        self.unlisted = folders
 
     def succeeded(self, paths: list[str]) -> None:
         """`paths` were read: they fail no more."""

@@ -89,10 +89,11 @@ class Ingestor:
 
     def discover(self) -> list[str]:
         """Register every run and source under the roots; returns the paths of all readable sources."""
-        runs = discover.find_runs(self.roots)
+        runs = discover.find_runs(self.roots, unlisted := [])  # (+ the folders that could not be listed)
         with self.store.transaction():  # one commit for all new runs, not one per run
             for run in runs:
                 self._register(run)
+            self.failures.note_unlisted(unlisted)
         return [p for p, role in self.roles.items() if role != "ignored"]
 
     def note_path(self, path: str | Path) -> str | None:
@@ -293,8 +294,7 @@ class Ingestor:
         return True if quiet else result is not False
 
     def _failed(self, path: str, reason: str) -> None:
-        source = self.sources.get(path)
-        failing = self.failures.failed(path, reason, source.run_id if source else None)
+        failing = self.failures.failed(path, reason, getattr(self.sources.get(path), "run_id", None))
         self._event(
             path,
             f"could not be ingested ({reason}); nothing of it was stored this time, the other files go on; "

@@ -133,10 +133,11 @@ class Store:
                 [run_id, root, path, fmt, now, now],
             )
 
-    def set_skipped_files(self, run_id: str, files: list[tuple[str, str, int]]) -> None:
-        """Replace the run's list of files it does not read: (path, reason, bytes) each."""
+    def set_skipped_files(self, run_id: str | None, files: list[tuple[str, str, int]]) -> None:
+        """Replace the run's list of files it does not read: (path, reason, bytes) each (run None: the
+        folders under the roots that could not be listed, so no run of theirs is known)."""
         with self.transaction() as cur:
-            cur.execute("DELETE FROM skipped_files WHERE run_id = ?", [run_id])
+            cur.execute("DELETE FROM skipped_files WHERE run_id IS NOT DISTINCT FROM ?", [run_id])
             if files:
                 cur.executemany(
                     "INSERT INTO skipped_files VALUES (?, ?, ?, ?)", [[run_id, *f] for f in files]

@@ -36,6 +36,7 @@ def base():
     folder = Path(tempfile.mkdtemp(prefix="rw-problem-files-"))
     folder.chmod(0o777)
     yield folder
+    subprocess.run(["chmod", "-R", "u+rwX", str(folder)], check=False)  # (the test's unreadable parts)
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -88,6 +89,10 @@ def runs_with_problems(base: Path) -> tuple[Path, Path, Path]:
     (root / "locked" / "notes.xyz").write_text("something\n")
     (root / "locked" / "notes.xyz").chmod(0)
     (root / "gone" / "metrics.jsonl").write_text(verl_lines(range(1, 4)))
+    hidden = root / "hidden"  # a folder no one may list: its run is not seen, the folder is named
+    hidden.mkdir()
+    (hidden / "metrics.jsonl").write_text(verl_lines(range(1, 4)))
+    hidden.chmod(0)
     data = base / "db"
     data.mkdir()
     data.chmod(0o777)  # the collector's user writes the database there
@@ -125,7 +130,10 @@ def test_files_not_read_in_full_are_named_per_run_and_overall(base, monkeypatch)
             ("locked", "metrics.jsonl", "failing"),
             ("locked", "notes.xyz", "not_read"),
             ("gone", "metrics.jsonl", "deleted"),
+            (None, "hidden", "not_read"),
         } <= kinds
+        [hidden] = [p for p in all_problems if p["run"] is None]
+        assert "cannot be listed" in hidden["reason"] and "Permission denied" in hidden["reason"]
         unreadable = next(p for p in all_problems if p["path"].endswith("notes.xyz"))
         assert "cannot be opened" in unreadable["reason"]  # not "unknown format": it was never looked at
         bad = next(p for p in all_problems if p["problem"] == "bad_lines")
