@@ -6,6 +6,7 @@ state, so every point is quiet and taking them changes nothing.
 from __future__ import annotations
 
 import math
+from itertools import islice
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -129,9 +130,7 @@ class NoLearningLossScreen(Screen):
 class LossPlateauScreen(Screen):
     """Points between the checks (every tenth of a window) only append (and hold, so an open episode does not
     stop them being taken). A check whose window median is below the best earlier window's by the margin
-    (verdict None, the common case while the loss still falls) is taken in bulk; the first other check is the
-    rule's to take by itself (it reads no fact and cannot alert) while fewer than `hold_checks - 1` checks in
-    a row were flat, else it is fed in full."""
+    (verdict None, the common case while the loss still falls) is taken in bulk; the first other check is fed."""
 
     holds_between = True  # see `between`
 
@@ -181,9 +180,27 @@ class LossPlateauScreen(Screen):
         at, _, _ = self._checks(rule, values, medians=False)
         return int(at[0]) if len(at) else len(values)
 
+    def _first_median(self, rule: LossPlateau, values: np.ndarray, c: int, half: int) -> float:
+        """The window median of a check at index `c` of `values` (the deque's tail read only as far as needed)."""
+        end = c + 1
+        if end >= half:
+            window = values[end - half : end]
+        else:
+            need = half - end
+            tail = np.fromiter(islice(reversed(rule.values), need), dtype=np.float64, count=need)[::-1]
+            window = np.concatenate([tail, values[:end]])
+        return float(_block_medians(window, np.array([half]), half)[0])
+
     def quiet(self, rule: LossPlateau, steps, values, ctx) -> int:
         if ctx.facts.is_rl:
             return len(values)
+        at, halves, _ = self._checks(rule, values, medians=False)
+        if not len(at):
+            return len(values)
+        # a flat loss stops at its very next check: find that out with one median, not a horizon's worth
+        first = np.array([self._first_median(rule, values, int(at[0]), int(halves[0]))])
+        if self._walk(rule, steps, at[:1], halves[:1], first, apply=False) == 0:
+            return int(at[0])
         at, halves, now = self._checks(rule, values)
         j = self._walk(rule, steps, at, halves, now, apply=False)
         return int(at[j]) if j < len(at) else len(values)
