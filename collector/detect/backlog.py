@@ -327,6 +327,17 @@ class _Segment:
 
     def run(self) -> None:
         det = self.det
+        full = sum(len(t.f_rows) for t in self.tracks if t.full)
+        if 2 * full > len(self.steps):
+            # most points would be fed one by one anyway (rules without screens: an RL run's): one batch
+            # through the engine costs less per point than the screens' bookkeeping around each
+            names = {t.metric: t for t in self.tracks}
+            metric = np.empty(len(self.steps), dtype=object)
+            for name, t in names.items():
+                metric[t.rows] = name
+            det.update(Points(self.steps.tolist(), metric.tolist(), self.values.tolist(), [None] * len(self.steps)),
+                       flush=False)  # fmt: skip
+            return
         heap = []
         for i, t in enumerate(self.tracks):
             for r in t.rules:
