@@ -62,3 +62,21 @@ def test_resume_from_a_missing_checkpoint_is_refused_before_anything_starts(buil
     assert refused.rc == 2
     assert "--resume-from 4: no checkpoint folder" in refused.output and "checkpoints in" in refused.output
     assert ": 3)" in refused.output
+
+
+def test_a_grpo_run_resumes_from_an_older_checkpoint_too(built_data, tmp_path):
+    # verl's PPO trainer (main_ppo under Ray) takes the same resume_path overrides
+    out = tmp_path / "grpo"
+    first = launch(out, "grpo_smoke")
+    assert first.rc == 0, first.output[-4000:]
+    assert {"global_step_2", "global_step_4"} <= {p.name for p in out.glob("global_step_*")}
+    second = launch(out, "grpo_smoke", "--resume-from", "2")
+    assert second.rc == 0, second.output[-4000:]
+    assert (
+        "resuming from step 2" in second.output
+        and f"Load from checkpoint folder: {out}/global_step_2" in second.output
+    )
+    steps = [r["step"] for r in read_metrics(out) if "critic/score/mean" in r["data"]]
+    assert steps == [1, 2, 3, 4, 3, 4]  # steps 3 and 4 trained again from the step-2 checkpoint
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "completed" and status["resumed_from"] == 2
