@@ -108,11 +108,11 @@ def _install() -> None:
         result = base_init(*args, **kwargs)
         if run_dir:
             # Here verl is fully imported, so its worker and checkpoint classes can be patched safely.
-            from trainer import verl_seam
+            from trainer import verl_seam, verl_stop
 
             verl_seam.install_checkpoint_hooks()
             verl_seam.install_faults(verl_seam.env_json("RUNWATCH_FAULTS", []))
-            verl_seam.install_stop_check(Path(run_dir))
+            verl_stop.install_stop_check(Path(run_dir), verl_seam.STATE)
         return result
 
     distributed.initialize_global_process_group = initialize_global_process_group
