@@ -206,6 +206,16 @@ def deviations_sorted(values: list[float], mid: float) -> list[float]:
     return sorted(below + [v - mid for v in values[cut:]])
 
 
+def eval_wobble(values: list[float]) -> float:
+    """The sigma of one evaluation's noise, from the robust spread of the steps between evaluations (an
+    eval set is small: its score wobbles); 0.0 with fewer than five evaluations."""
+    diffs = sorted(b - a for a, b in zip(values, values[1:], strict=False))
+    if len(diffs) < 4:
+        return 0.0
+    mid = median_of_sorted(diffs)
+    return MAD_TO_SIGMA * median_of_sorted(deviations_sorted(diffs, mid)) / math.sqrt(2)
+
+
 class Streak:
     """How many points in a row a condition has held, and the step where that run of points began."""
 

@@ -19,6 +19,7 @@ from collector.detect.base import (
     Streak,
     Verdict,
     deviations_sorted,
+    eval_wobble,
     fmt,
     median_of_sorted,
 )
@@ -73,12 +74,7 @@ class ValLossRise:
         if self.above < (self.cfg.big_patience if big else self.cfg.patience):
             return HOLD
         # the noise model: evaluations wobble (a small eval set); a rise within that wobble is not a turn
-        values = list(self.history)
-        diffs = sorted(b - a for a, b in zip(values, values[1:], strict=False))
-        wobble = 0.0
-        if len(diffs) >= 4:
-            mid = median_of_sorted(diffs)
-            wobble = MAD_TO_SIGMA * median_of_sorted(deviations_sorted(diffs, mid)) / math.sqrt(2)
+        wobble = eval_wobble(list(self.history))
         if value - self.best < self.cfg.noise_sigmas * wobble:
             return HOLD
         train_falls = train_now is None or self.train_at_best is None or train_now < self.train_at_best

@@ -5,7 +5,6 @@ See `collector.detect.base` for the verdict protocol."""
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 from collector.core.facts import RunFacts
@@ -13,12 +12,10 @@ from collector.core.roles import role_of
 from collector.core.severity import Severity
 from collector.detect.base import (
     HOLD,
-    MAD_TO_SIGMA,
     Finding,
     Verdict,
-    deviations_sorted,
+    eval_wobble,
     fmt,
-    median_of_sorted,
 )
 from collector.detect.config_rl import ValScoreDeclineRule
 
@@ -85,12 +82,7 @@ class ValScoreDecline:
             self.below.clear()
             return None
         scale = max(abs(self.best), self.best - self.lowest)
-        values = list(self.history)
-        diffs = sorted(b - a for a, b in zip(values, values[1:], strict=False))
-        wobble = 0.0
-        if len(diffs) >= 4:
-            mid = median_of_sorted(diffs)
-            wobble = MAD_TO_SIGMA * median_of_sorted(deviations_sorted(diffs, mid)) / math.sqrt(2)
+        wobble = eval_wobble(list(self.history))
         margin = max(cfg.min_rel_drop * scale, cfg.noise_sigmas * wobble)
         if self.best - value <= margin:
             self.below.clear()
