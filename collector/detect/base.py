@@ -255,3 +255,13 @@ def fmt(value: float | None) -> str:
 
 def is_finite(value: float) -> bool:
     return not (math.isnan(value) or math.isinf(value))
+
+
+def checked_table(values: object, known: tuple[str, ...], where: str, error: type[Exception]) -> dict:
+    """A settings table from a TOML file, checked to be a table holding only `known` keys; `error` names `where`."""
+    if not isinstance(values, dict):
+        raise error(f"{where} must be a table of key = value")
+    unknown = set(values) - set(known)
+    if unknown:
+        raise error(f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: {', '.join(known)}")
+    return values

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collector.detect.base import checked_table
+
 
 class AdviceConfigError(ValueError):
     """An `[advice]` table that cannot be used; the message names the file and the key."""
@@ -25,13 +27,7 @@ def parse_advice(current: AdviceSettings, values: object, where: str) -> AdviceS
     """`current` with one `[advice]` table applied; raises AdviceConfigError naming `where` and the key."""
     if values is None:
         return current
-    if not isinstance(values, dict):
-        raise AdviceConfigError(f"{where} must be a table of key = value")
-    unknown = set(values) - {"metric", "direction", "restart_before_steps"}
-    if unknown:
-        raise AdviceConfigError(
-            f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: metric, direction, restart_before_steps"
-        )
+    values = checked_table(values, ("metric", "direction", "restart_before_steps"), where, AdviceConfigError)
     restart = values.get("restart_before_steps", current.restart_before_steps)
     if isinstance(restart, bool) or not isinstance(restart, int) or restart < 0:
         raise AdviceConfigError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collector.core.severity import SEVERITIES, Severity
+from collector.detect.base import checked_table
 
 
 class StopConfigError(ValueError):
@@ -30,13 +31,7 @@ def parse_stop(current: StopSettings, values: object, where: str) -> StopSetting
     """`current` with one file's `[stop]` table applied (keys replace keys); StopConfigError when malformed."""
     if values is None:
         return current
-    if not isinstance(values, dict):
-        raise StopConfigError(f"{where} must be a table of key = value")
-    unknown = set(values) - {"on", "severity", "after_points"}
-    if unknown:
-        raise StopConfigError(
-            f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: on, severity, after_points"
-        )
+    values = checked_table(values, ("on", "severity", "after_points"), where, StopConfigError)
     on = values.get("on", list(current.on))
     if not isinstance(on, list) or not all(isinstance(r, str) and r for r in on):
         raise StopConfigError(f'{where} on: expected a list of rule ids (["nonfinite", ...]), got {on!r}')
