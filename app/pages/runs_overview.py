@@ -50,6 +50,14 @@ if name_filter:
     shown = shown[shown["run"].str.contains(name_filter, case=False, regex=False)]
 if only_alerts:
     shown = shown[(shown["errors"] + shown["warnings"] + shown["info"]) > 0]
+# what needs a look first: open errors, then warnings, then runs still running, then the most recently updated
+shown = (
+    shown.assign(running=shown["status"].eq("running"))
+    .sort_values(
+        ["errors", "warnings", "running", "updated"], ascending=False, na_position="last", kind="stable"
+    )
+    .drop(columns="running")
+)
 
 counts = st.columns(4)
 counts[0].metric("Runs", len(runs))
@@ -106,7 +114,10 @@ event = st.dataframe(
         "updated": st.column_config.DatetimeColumn("last update", format="distance"),
     },
 )
-st.caption("Click a row to open the run; click a column header to sort.")
+st.caption(
+    "Runs with open errors first, then warnings, then running ones, then the most recently updated. "
+    "Click a row to open the run; click a column header to sort."
+)
 rows = event.selection.rows if event is not None else []
 if rows:
     ui.open_run(shown.iloc[rows[0]]["run"])
