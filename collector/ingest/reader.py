@@ -318,7 +318,13 @@ class Ingestor:
         self._after_commit(cycle)
 
     def _after_commit(self, cycle: Cycle) -> None:
-        """Tell detection what the commit added; a failure there is logged and never undoes the ingest."""
+        """Tell detection what the commit added; a failure there is logged and never undoes the ingest.
+
+        A run's settings go first: the file that brings points may also bring the settings they are judged
+        with (a trainer_state.json's max_steps); its status and checkpoints follow the points."""
+        for run_id, facts in cycle.infos:
+            if facts.config is not None:
+                self._notify(self.on_run_info, run_id, RunInfo(config=facts.config))
         for run_id, pts in cycle.fresh.items():
             if pts:
                 self.max_step[run_id] = max(self.max_step.get(run_id, pts.step[0]), max(pts.step))

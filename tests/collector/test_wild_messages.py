@@ -54,3 +54,20 @@ def test_check_json_says_the_predict_entries_were_not_read(tmp_path):
     assert [f["reason"] for f in run["not_read"]] == [
         "3 predict_* entries without a step were not read (test-set results)"
     ]
+
+
+def test_a_lone_trainer_state_is_judged_with_its_own_settings(tmp_path):
+    """The file that brings the points also brings the run's settings (max_steps): they are known when its
+    points are judged, so a skipped step late in the run is placed in it, not "past the start"."""
+    history = [
+        {"step": s, "epoch": s / 450, "loss": 1.2 - s / 10000, "grad_norm": 0.8} for s in range(10, 4501, 10)
+    ]
+    history[209]["grad_norm"] = float("nan")  # step 2100 of 4500
+    state = {"global_step": 4500, "max_steps": 4500, "save_steps": 500, "log_history": history}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trainer_state.json").write_text(json.dumps(state))
+    out = cli_json(tmp_path / "db.duckdb", "check", str(tmp_path / "run"))
+    [run] = out["runs"]
+    [skipped] = [a for a in run["alerts"] if a["rule"] == "nonfinite"]
+    assert skipped["first_step"] == 2100
+    assert "47% into the run" in skipped["message"], skipped["message"]
