@@ -248,7 +248,11 @@ def metric_figure(
         hovermode="x unified",
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
         xaxis={"title": "step", **_step_range(series_list)},
-        yaxis={"title": y_title or "", "type": "log" if log_y else "linear"},
+        # a log axis over several decades labels the decades only: plotly's 2s and 5s between them crowd a
+        # 330 px chart into unreadable digits
+        yaxis={"title": y_title or "", "type": "log", "minorloglabels": "none"}
+        if log_y
+        else {"title": y_title or "", "type": "linear"},
         yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
         meta={"bucket_note": note},
     )
