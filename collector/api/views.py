@@ -202,7 +202,7 @@ def run_view(
     index = store_alerts.checkpoints(store, run_id)
     return out | {
         "series": series,
-        "alerts": _with_actions(store, store_alerts.list_alerts(store, run=run_id)),
+        "alerts": alerts_with_actions(store, store_alerts.list_alerts(store, run=run_id)),
         "checkpoint_steps": sorted(c["step"] for c in index),
     }
 
@@ -256,20 +256,21 @@ def alerts(
     `action` (`collector.api.alert_actions`)."""
     if state not in (*store_alerts.STATES, "all"):
         raise ValueError(f"state must be open, acked, resolved or all, not {state!r}")
-    return _with_actions(
+    return alerts_with_actions(
         store, store_alerts.list_alerts(store, run=run, rule=rule, severity=severity, state=state)
     )
 
 
 def alert(store: Store, alert_id: int) -> dict:
     try:
-        return _with_actions(store, [store_alerts.get_alert(store, alert_id)])[0]
+        return alerts_with_actions(store, [store_alerts.get_alert(store, alert_id)])[0]
     except store_alerts.AlertNotFound as e:
         raise NotFound(str(e)) from None
 
 
-def _with_actions(store: Store, listed: list[dict]) -> list[dict]:
-    """Each alert with its `action`, from the same checkpoint advice as the run's checkpoint page."""
+def alerts_with_actions(store: Store, listed: list[dict]) -> list[dict]:
+    """Each alert (as the store lists it) with its `action`, from the same checkpoint advice as the run's
+    checkpoint page; the collector's alert sinks ask it too, so a delivered event and the API agree."""
     return alert_actions.with_actions(store, listed, checkpoints, _detect_config)
 
 

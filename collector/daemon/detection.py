@@ -1,8 +1,9 @@
 """Detection and alert delivery inside the collector: one incremental `RunDetector` per run, fed the points
 each commit adds; its events are upserted as alerts (and their history) and new, escalated or cleared alerts go
-to the sinks (console, `DB.alerts.jsonl`, webhook); every change goes to the stop sink, which writes the run's
-stop request when the run's `[stop]` settings say so. After a restart a detector's state is rebuilt from a
-bounded tail of the run's stored points, never from its whole history.
+to the sinks (console, `DB.alerts.jsonl`, webhook), each event of an alert that needs an action (error alerts,
+the alerts that name a checkpoint) with the `action` the API gives that alert at that moment; every change goes
+to the stop sink, which writes the run's stop request when the run's `[stop]` settings say so. After a restart
+a detector's state is rebuilt from a bounded tail of the run's stored points, never from its whole history.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from collector.advice import action as action_mod
+from collector.api import views
 from collector.core.model import Points, RunInfo
 from collector.core.runtime import alerts_log_path
 from collector.core.stop_request import STOP_FILE, stop_path
@@ -201,6 +204,7 @@ class Detection:
         if not changed:
             return
         by_key = {(e.rule, e.metric or "", e.first_step): e for e in events}
+        told: list[tuple[dict, dict]] = []  # (the stored alert, the event body) for the sinks
         for alert in store_alerts.list_alerts(self.store, ids=[c["id"] for c in changed]):
             kind = next(c["event"] for c in changed if c["id"] == alert["id"])
             ev = by_key.get((alert["rule"], alert["metric"], alert["first_step"]))
@@ -208,11 +212,31 @@ class Detection:
                 continue
             body = ev.to_dict() | {"id": alert["id"], "state": alert["state"], "event": kind}
             if kind in TELL_SINKS:
-                deliver(self.sinks, body)
+                told.append((alert, body))
             if (
                 str(self.status.get(run, {}).get("state", "running")) == "running"
             ):  # an ended run: nothing to stop
                 deliver([self.stopper], body)
+        actions = self._actions(run, [alert for alert, _ in told])
+        for alert, body in told:
+            deliver(self.sinks, body | {"action": actions.get(alert["id"])})
+
+    def _actions(self, run: str, alerts: list[dict]) -> dict[int, dict]:
+        """Alert id -> the `action` the API gives that alert now (`views.alerts_with_actions`), for the alerts
+        that need one; built once per run and batch, and only for those (it reads the run's checkpoint advice).
+        A failure is logged and the events go out without it: delivery never waits on advice."""
+        wanting = [dict(a) for a in alerts if action_mod.needs_action(a)]
+        if not wanting:
+            return {}
+        try:
+            views.alerts_with_actions(self.store, wanting)
+        except Exception as exc:  # advice reads the store and runwatch.toml: neither may cost the alert
+            log.warning(
+                "run %s: the action for the %s alert(s) could not be built (%s: %s); delivered without it",
+                run, ", ".join(a["rule"] for a in wanting), type(exc).__name__, str(exc).strip().split("\n")[0],
+            )  # fmt: skip
+            return {}
+        return {a["id"]: a["action"] for a in wanting if a.get("action") is not None}
 
     def _stopped(self, alert: dict, request: dict) -> None:
         where = self.run_dirs.get(alert["run"])

@@ -1,16 +1,19 @@
 """Alert delivery: small classes with `send(alert)` and `close()` (torchtitan's metric-logger shape).
 
-- `ConsoleSink(stream=sys.stdout)`: one line per event: severity, run, rule, steps, metric, message.
+- `ConsoleSink(stream=sys.stdout)`: one line per event: severity, run, rule, steps, metric, message; an
+  event with an action gets a second, indented line: the action's text.
 - `JsonlSink(path)`: append-only `alerts.jsonl`, one JSON object per event (non-finite numbers as strings).
-- `WebhookSink(url, timeout=5, retries=3)`: Slack-compatible JSON body (`text` plus `blocks`), POSTed from a
-  background thread through a bounded queue: `send` never blocks ingest; when the queue is full the event is
-  dropped with a logged warning. Each POST has a timeout and is retried with a short backoff.
+- `WebhookSink(url, timeout=5, retries=3)`: Slack-compatible JSON body (`text` plus `blocks`, the action's text
+  as a second line and block, and the `action` object itself), POSTed from a background thread through a
+  bounded queue: `send` never blocks ingest; when the queue is full the event is dropped with a logged warning.
+  Each POST has a timeout and is retried with a short backoff.
 - `StopFileSink(run_dir_of, settings_of, on_stopped)`: writes the run's stop request `RUN_DIR/runwatch.stop`
   when an alert matches the run's `[stop]` settings (off by default); it never deletes the file.
 - `deliver(sinks, alert)`: send one alert to every sink; a failing sink is logged, never raised.
 
 `alert` is `AlertEvent.to_dict()`: run, rule, severity, metric, first_step, last_step, value, message,
-active, evidence.
+active, evidence; from the collector also id, state, event and `action` (the API's `action` for the alert, or
+null: `collector.daemon.detection`).
 """
 
 from __future__ import annotations
@@ -59,14 +62,23 @@ def _json_safe(value: object) -> object:
     return value
 
 
+def action_text(alert: dict) -> str | None:
+    """The action's paragraph (the checkpoint to go back to and the command), or None when the event has none."""
+    action = alert.get("action")
+    text = action.get("text") if isinstance(action, dict) else None
+    return text if isinstance(text, str) and text else None
+
+
 class ConsoleSink:
-    """One line per alert event on a stream (the headless collector's console)."""
+    """One line per alert event on a stream (the headless collector's console), and an indented second line
+    with the action's text when the event has one."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
 
     def send(self, alert: dict) -> None:
-        self.stream.write(alert_line(alert) + "\n")
+        action = action_text(alert)
+        self.stream.write(alert_line(alert) + "\n" + (f"    action: {action}\n" if action else ""))
         self.stream.flush()
 
     def close(self) -> None:
@@ -95,9 +107,17 @@ class JsonlSink:
 
 
 def slack_body(alert: dict) -> dict:
-    """A Slack incoming-webhook body: `text` (the fallback line) and one markdown section block."""
-    line = alert_line(alert)
-    return {"text": line, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": line[:2900]}}]}
+    """A Slack incoming-webhook body: `text` (the fallback line; with an action, a second line with its text)
+    and one markdown section block per line; with an action also `action`, the object as the API gives it."""
+    lines = [alert_line(alert)]
+    action = action_text(alert)
+    if action:
+        lines.append(f"Action: {action}")
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": line[:2900]}} for line in lines]
+    body: dict = {"text": "\n".join(lines), "blocks": blocks}
+    if isinstance(alert.get("action"), dict):
+        body["action"] = alert["action"]
+    return body
 
 
 class WebhookSink:

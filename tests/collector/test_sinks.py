@@ -14,7 +14,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from collector.daemon.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, alert_line, deliver
+from collector.daemon.sinks import (
+    ConsoleSink,
+    JsonlSink,
+    StopFileSink,
+    WebhookSink,
+    alert_line,
+    deliver,
+    slack_body,
+)
 from collector.detect.stop import StopSettings, stops_run
 
 ALERT = {
@@ -153,6 +161,52 @@ def test_console_prints_one_line_per_event():
     ConsoleSink(stream).send(ALERT | {"active": False, "first_step": 5, "last_step": 5})
     (line,) = stream.getvalue().splitlines()
     assert line.startswith("[ERROR] run sft/run1: grad_spike (resolved) on train/grad_norm, step 5: ")
+
+
+ACTION = {
+    "checkpoint": {
+        "step": 2500,
+        "path": "/runs/sft/run1/global_step_2500",
+        "complete": True,
+        "inferred": False,
+    },
+    "trainer": "verl",
+    "trainer_evidence": "its checkpoints are verl's global_step_N folders",
+    "command": "trainer.resume_mode=resume_path trainer.resume_from_path=/runs/sft/run1/global_step_2500",
+    "restart_step": 2500,
+    "skip_steps": [2650, 2745],
+    "advice_step": 2600,
+    "text": "Go back to step 2500. To resume from it, add to your verl command `trainer.resume_mode=...`.",
+}
+
+
+def test_an_event_with_an_action_carries_it_to_every_sink(tmp_path, server_factory):
+    alert = ALERT | {"id": 7, "state": "open", "event": "opened", "action": ACTION}
+    stream = io.StringIO()
+    ConsoleSink(stream).send(alert)
+    assert stream.getvalue().splitlines() == [alert_line(alert), f"    action: {ACTION['text']}"]
+    path = tmp_path / "db.alerts.jsonl"
+    sink = JsonlSink(path)
+    sink.send(alert)
+    sink.close()
+    assert json.loads(path.read_text())["action"] == ACTION
+    server = server_factory(["ok"])
+    hook = WebhookSink(server.url, timeout=5, retries=0)
+    hook.send(alert)
+    assert server.delivered.wait(30)
+    hook.close()
+    (body,) = server.bodies
+    assert body["text"] == f"{alert_line(alert)}\nAction: {ACTION['text']}" and body["action"] == ACTION
+    assert [b["text"]["text"] for b in body["blocks"]] == body["text"].split("\n")
+
+
+def test_an_event_without_an_action_stays_one_line():
+    for alert in (ALERT, ALERT | {"action": None}):
+        stream = io.StringIO()
+        ConsoleSink(stream).send(alert)
+        assert stream.getvalue().splitlines() == [alert_line(alert)]
+        body = slack_body(alert)
+        assert body["text"] == alert_line(alert) and len(body["blocks"]) == 1 and "action" not in body
 
 
 def test_stop_request_only_for_the_configured_rules_and_the_first_reason_stands(tmp_path):
