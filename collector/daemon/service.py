@@ -80,10 +80,11 @@ class Collector:
         """Discover every run under the roots and ingest each to the end of its files."""
         paths = self.ingestor.discover()
         self.detection.warm_up()
-        self.ingestor.ingest_all(paths)
+        # Checkpoints first, as `serve` does: an alert found while reading names the checkpoint to go back to.
+        self._scan_all_checkpoints()
         # Points DuckDB read in bulk are judged later by the daemon (Python detectors are far slower than
         # bulk ingest): their runs keep `detected_to` so a collector resumes judging them in step order.
-        self._scan_all_checkpoints()
+        self.ingestor.ingest_all(paths)
         # Time-based rules once: a run whose status says running but whose files were last written hours
         # ago is stalled when first seen (its last point's time is the file's modification time).
         self.detection.tick()

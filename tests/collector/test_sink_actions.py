@@ -21,7 +21,7 @@ from collector.core.runtime import Settings, alerts_log_path
 from collector.daemon.service import Collector
 from collector.daemon.sinks import ConsoleSink, JsonlSink
 from collector.store import alerts as store_alerts
-from tests.collector.test_daemon_support import Daemon, wait_for
+from tests.collector.test_daemon_support import Daemon, cli, cli_json, wait_for
 from tests.collector.test_sinks import Server
 
 SPIKE = (300, 303)  # the grad norm x80 and the loss x6, then the loss x3 for seven steps: a grad_spike error
@@ -129,6 +129,16 @@ def test_a_live_error_alert_reaches_every_sink_with_the_apis_action(tmp_path, ho
     console = daemon.log.read_text().splitlines()
     at = next(i for i, x in enumerate(console) if x.startswith("[ERROR] run spiky: grad_spike"))
     assert console[at + 1] == f"    action: {action['text']}"
+
+
+def test_a_one_shot_ingest_delivers_the_action_alerts_json_gives(tmp_path):
+    root, db = tmp_path / "root", tmp_path / "rw.duckdb"
+    verl_run(root, 360)  # the whole run is there before runwatch first looks
+    cli(db, "ingest", str(root))
+    (event,) = [e for e in events(alerts_log_path(db)) if e["rule"] == "grad_spike"]
+    (alert,) = [a for a in cli_json(db, "alerts") if a["id"] == event["id"]]
+    # the checkpoints are indexed before the points are judged, so the action names one
+    assert event["action"] == alert["action"] and event["action"]["restart_step"] == 200
 
 
 def test_an_action_that_cannot_be_built_never_stops_delivery(tmp_path, caplog):
