@@ -355,37 +355,7 @@ class Ingestor:
 
     def _identity(self, cur, s: SourceState) -> os.stat_result | None:
         """Stat the file and start a new segment when it is no longer the file the offset belongs to."""
-        try:
-            st = Files.stat(s.path)
-        except FileNotFoundError:
-            if s.state != "deleted":
-                s.state = "deleted"
-                self.store.save_source(cur, s)
-                self._event(s.path, "was deleted; what was ingested from it stays")
-            return None
-        if self._whole(s):
-            # Replaced atomically on every update (a new inode each time): just read it again.
-            s.inode, s.device, s.state = st.st_ino, st.st_dev, "active"
-            return st
-        reason = segments.new_life(s, st)
-        if reason is None and s.state == "deleted":
-            s.state = "active"
-            self.store.save_source(cur, s)
-            self._event(
-                s.path, f"is back, the same file as before (inode and bytes): reading on from byte {s.offset}"
-            )
-        if reason and segments.start_segment(s):
-            self._event(
-                s.path,
-                f"{reason}: reading it again from the start as segment {s.segment}; "
-                "earlier points stay, and steps written again replace them",
-            )
-        if (s.inode, s.device) != (st.st_ino, st.st_dev):
-            s.inode, s.device = st.st_ino, st.st_dev
-            # Remembered at once, even with nothing read yet: if this file is renamed while the collector
-            # is down, its identity is what finds it again.
-            self.store.save_source(cur, s)
-        return st
+        return segments.identity(self.store, cur, s, self._whole(s), self._event)
 
     def _format(self, name: str) -> Format | None:
         if name not in self._formats:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 
 from collector.ingest.fs import Files
-from collector.store.db import SourceState
+from collector.store.db import SourceState, Store
 
 SIG_BYTES = 32  # bytes before the offset remembered to notice a file rewritten in place
 
@@ -171,3 +171,38 @@ def written_at(mtime: float, now: float) -> float:
     that is older than `CLOCK_SLACK_S`, else `now` (so a run first seen hours after it stopped writing is
     not taken for one that just wrote)."""
     return mtime if now - mtime > CLOCK_SLACK_S else now
+
+
+def identity(store: Store, cur, s: SourceState, whole: bool, event) -> os.stat_result | None:
+    """Stat the file `s` follows and start a new segment when it is no longer the file the offset belongs to
+    (saving the source's state in the open transaction `cur`; `event(path, message)` says what was done).
+    None: the file is gone (marked deleted once; what was ingested from it stays)."""
+    try:
+        st = Files.stat(s.path)
+    except FileNotFoundError:
+        if s.state != "deleted":
+            s.state = "deleted"
+            store.save_source(cur, s)
+            event(s.path, "was deleted; what was ingested from it stays")
+        return None
+    if whole:
+        # Replaced atomically on every update (a new inode each time): just read it again.
+        s.inode, s.device, s.state = st.st_ino, st.st_dev, "active"
+        return st
+    reason = new_life(s, st)
+    if reason is None and s.state == "deleted":
+        s.state = "active"
+        store.save_source(cur, s)
+        event(s.path, f"is back, the same file as before (inode and bytes): reading on from byte {s.offset}")
+    if reason and start_segment(s):
+        event(
+            s.path,
+            f"{reason}: reading it again from the start as segment {s.segment}; "
+            "earlier points stay, and steps written again replace them",
+        )
+    if (s.inode, s.device) != (st.st_ino, st.st_dev):
+        s.inode, s.device = st.st_ino, st.st_dev
+        # Remembered at once, even with nothing read yet: if this file is renamed while the collector is
+        # down, its identity is what finds it again.
+        store.save_source(cur, s)
+    return st
