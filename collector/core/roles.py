@@ -80,6 +80,7 @@ _EXACT: dict[str, str] = {
     "train/completions/clipped_ratio": "clip_ratio",
     "response_length/mean": "response_length",
     "completions/mean_length": "response_length",
+    "completion_length": "response_length",  # TRL GRPOTrainer before 0.15 (and Unsloth's notebooks on it)
     "epoch": "epoch",
     "train/epoch": "epoch",
     "accuracy": "accuracy",

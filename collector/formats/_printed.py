@@ -24,6 +24,12 @@ _FATAL = re.compile(
 _BAR_PREFIX = re.compile(r"^\s*\d+%\|[^|]*\|[^\[]*\[[^\]]*\]\s*")
 _NEAR = 5  # lines: a traceback this close after a fatal line explains it (it does not start a new error)
 _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*)$")
+# Python's words between the exceptions of a chain: the one above is the cause (or the first failure) of the
+# one below, which is often only its consequence (a half-written file, a wrapper).
+_CHAINED = (
+    "During handling of the above exception, another exception occurred",
+    "The above exception was the direct cause of the following exception",
+)
 
 
 def dict_numbers(text: str) -> dict[str, float]:
@@ -56,8 +62,10 @@ def may_be_error(raw: bytes) -> bool:
     """A cheap test on a raw line before `note_error` looks at it."""
     return any(
         word in raw
-        for word in (b"Error", b"Exception", b"Traceback", b"SIG", b"signal", b"Killed", b"memory")
-    )
+        for word in (
+            b"Error", b"Exception", b"Traceback", b"SIG", b"signal", b"Killed", b"memory", b"above exception"
+        )
+    )  # fmt: skip
 
 
 def note_error(text: str, line_no: int, error: dict | None) -> dict | None:
@@ -65,7 +73,9 @@ def note_error(text: str, line_no: int, error: dict | None) -> dict | None:
     exception line) or a fatal line (a launcher's kill message, Hydra's `Error executing job`); `error`
     unchanged for any other line.
 
-    The error is `{"line", "text", "traceback", "ignored"}`; `ignored` marks a traceback Python printed under
+    The error is `{"line", "text", "traceback", "ignored"}` and, for a chain of exceptions (`During handling of
+    the above exception, another exception occurred`, `The above exception was the direct cause of ...`),
+    `cause`: `{"line", "text"}` of the chain's first exception line; `ignored` marks a traceback Python printed under
     `Exception ignored in ...` (a shutdown-time complaint, not the job failing). Such a complaint after a
     real error never replaces it (`skip` is set while its traceback is read). A traceback right after a fatal
     line keeps the fatal line until its own exception line comes. The caller drops the error when the run
@@ -92,15 +102,26 @@ def note_error(text: str, line_no: int, error: dict | None) -> dict | None:
         if error is not None and not in_traceback and line_no - error["line"] <= _NEAR:
             return {**error, "traceback": True}
         return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": False}
+    if in_traceback and text.startswith(_CHAINED):
+        if "cause" not in error and _EXCEPTION_LINE.match(error["text"]):
+            return {**error, "cause": {"line": error["line"], "text": error["text"]}}
+        return error
     if in_traceback and _EXCEPTION_LINE.match(text):
-        return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": ignored}
+        chained = {"cause": error["cause"]} if "cause" in error else {}
+        return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": ignored, **chained}
     if _FATAL.search(text):
         return {"line": line_no, "text": bad_text(text), "traceback": False, "ignored": False}
     return error
 
 
 def reported(error: dict | None, path: str = "") -> dict | None:
-    """The error as a run fact (`{"line", "text", "file"}`), or None when there is none or it was ignored."""
+    """The error as a run fact (`{"line", "text", "file"}`), or None when there is none or it was ignored.
+    The last exception of a chain is quoted with the first one, which caused it: `text` reads `<last> (raised
+    while handling line N: <first>)`, and `cause` is `{"line", "text"}` of the first."""
     if error is None or error.get("ignored"):
         return None
-    return {"line": error["line"], "text": error["text"], "file": path}
+    cause = error.get("cause")
+    if cause is None:
+        return {"line": error["line"], "text": error["text"], "file": path}
+    text = f"{error['text']} (raised while handling line {cause['line']}: {cause['text']})"
+    return {"line": error["line"], "text": text, "file": path, "cause": dict(cause)}

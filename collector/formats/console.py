@@ -28,6 +28,9 @@ _RAY_PREFIX = re.compile(r"^\s*\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s?")
 # A pprint string fragment that opens with its own quote: `"np.float64(0.5), 'key': "` or `'np.float64(6.97)}'`.
 _FRAGMENT = re.compile(r"""^["'](np\.|tensor\(|[-\d.]|'|nan|inf|[A-Za-z_]\w*\()""")
 _MAX_DICT_LINES = 200
+# verl's save and test frequencies as it prints them: the config dump at start (pprint: `'save_freq': 150,`)
+# and Hydra overrides (`trainer.save_freq=150`, echoed by launch scripts and by `Error executing job`).
+_SETTING = re.compile(r"""(?:'|\btrainer\.)(save_freq|test_freq)(?:'\s*:\s*|=)(-?\d{1,12})\b""")
 
 
 def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
@@ -49,6 +52,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     last_step, total, current = saved.get("last_step"), saved.get("total"), saved.get("current")
     error = saved.get("error")
     completed = saved.get("completed", False)
+    settings = dict(saved.get("settings") or {})
     lines, consumed = complete_lines(data)
     result = ParseResult(consumed=consumed, lines=len(lines))
     points = result.points
@@ -61,6 +65,8 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         line_no += 1
         start, offset = offset, offset + len(raw) + 1
         wanted = b"step:" in raw or b"validation metrics" in raw or b"Training Progress" in raw
+        if b"_freq" in raw and not wanted:
+            _note_settings(raw.decode("utf-8", errors="replace"), settings)
         if not wanted:
             if may_be_error(raw):
                 error = note_error(raw.decode("utf-8", errors="replace"), line_no, error)
@@ -115,14 +121,23 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         "current": current,
         "error": error,
         "completed": completed,
+        "settings": settings,
     }
     result.info = {
         "total_steps": total,
         "current_step": current if current is not None else last_step,
         "completed": completed,
         "error": reported(error, path),
+        "settings": settings,
     }
     return result
+
+
+def _note_settings(text: str, settings: dict) -> None:
+    """verl's `save_freq` / `test_freq` from a config or override line into `settings`; the first value seen
+    of each stays (the config dump comes before any later mention)."""
+    for name, value in _SETTING.findall(text):
+        settings.setdefault(name, int(value))
 
 
 def _dict_text(first: str, following: list[bytes]) -> tuple[str | None, int]:
@@ -164,10 +179,17 @@ def looks_like_console(head: bytes) -> bool:
 def run_info(info: dict) -> RunInfo:
     """Total steps from verl's training bar; `completed` once verl printed its final validation; the step the
     bar shows and the error the log ends with, as facts (a run whose log ends in an error is `failed`: the
-    API reads `status_info.error`, which a later record clears)."""
+    API reads `status_info.error`, which a later record clears); the `trainer.save_freq` / `test_freq` the log
+    printed, merged into the run's config (`config_part`) where run settings are read from."""
     status = "completed" if info.get("completed") else None
     facts = {k: info[k] for k in ("current_step", "error") if info.get(k) is not None}
-    return RunInfo(status=status, total_steps=info.get("total_steps"), status_info=facts or None)
+    settings = info.get("settings") or None
+    return RunInfo(
+        status=status,
+        total_steps=info.get("total_steps"),
+        status_info=facts or None,
+        config_part={"trainer": dict(settings)} if settings else None,
+    )
 
 
 FORMAT = Format(

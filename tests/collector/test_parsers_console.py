@@ -142,3 +142,74 @@ def test_a_crash_after_the_last_record_is_the_error_and_a_split_dict_waits_for_i
         assert feed_console(VERL_LOG, [cut]) == whole, cut
     held = console.parse(VERL_LOG[: ends[2]])  # the Initial dict's first two lines only
     assert held.consumed == ends[0] and "val-aux/reward/mean@1" not in held.points.metric
+
+
+# verl's start-up config dump (pprint over Ray lines), a launch script's Hydra overrides, and a crash while
+# saving a checkpoint whose traceback is a chain (written here, in the shapes verl and Python print).
+CHAINED_LOG = "\n".join(
+    [
+        RAY + "{'trainer': {'default_local_dir': '/ckpt/exp',",
+        RAY + "             'save_freq': 350,",
+        RAY + "             'test_freq': 700,",
+        RAY + "             'total_training_steps': 700}}",
+        "+ python3 -m verl.trainer.main_ppo trainer.save_freq=20 trainer.test_freq=-1",
+        RAY + "step:699 - critic/score/mean:0.25",
+        RAY + "local_global_step_folder: /ckpt/exp/global_step_700",
+        "Error executing job with overrides: ['trainer.save_freq=350', 'trainer.test_freq=700']",
+        "Traceback (most recent call last):",
+        '  File "ray_trainer.py", line 807, in _save_checkpoint',
+        "ray.exceptions.RayTaskError(RuntimeError): ray::WorkerDict.actor_rollout_save_checkpoint() (pid=4)",
+        '  File "serialization.py", line 1216, in _save',
+        "RuntimeError: PytorchStreamWriter failed writing file data/721: file write failed",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        '  File "serialization.py", line 784, in __exit__',
+        "RuntimeError: unexpected pos 13476221568 vs 13476221464",
+        "",
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.",
+        "",
+    ]
+).encode()
+
+
+def test_verl_save_and_test_frequencies_from_the_printed_config():
+    rows, offset, info = feed_console(CHAINED_LOG, [])
+    assert offset == len(CHAINED_LOG)
+    # the config dump comes first and stays: a later override line (another launch, a typo) does not replace it
+    assert info["settings"] == {"save_freq": 350, "test_freq": 700}
+    assert console.run_info(info).config_part == {"trainer": {"save_freq": 350, "test_freq": 700}}
+    overrides = console.parse(
+        b"Error executing job with overrides: ['trainer.save_freq=50', 'x.test_freq=3']\n"
+    )
+    assert overrides.info["settings"] == {"save_freq": 50}  # only trainer.* is verl's trainer setting
+    assert console.run_info(console.parse(LOG).info).config_part is None  # a log that prints none says none
+    assert console.parse(b"'esi_save_freq': 5, 'save_freq_x': 1\n").info["settings"] == {}
+
+
+def test_a_chained_traceback_is_quoted_with_the_exception_that_caused_it():
+    assert feed_console(CHAINED_LOG, [])[2]["error"] == {
+        "line": 18,
+        "text": "RuntimeError: unexpected pos 13476221568 vs 13476221464 (raised while handling line 13: "
+        "RuntimeError: PytorchStreamWriter failed writing file data/721: file write failed)",
+        "file": "",
+        "cause": {
+            "line": 13,
+            "text": "RuntimeError: PytorchStreamWriter failed writing file data/721: file write failed",
+        },
+    }
+    direct = CHAINED_LOG.replace(
+        b"During handling of the above exception, another exception occurred:",
+        b"The above exception was the direct cause of the following exception:",
+    )
+    assert feed_console(direct, [])[2]["error"]["cause"]["line"] == 13
+    unchained = CHAINED_LOG.replace(
+        b"During handling of the above exception, another exception occurred:\n", b""
+    )
+    assert "cause" not in feed_console(unchained, [])[2]["error"]  # one traceback, its last exception line
+
+
+def test_settings_and_chains_read_in_pieces_give_the_one_shot_result():
+    whole = feed_console(CHAINED_LOG, [])
+    for cut in [i + 1 for i, b in enumerate(CHAINED_LOG) if b == ord("\n")]:
+        assert feed_console(CHAINED_LOG, [cut]) == whole, cut

@@ -45,6 +45,8 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "collector" / "detect" / "exampl
         ("critic/score/std", "reward_std"),
         ("entropy", "entropy"),
         ("response_length/mean", "response_length"),
+        ("completions/mean_length", "response_length"),
+        ("completion_length", "response_length"),  # TRL GRPO before 0.15
         ("epoch", "epoch"),
         ("eval_wer", "eval_metric"),
         ("eval_runtime", None),
