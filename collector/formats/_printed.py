@@ -10,6 +10,8 @@ from collector.formats._common import bad_text
 # One `'key': value` item of a printed dict; the value may be quoted (TRL prints some as strings, and
 # pprint splits long dicts into quoted fragments).
 _ITEM = re.compile(r"'([^']+)':\s*'?([^,'{}]+?)'?\s*(?=[,}])")
+# One `'key': 'quoted value'` item: its value.
+_QUOTED_ITEM = re.compile(r"'[^']+':\s*'([^']*)'\s*(?=[,}])")
 # A numpy or torch scalar as Python prints it: np.float64(1.5), np.int32(2), tensor(2., device='cuda:0').
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^(),]+)(?:,.*)?\)$")
 TRACEBACK = "Traceback (most recent call last)"
@@ -40,6 +42,13 @@ def dict_numbers(text: str) -> dict[str, float]:
         if value is not None:
             numbers[match.group(1)] = value
     return numbers
+
+
+def holds_text(text: str) -> bool:
+    """Whether a printed dict (the text from its `{`) has an item whose value is quoted text that is not a
+    number (`'agent_id': 'market_maker'`): a program's own record, not a trainer's metrics (those print numbers,
+    some quoted, never words)."""
+    return any(number(value) is None for value in _QUOTED_ITEM.findall(text))
 
 
 def number(text: str) -> float | None:

@@ -20,7 +20,7 @@ import re
 
 from collector.core.model import Format, ParseResult, RunInfo
 from collector.formats._common import complete_lines
-from collector.formats._printed import dict_numbers, may_be_error, note_error, reported
+from collector.formats._printed import dict_numbers, holds_text, may_be_error, note_error, reported
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # tqdm's bar: ` 10%|█         | 20/181 [03:20<26:49, 10.00s/it]`.
@@ -32,7 +32,9 @@ TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "reward")
 def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
     """Points from the logged dicts among the complete lines of `data` (see the module docstring for steps).
 
-    Every number in a dict is a point named by its key (quoted numbers, `nan`, `inf`, numpy scalars too);
+    Every number in a dict is a point named by its key (quoted numbers, `nan`, `inf`, numpy scalars too); a
+    dict with a quoted word for a value (`{'step': 0, 'agent_id': 'market_maker', 'reward': -0.67}`, a record
+    the training script printed itself) is not the trainer's and is skipped: neither its numbers nor a step;
     an evaluation dict (`eval_*` keys) is stored at the step of the training log before it; the final
     `train_runtime` dict at the last step, and it sets `info["completed"]`. tqdm bars and other output are
     not bad lines. `info`: `total_steps` and `current_step` from the training bar, `step_source` ("bar" or
@@ -56,7 +58,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
                 _note_logging_steps(piece, st)
             continue
         values = dict_numbers(piece[brace:])
-        kind = _kind(values)
+        kind = _kind(values) if not holds_text(piece[brace:]) else None
         if kind == "train":
             if st.mode is None:
                 st.mode = _decide(st, pieces[index + 1 :])
@@ -133,7 +135,7 @@ def _decide(st: _State, ahead: list[tuple[int, int, str]]) -> str | None:
         for bar in _BAR.finditer(piece if brace < 0 else piece[:brace]):
             if int(bar.group(2)) == st.total and int(bar.group(1)) != st.bar:
                 return "bar"
-        if brace >= 0 and _kind(dict_numbers(piece[brace:])) == "train":
+        if brace >= 0 and _kind(dict_numbers(piece[brace:])) == "train" and not holds_text(piece[brace:]):
             return "order"
     return None
 

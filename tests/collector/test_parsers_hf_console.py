@@ -151,3 +151,16 @@ def test_the_first_dict_waits_for_the_decision_then_split_anywhere_equals_one_re
 def test_sniff_wants_an_hf_dict():
     assert hf_console.sniff(aligned_log()) and hf_console.sniff(clumped_log())
     assert not hf_console.sniff(b"step:1 - train/loss:1.0\n")
+
+
+def test_a_record_the_script_printed_itself_is_not_a_logged_dict():
+    """A training script's own dict with words for values (an RL environment's episode row, printed by a failed
+    W&B table write) between the bar and the trainer's dict: neither its numbers nor a step of its own."""
+    episode = "{'step': 0, 'agent_id': 'market_maker', 'direction': 0.03, 'strike': 'N/A', 'reward': -0.6747}"
+    data = aligned_log().replace(b"\r{'loss': nan", ("\n" + episode + "\n{'loss': nan").encode())
+    rows, _, info = feed(data, [])
+    assert rows == feed(aligned_log(), [])[0]  # the same points at the same steps, as if it were not there
+    assert info["current_step"] == 6 and info["completed"] is True
+    # quoted numbers are still numbers (TRL prints them so); only words make a dict the script's own
+    quoted = hf_console.parse(b"{'loss': '0.5', 'reward': 'nan', 'epoch': '0.1'}\n")
+    assert sorted(quoted.points.metric) == ["epoch", "loss", "reward"]
