@@ -112,6 +112,12 @@ def stall_finding(
 # What an error line says about its cause, and what to do: (words in the error, advice), first match wins.
 _FAILURE_CAUSES = (
     (
+        ("No space left on device", "file write failed", "Disk quota exceeded", "Errno 28", "Errno 122"),
+        "Likely cause: the disk filled up (checkpoints?). Free space or keep fewer checkpoints (verl "
+        "`trainer.max_actor_ckpt_to_keep`, HF `save_total_limit`), then resume from the last complete checkpoint "
+        "(a save the failure interrupted is not one).",
+    ),
+    (
         ("out of memory", "OutOfMemoryError"),
         "Out of GPU memory: lower the micro batch size or the maximum "
         "sequence/response length, or turn on gradient checkpointing or offloading, then resume.",

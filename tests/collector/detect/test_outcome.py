@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from collector import formats
+from collector.core.severity import Severity
 from collector.detect.engine import RunDetector
+from collector.detect.runlevel import run_failed_finding
 from tests.conftest import REPO
 
 WILD = REPO.parent / "shared" / "real-runs-wild" / "files"
@@ -249,3 +251,17 @@ def test_run_failed_needs_no_real_path(tmp_path: Path):
     )
     alerts = json.loads(done.stdout)["runs"][0]["alerts"]
     assert any(str(log) in a["message"] for a in alerts if a["rule"] == "run_failed"), alerts
+
+
+def test_a_full_disk_is_named_as_the_likely_cause():
+    for text in (
+        "OSError: [Errno 28] No space left on device",
+        "RuntimeError: PytorchStreamWriter failed writing file data/721: file write failed",
+        "OSError: [Errno 122] Disk quota exceeded",
+    ):
+        found = run_failed_finding("failed", {"error": {"line": 9, "text": text, "file": "x.log"}}, 699)
+        assert found.severity == Severity.ERROR
+        assert "the disk filled up (checkpoints?)" in found.message
+        assert "trainer.max_actor_ckpt_to_keep" in found.message and "save_total_limit" in found.message
+    oom = run_failed_finding("failed", {"error": {"line": 9, "text": "CUDA out of memory", "file": "x"}}, 3)
+    assert "disk" not in oom.message
