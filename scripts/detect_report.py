@@ -14,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from collector.advice.recommend import advice_for_run, checkpoint_step
+from collector.advice.errors import error_episodes
+from collector.advice.recommend import RunContext, advice_for_run, checkpoint_step
 from collector.core.roles import role_of
 from collector.detect.engine import AlertEvent, detect_series
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
@@ -48,7 +49,15 @@ def analyse(path: Path) -> dict:
     evals = {m: list(zip(*series[m], strict=True)) for m in series if role_of(m) in EVAL_ROLES}
     last_step = info.get("global_step") or max((max(s) for s, _ in series.values() if s), default=None)
     bad = [(a.first_step, a.last_step) for a in alerts if a.rule in UNSAFE_CHECKPOINT_RULES]
-    advice = advice_for_run([], evals, bad, info, last_step)
+    stats = [
+        {"metric": m, "points": len(s), "first_step": min(s), "last_step": max(s)}
+        for m, (s, _) in series.items()
+        if s
+    ]
+    errors = error_episodes([a.to_dict() for a in alerts], stats)
+    advice = advice_for_run(
+        [], evals, bad, info, last_step, run=RunContext(last_step=last_step, errors=errors)
+    )
     return {
         "file": Path(path).name,
         "alerts": [a.to_dict() for a in alerts],

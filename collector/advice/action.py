@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from collector.detect.base import fmt
+from collector.detect.runlevel import RUN_FAILED
 
 # rules whose episode is a burst of bad updates: replay from well before it...
 SPIKE_RULES = frozenset({"loss_spike", "grad_spike", "kl_spike"})
@@ -108,7 +109,9 @@ def action_for_alert(
     rule, first, last = alert["rule"], int(alert["first_step"]), int(alert["last_step"])
     recommended = advice.get("recommended")
     advice_step = recommended["step"] if recommended else None
-    if rule in CHECKPOINT_RULES:
+    if advice.get("never_learned"):  # one voice: no checkpoint is better than the base model
+        chosen, why = None, advice.get("no_recommendation") or "The run never learned."
+    elif rule in CHECKPOINT_RULES:
         chosen, why = _kept_by_advice(alert, advice)
     else:
         chosen, why = _last_good_before(alert, advice["checkpoints"], bad_episodes, restart_before)
@@ -141,6 +144,17 @@ def action_for_alert(
         parts.append(
             f"When replaying, skip the batches of steps {first}-{last} (the spike's): the same data in the same "
             f"order would likely spike again; drop those samples or reshuffle the data."
+        )
+    interrupted = advice.get("interrupted_save")
+    if rule == RUN_FAILED and interrupted is not None:
+        parts.append(
+            f"Not step {interrupted}: its save was under way when the run failed, so it is not complete."
+        )
+    if chosen is None and advice_step is not None and rule not in CHECKPOINT_RULES:
+        later = ", saved after this trouble began: keep it only with the caveat its reason gives"
+        parts.append(
+            f"(The checkpoint advice, which checkpoint to keep at the end, names step {advice_step}"
+            f"{later if advice_step >= first else ''}.)"
         )
     if (
         chosen is not None
@@ -217,7 +231,7 @@ def _last_good_before(
         if not checkpoints:
             none = "no checkpoint of this run was seen"
         elif not seen:
-            none = "its trainer_state.json implies no checkpoint"
+            none = "the run's files imply no checkpoint"
         else:
             none = "no complete checkpoint outside a bad episode was saved"
         return None, (
@@ -233,8 +247,9 @@ def _last_good_before(
             margin = f", at least {restart_before} steps before the spike (restart well before it, not just before)"
         else:
             margin = f", only {first - pick['step']} step(s) before the spike: none was saved {restart_before} or more before it"
+    implied = pick.get("inferred_from") or "its trainer_state.json"
     kind = (
-        "checkpoint the run's trainer_state.json implies (no folder seen on disk: check it exists)"
+        f"checkpoint the run's files imply ({implied}; no folder seen on disk: check it exists)"
         if pick.get("inferred")
         else "complete checkpoint saved"
     )

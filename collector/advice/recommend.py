@@ -3,15 +3,21 @@
 Stable interface:
 
 - `advice_for_run(checkpoints, evals_by_metric, bad_episodes, run_info, latest_step, metric=None,
-  direction=None, config=None) -> dict`: THE entry point (API, CLI, report): chooses the metric, maps
-  each checkpoint to its nearest evaluation and recommends, in `recommend_checkpoint`'s shape. The
-  functions below are its parts.
+  direction=None, config=None, run=None) -> dict`: THE entry point (API, CLI, report): chooses the metric,
+  infers the saves nobody has seen (HF trainer_state, verl `trainer.save_freq`), maps each checkpoint to its
+  nearest evaluation and recommends, in `recommend_checkpoint`'s shape. `run` (`RunContext`) is what else
+  the advice weighs: the run's last logged step, its state, RL or not, its error episodes.
 - `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
-  latest_step=None) -> dict` with exactly the keys `recommended` ({step, path, reason} or None),
-  `checkpoints` ([{step, path, complete, bytes, value, inferred}]), `deletable` ([steps]), `frees_bytes`,
-  `metric`, `direction`, `no_recommendation` (why `recommended` is None, else None). Input `checkpoints` items carry step, path, complete, bytes (and optionally
-  `inferred`); `evals` are (step, value) of the chosen metric; `bad_episodes` are (first_step, last_step)
-  of `nonfinite` and `grad_spike` episodes: a checkpoint saved inside one is never recommended.
+  latest_step=None, best_step=None, errors=None, rl=False, interrupted=None) -> dict` with exactly the keys
+  `recommended` ({step, path, reason} or None), `checkpoints` ([{step, path, complete, bytes, value, inferred,
+  inferred_from}]), `deletable` ([steps]), `frees_bytes`, `metric`, `direction`, `no_recommendation` (why
+  `recommended` is None, else None), `never_learned` (a `no_learning` error from the run's first steps covers
+  every checkpoint: none is better than the base model) and `interrupted_save` (the step whose save a failed
+  run most likely interrupted, else None). Input `checkpoints` items carry step, path, complete, bytes (and
+  optionally `inferred`, `inferred_from`); `evals` are (step, value) of the chosen metric; `bad_episodes` are
+  (first_step, last_step) of `nonfinite` and `grad_spike` episodes: a checkpoint saved inside one is never
+  recommended; `errors` are the run's error episodes (`collector.advice.errors.error_episodes`): a checkpoint
+  inside one is passed over for one outside every error episode when there is one, else kept with a caveat.
 - `choose_metric(run_info, available_metrics, evals_by_metric=None) -> (metric, direction)`: which
   evaluation metric decides (validation loss, min, by default; the HF run's own best metric when known).
 - `hf_checkpoints_from_state(info, last_step) -> list[dict]` (from `hf_saves`): the checkpoints a Hugging Face run most
@@ -24,17 +30,31 @@ Stable interface:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
+from collector.advice import errors as errors_mod
+from collector.advice import reasons
 from collector.advice.hf_saves import (
     checkpoint_step,
     hf_checkpoints_from_state,
     is_trainer_state,
     run_best_step,
 )
+from collector.advice.verl_saves import verl_checkpoints_from_config
 from collector.core.roles import eval_metric_direction, role_of
-from collector.detect.base import fmt
 from collector.detect.config import DetectConfig
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the advice weighs besides checkpoints and evaluations: the run's last logged step, its state
+    (`completed`, `failed`, ...), whether it is an RL run, and its error episodes (`errors.error_episodes`)."""
+
+    last_step: int | None = None
+    state: str | None = None
+    rl: bool = False
+    errors: list[dict] = field(default_factory=list)
 
 
 def advice_for_run(
@@ -46,6 +66,7 @@ def advice_for_run(
     metric: str | None = None,
     direction: str | None = None,
     config: DetectConfig | None = None,
+    run: RunContext | None = None,
 ) -> dict:
     """Checkpoint advice for one run, in `recommend_checkpoint`'s shape.
 
@@ -56,9 +77,11 @@ def advice_for_run(
     pick from the run info (HF `metric_for_best_model`, or the metric matching `best_metric`) with
     `direction` overriding when given. With no checkpoint seen and run info from a trainer_state.json
     (`global_step` and `save_steps` or `best_model_checkpoint`), the checkpoints are inferred from it
-    (`hf_checkpoints_from_state`: recommendable, never deletable). Raises ValueError for a direction other
-    than "min" or "max".
+    (`hf_checkpoints_from_state`: recommendable, never deletable); with none seen and verl's
+    `trainer.save_freq` in the run info, from that and `run.last_step` (`verl_checkpoints_from_config`).
+    Raises ValueError for a direction other than "min" or "max".
     """
+    ctx = run or RunContext()
     if direction is not None and direction not in ("min", "max"):
         raise ValueError(f"direction must be 'min' or 'max', got {direction!r}")
     info = run_info or {}
@@ -82,6 +105,11 @@ def advice_for_run(
         checkpoints = list(checkpoints) + [
             c for c in hf_checkpoints_from_state(info, latest_step) if c["step"] not in seen
         ]
+    interrupted = None
+    if not is_trainer_state(info) and not any(not c.get("inferred") for c in checkpoints):
+        # a verl run whose checkpoint folders nobody has seen: the saves its save frequency implies
+        implied, interrupted = verl_checkpoints_from_config(info, ctx.last_step, ctx.state)
+        checkpoints = list(checkpoints) + implied
     advice = recommend_checkpoint(
         checkpoints,
         evals_by_metric.get(chosen, []),
@@ -90,6 +118,9 @@ def advice_for_run(
         chosen_direction,
         latest_step,
         best_step=run_best_step(info),
+        errors=ctx.errors,
+        rl=ctx.rl,
+        interrupted=interrupted,
     )
     if unused and advice["recommended"]:
         advice["recommended"]["reason"] += (
@@ -115,6 +146,9 @@ def recommend_checkpoint(
     direction: str = "min",
     latest_step: int | None = None,
     best_step: int | None = None,
+    errors: list[dict] | None = None,
+    rl: bool = False,
+    interrupted: int | None = None,
 ) -> dict:
     """The checkpoint to keep by `metric` (`direction` "min" or "max"), explained in one sentence.
 
@@ -130,7 +164,12 @@ def recommend_checkpoint(
     inferred) but two or more evaluations after step 0, the best one's step is recommended with path None.
     `deletable` never holds the recommended
     checkpoint, the latest one (resume needs it: `latest_step`, else the newest complete one) nor a newest
-    incomplete one (it may still be being written).
+    incomplete one (it may still be being written). When the choice lies inside an error episode (`errors`),
+    the best (or latest) checkpoint outside every error episode is recommended instead and the reason says
+    why; with none outside, the best-evaluated one (without evaluations the earliest, the least time in
+    the trouble) is kept and the reason says where it lies. A `no_learning` error from the run's first steps
+    over every checkpoint recommends none (`never_learned`). `rl`: the words for a missing evaluation name
+    the validation scores an RL run is judged by; `interrupted`: the save a failed run was making, named.
     """
     if direction not in ("min", "max"):
         raise ValueError(f"direction must be 'min' or 'max', got {direction!r}")
@@ -164,38 +203,30 @@ def recommend_checkpoint(
         latest_step = complete[-1]["step"]
     good = [r for r in complete if r["_bad"] is None]
     skipped_bad = [r for r in complete if r["_bad"] is not None]
-    scored = [r for r in good if r["value"] is not None]
 
-    recommended = None
-    if scored:
-        sign = 1 if direction == "min" else -1
-        best = min(
-            scored,
-            key=lambda r: (
-                sign * r["value"],
-                r["_eval_step"] != r["step"],
-                r["step"] != best_step,
-                -r["step"],
-            ),
-        )
-        recommended = {
-            "step": best["step"],
-            "path": best["path"],
-            "reason": _reason(best, scored, skipped_bad, metric, direction, rows, finite_evals),
-        }
+    errs = errors or []
+    never = errors_mod.never_learned(errs, good)
+    recommended, no_rec = None, None
+    if never is not None:
+        no_rec = errors_mod.never_learned_text(never)
+    elif good:
+
+        def choose(cands: list[dict]) -> tuple[dict, str]:
+            return _choose(cands, skipped_bad, metric, direction, rows, finite_evals, best_step, rl)
+
+        best, reason = choose(good)
+        inside = errors_mod.covering(best["step"], errs)
+        if inside is not None:
+            best, reason = _outside_errors(best, reason, inside, good, errs, choose, rows)
+        recommended = {"step": best["step"], "path": best["path"], "reason": reason}
     elif not rows and len([e for e in finite_evals if e[0] > 0]) >= 2:
         # a step-0 evaluation is the base model's (no checkpoint is saved there); one evaluation is no choice
-        recommended = _best_evaluation_only([e for e in finite_evals if e[0] > 0], metric, direction)
-    elif good:
-        best = good[-1]
-        why = "no evaluation of " + metric if not finite_evals else "no evaluation near a good checkpoint"
-        recommended = {
-            "step": best["step"],
-            "path": best["path"],
-            "reason": f"Step {best['step']} is the latest {'complete' if best['complete'] else 'saved'} checkpoint "
-            f"outside any bad episode ({why}, so "
-            f"nothing better to go by){_skipped_text(skipped_bad)}{_inferred_text(rows)}{_weights_text(best, rows)}.",
-        }
+        recommended = reasons.best_evaluation_only([e for e in finite_evals if e[0] > 0], metric, direction)
+        inside = errors_mod.covering(recommended["step"], errs)
+        if inside is not None:
+            recommended["reason"] += f" Mind that {errors_mod.inside_text(recommended['step'], inside)}."
+    if recommended is not None and interrupted is not None:
+        recommended["reason"] += reasons.interrupted_text(interrupted, rows)
 
     keep = {latest_step, recommended["step"] if recommended else None}
     if rows and not rows[-1]["complete"]:
@@ -208,57 +239,76 @@ def recommend_checkpoint(
     return {
         "recommended": recommended,
         "checkpoints": [
-            {k: r[k] for k in ("step", "path", "complete", "bytes", "value", "inferred")} for r in rows
+            {k: r[k] for k in ("step", "path", "complete", "bytes", "value", "inferred")}
+            | {"inferred_from": r["_from"] if r["inferred"] else None}
+            for r in rows
         ],
         "deletable": deletable,
         "frees_bytes": frees,
         "metric": metric,
         "direction": direction,
-        "no_recommendation": None if recommended else _why_none(rows, skipped_bad),
+        "no_recommendation": None if recommended else no_rec or reasons.why_none(rows, skipped_bad),
+        "never_learned": never is not None,
+        "interrupted_save": interrupted,
     }
 
 
-def _best_evaluation_only(evals: list[tuple[int, float]], metric: str, direction: str) -> dict:
-    """No checkpoint of the run was seen (a lone metrics file): the step of its best evaluation, path None."""
+def _choose(
+    cands: list[dict],
+    skipped_bad: list[dict],
+    metric: str,
+    direction: str,
+    rows: list[dict],
+    evals: list[tuple[int, float]],
+    best_step: int | None,
+    rl: bool,
+) -> tuple[dict, str]:
+    """The best-evaluated of `cands` (ties: evaluated at its own step, the run's own best, the later), else
+    the latest of them, with the sentence that says why."""
+    scored = [r for r in cands if r["value"] is not None]
+    if not scored:
+        best = cands[-1]
+        why = reasons.no_evaluation(metric, evals, rl)
+        return best, reasons.latest_reason(best, skipped_bad, rows, why)
     sign = 1 if direction == "min" else -1
-    step, value = min(evals, key=lambda e: (sign * e[1], e[0]))
-    word = "lowest" if direction == "min" else "highest"
-    return {
-        "step": step,
-        "path": None,
-        "reason": f"No checkpoint of this run was seen on disk; its best evaluation is step {step}, the {word} "
-        f"{metric} of {len(evals)} evaluations ({fmt(value)}): keep the checkpoint saved at (or nearest) that "
-        f"step if the trainer saved one.",
-    }
+    best = min(
+        scored,
+        key=lambda r: (sign * r["value"], r["_eval_step"] != r["step"], r["step"] != best_step, -r["step"]),
+    )
+    return best, reasons.scored_reason(best, scored, skipped_bad, metric, direction, rows, evals)
 
 
-def _why_none(rows: list[dict], skipped_bad: list[dict]) -> str:
-    """Why no checkpoint is recommended, in one sentence (the JSON never holds a bare null)."""
-    if not rows:
-        return (
-            "No checkpoint was seen on disk and the run's files name no save steps (save_steps, "
-            "best_model_checkpoint), so there is nothing to recommend."
+def _outside_errors(
+    best: dict,
+    reason: str,
+    inside: dict,
+    good: list[dict],
+    errs: list[dict],
+    choose: Callable[[list[dict]], tuple[dict, str]],
+    rows: list[dict],
+) -> tuple[dict, str]:
+    """`best` lies inside the error episode `inside`: the best checkpoint outside every error episode instead,
+    saying why; with none, `best` (or, without evaluations, the earliest good one) with that caveat."""
+    where = errors_mod.inside_text(best["step"], inside)
+    clean = [r for r in good if errors_mod.covering(r["step"], errs) is None]
+    if clean:
+        pick, text = choose(clean)
+        earlier = "an earlier" if pick["step"] < best["step"] else "a"
+        return pick, (
+            f"{text[:-1]}. Passed over: {where}; {earlier} checkpoint outside every error episode is kept instead."
         )
-    if skipped_bad:
-        return f"Every usable checkpoint was saved inside a bad episode{_skipped_text(skipped_bad)}."
-    broken = "; ".join(f"checkpoint at step {r['step']}: {r['_problem'] or 'incomplete'}" for r in rows[-3:])
-    return f"None of the {len(rows)} checkpoint(s) seen is complete ({broken})."
-
-
-def _weights_text(best: dict, rows: list[dict]) -> str:
-    """Says plainly that the recommended checkpoint's weights are not in the folder, and what is."""
-    if best["complete"]:
-        return ""
-    name = f"checkpoint-{best['step']}"
-    state_only = [r for r in rows if r["_state_only"]]
-    if best["_state_only"]:
-        here = "only its trainer_state.json is"
-    elif state_only:
-        names = " and ".join(f"checkpoint-{r['step']}'s" for r in state_only[:3])
-        here = f"only {names} trainer_state.json {'is' if len(state_only) == 1 else 'are'}"
-    else:
-        here = "no checkpoint folder of this run was seen"
-    return f"; {name}'s weights are not here: {here}"
+    if all(r["value"] is None for r in good) and good[0] is not best:
+        # no evaluation to go by: the earliest one spent the least time in the trouble
+        best = good[0]
+        where = errors_mod.inside_text(best["step"], errors_mod.covering(best["step"], errs))
+        reason = (
+            f"Step {best['step']} is the earliest saved checkpoint, and none was saved outside every error "
+            f"episode (no evaluation to go by){reasons.inferred_text(rows)}{reasons.weights_text(best, rows)}."
+        )
+    return (
+        best,
+        f"{reason[:-1]}. Keep it only with a caveat: {where}, and no checkpoint was saved outside every error episode.",
+    )
 
 
 def _nearest(evals: list[tuple[int, float]], step: int) -> tuple[int | None, float | None]:
@@ -273,67 +323,6 @@ def _inside(step: int, episodes: list[tuple[int, int]]) -> tuple[int, int] | Non
         if first <= step <= last:
             return (first, last)
     return None
-
-
-def _skipped_text(skipped: list[dict]) -> str:
-    if not skipped:
-        return ""
-    steps = ", ".join(str(r["step"]) for r in skipped[:5])
-    return f"; not considered: step(s) {steps}, saved inside a non-finite or gradient-spike episode"
-
-
-def _reason(
-    best: dict,
-    scored: list[dict],
-    skipped: list[dict],
-    metric: str,
-    direction: str,
-    rows: list[dict],
-    evals: list[tuple[int, float]],
-) -> str:
-    word = "lowest" if direction == "min" else "highest"
-    where = ""
-    if best["_eval_step"] != best["step"]:
-        where = f" (evaluated at step {best['_eval_step']}, the evaluation nearest to this save)"
-    others = [
-        r for r in sorted(scored, key=lambda r: r["value"], reverse=direction == "max") if r is not best
-    ]
-    if others:
-        alt = ", ".join(f"step {r['step']} {fmt(r['value'])}" for r in others[:3])
-        alternatives = f"; the alternatives were {alt}" + (
-            f" and {len(others) - 3} more" if len(others) > 3 else ""
-        )
-    else:
-        alternatives = f"; it is the only evaluated {'complete ' if best['complete'] else ''}checkpoint"
-    sign = 1 if direction == "min" else -1
-    top_step, top_value = min(evals, key=lambda e: (sign * e[1], e[0]))
-    # a checkpoint nobody has seen whole is not called complete
-    kind = "complete " if all(r["complete"] for r in scored) else "saved "
-    missed = ""
-    if sign * top_value < sign * best["value"]:
-        missed = f"; the best evaluation overall, {fmt(top_value)} at step {top_step}, has no {kind}checkpoint near it"
-    return (
-        f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} {kind}"
-        f"checkpoint(s){alternatives}{missed}{_skipped_text(skipped)}{_inferred_text(rows)}"
-        f"{_weights_text(best, rows)}."
-    )
-
-
-def _inferred_text(rows: list[dict]) -> str:
-    inferred = [r for r in rows if r["inferred"]]
-    if not inferred:
-        return ""
-    # say only what the state file gave: each inferred checkpoint carries what it was inferred from
-    sources = sorted({r.get("_from") or "the run's trainer_state.json" for r in inferred})
-    which = (
-        "the checkpoints were"
-        if len(inferred) == len(rows)
-        else f"{len(inferred)} of the {len(rows)} checkpoints were"
-    )
-    return (
-        f"; {which} inferred from {' and '.join(sources)} (no folder of theirs seen on disk), so there is no "
-        "deletion advice for them"
-    )
 
 
 def choose_metric(

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 
+from collector.advice.errors import error_episodes
+from collector.advice.verl_saves import verl_save_freq
 from collector.api import alert_actions, run_files
 from collector.api.run_state import run_status
-from collector.core.roles import role_of
+from collector.core.roles import RL_ROLES, role_of
 from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.detect.thresholds import thresholds_for
@@ -120,12 +122,13 @@ def _run_summary(
     signature: tuple | None,
 ) -> dict:
     recommended = None
-    # A lone trainer_state.json has no checkpoint folders to index (its advice infers them); a run with
-    # evaluations and no checkpoint seen is told its best evaluation's step.
+    # A lone trainer_state.json or a verl log naming its save_freq has no checkpoint folders to index (its
+    # advice infers them); a run with evaluations and no checkpoint seen is told its best evaluation's step.
     if (
         has_checkpoints
         or r["format"] == "hf_trainer_state"
         or any(role_of(s["metric"]) in _EVAL_ROLES for s in stats)
+        or verl_save_freq(store_read.parse_json(r["config"])) is not None
     ):
         recommended = _recommended_step(store, r, stats, signature)
     state = root_state(r["path"])["state"]
@@ -300,19 +303,23 @@ def checkpoints(store: Store, run_id: str, metric: str | None = None, direction:
     r = found[0]
     config = store_read.parse_json(r["config"])
     index = store_alerts.checkpoints(store, run_id)
+    stats = store_read.metric_stats(store, run_id)
     evals_by_metric: dict[str, list[tuple[int, float]]] = {}
-    for s in store_read.metric_stats(store, run_id):
+    for s in stats:
         if role_of(s["metric"]) in _EVAL_ROLES or s["metric"] == metric:
             series = store_read.series(store, run_id, s["metric"], points=10**9)
             evals_by_metric[s["metric"]] = list(zip(series["steps"], series["values"], strict=True))
-    bad = [
-        (a["first_step"], a["last_step"])
-        for a in store_alerts.list_alerts(store, run=run_id)
-        if a["rule"] in UNSAFE_CHECKPOINT_RULES
-    ]
+    alerts = store_alerts.list_alerts(store, run=run_id)
+    bad = [(a["first_step"], a["last_step"]) for a in alerts if a["rule"] in UNSAFE_CHECKPOINT_RULES]
     latest = r["latest_marker"]  # verl: what a resume would load, never offered for deletion
     if latest is None and r["format"] == "hf_trainer_state":
         latest = (config or {}).get("global_step")
+    context = advice.RunContext(
+        last_step=max((s["last_step"] for s in stats), default=None),
+        state=run_status(r, stalled=False),
+        rl=any(role_of(s["metric"]) in RL_ROLES for s in stats),
+        errors=error_episodes(alerts, stats),
+    )
     result = advice.advice_for_run(
         index,
         evals_by_metric,
@@ -322,6 +329,7 @@ def checkpoints(store: Store, run_id: str, metric: str | None = None, direction:
         metric=metric,
         direction=direction,
         config=_detect_config(store, r["path"]),
+        run=context,
     )
     status = store_read.parse_json(r["status_info"])
     return result | ({"status": status.get("state", status.get("status"))} if status else {})

@@ -6,6 +6,7 @@ Stable interface (the API and the app pick panels with it; the detectors pick ru
 - `value_scale(metric) -> float`: what a stored value must be multiplied by to get the real quantity
   (`train/lr(1e-3)` is logged as lr x 1000, so its scale is 1e-3; everything else is 1.0).
 - `direction_of(role) -> "min" | "max" | None`: which way is better, for roles where that is defined.
+- `RL_ROLES`: the roles only an RL run (PPO/GRPO) logs: a run with a metric of one of them is an RL run.
 
 Roles: "loss" (the language-model training loss), "val_loss", "val_score" (a validation metric where higher
 is better, e.g. verl's `val-core/.../reward/mean@1`), "grad_norm", "lr", "step_time", "kl", "reward",
@@ -18,6 +19,8 @@ losses, rise and fall with the advantages, and a spike or plateau in them means 
 from __future__ import annotations
 
 import re
+
+RL_ROLES = frozenset({"reward", "kl", "reward_std", "clip_ratio"})
 
 # Exact names first (fast path), then patterns. Keys are lower-cased.
 _EXACT: dict[str, str] = {

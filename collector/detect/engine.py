@@ -33,7 +33,7 @@ from statistics import median
 
 from collector.core.facts import RunFacts
 from collector.core.model import Points
-from collector.core.roles import role_of, value_scale
+from collector.core.roles import RL_ROLES, role_of, value_scale
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Finding, Rule
 from collector.detect.config import DetectConfig
@@ -50,7 +50,7 @@ from collector.detect.runlevel import (
 
 __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
-_RL_ROLES = {"reward", "kl", "reward_std", "clip_ratio"}
+_RL_ROLES = RL_ROLES
 _INCIDENT_RULES = ("no_learning",)  # rules whose findings on several metrics from one step are one alert
 # A finding of the key's rule that follows an episode of one of these rules (on the same metric when True)
 # within a few logged points is the same incident: one alert names both.

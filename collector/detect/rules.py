@@ -9,6 +9,9 @@ Stable interface:
   role, then the user's custom rules that match its name).
 - `UNSAFE_CHECKPOINT_RULES`: the rule ids whose episodes make a checkpoint saved inside them one not to keep
   (advice and the report read this instead of naming rules).
+- `NOT_ABOUT_WEIGHTS_RULES`: the rule ids whose error episodes say nothing about the weights saved during them
+  (a run that failed or went silent, a slow step); an error of any other rule makes the checkpoint advice
+  prefer a checkpoint outside it (`collector.advice.errors`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collector.detect.rl import (
     RewardCollapse,
     RewardStdCollapse,
 )
-from collector.detect.runlevel import UNSAFE_RUN_LEVEL_RULES
+from collector.detect.runlevel import RUN_FAILED, STALLED, UNSAFE_RUN_LEVEL_RULES
 from collector.detect.schedule import LrAnomaly
 from collector.detect.spikes import GradSpike, LossSpike, StepTimeSpike
 from collector.detect.trends import LossPlateau, NoLearningGrad, NoLearningLoss, ValLossRise
@@ -56,6 +59,9 @@ RULES_BY_ROLE: Mapping[str, tuple[tuple[type[Rule], str], ...]] = MappingProxyTy
 UNSAFE_CHECKPOINT_RULES: frozenset[str] = UNSAFE_RUN_LEVEL_RULES | frozenset(
     cls.rule_id for entries in RULES_BY_ROLE.values() for cls, _ in entries if cls.unsafe_checkpoint
 )
+
+# a run that failed or went silent, a slow step: errors that judge the run, not the weights saved meanwhile
+NOT_ABOUT_WEIGHTS_RULES: frozenset[str] = frozenset({RUN_FAILED, STALLED, StepTimeSpike.rule_id})
 
 
 def rules_for(metric: str, role: str | None, config: DetectConfig) -> list[Rule]:

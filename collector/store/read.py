@@ -26,10 +26,11 @@ def runs(store: Store, run: str | None = None) -> list[dict]:
 
 
 def metric_stats(store: Store, run: str | None = None) -> list[dict]:
-    """Per (run, metric): point count, last step and the value there."""
+    """Per (run, metric): point count, first and last step and the value at the last."""
     where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
     return store.dicts(
-        f"SELECT run_id AS run, metric, points, last_step, last_value FROM metric_stats {where} ORDER BY run_id, metric",
+        f"""SELECT run_id AS run, metric, points, first_step, last_step, last_value FROM metric_stats {where}
+            ORDER BY run_id, metric""",
         params,
     )
 
@@ -45,14 +46,14 @@ def open_alert_counts(store: Store) -> dict[str, dict[str, int]]:
 
 
 def advice_signatures(store: Store, alert_rules: tuple[str, ...]) -> dict[str, tuple]:
-    """Per run, a value that changes whenever its checkpoint index, its alerts of `alert_rules` or its
-    replaced points change (three grouped queries over every run): what a cached answer built from them
-    is checked against."""
+    """Per run, a value that changes whenever its checkpoint index, its alerts of `alert_rules` or its error
+    alerts, or its replaced points change (three grouped queries over every run): what a cached answer built
+    from them is checked against."""
     out: dict[str, list] = {}
     queries = (
         "SELECT run_id, count(*), sum(hash(step, path, complete, bytes, info)) FROM checkpoints GROUP BY ALL",
-        f"""SELECT run_id, count(*), sum(hash(id, rule, first_step, last_step, state))
-            FROM alerts WHERE rule IN ({", ".join("?" * len(alert_rules))}) GROUP BY ALL""",
+        f"""SELECT run_id, count(*), sum(hash(id, rule, severity, first_step, last_step, state, active))
+            FROM alerts WHERE rule IN ({", ".join("?" * len(alert_rules))}) OR severity = 'error' GROUP BY ALL""",
         "SELECT run_id, count(*), max(replaced_at) FROM points_replaced GROUP BY ALL",
     )
     for i, sql in enumerate(queries):

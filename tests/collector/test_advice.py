@@ -33,14 +33,25 @@ def test_picks_the_lowest_val_loss_and_explains_with_the_alternatives():
         "metric",
         "direction",
         "no_recommendation",
+        "never_learned",
+        "interrupted_save",
     }
+    assert out["never_learned"] is False and out["interrupted_save"] is None
     assert out["recommended"]["step"] == 300 and out["recommended"]["path"] == "/runs/a/global_step_300"
     reason = out["recommended"]["reason"]
     assert reason.count(".") >= 1 and "lowest val/loss, 1.2" in reason and "step 400 1.3" in reason
     assert out["deletable"] == [100, 200, 400]  # not 300 (recommended), not 500 (latest: resume needs it)
     assert out["frees_bytes"] == 3 * 2 * GB
     assert [c["value"] for c in out["checkpoints"]] == [2.0, 1.5, 1.2, 1.3, 1.4]
-    assert set(out["checkpoints"][0]) == {"step", "path", "complete", "bytes", "value", "inferred"}
+    assert set(out["checkpoints"][0]) == {
+        "step",
+        "path",
+        "complete",
+        "bytes",
+        "value",
+        "inferred",
+        "inferred_from",
+    }
 
 
 def test_never_recommends_a_checkpoint_inside_a_bad_episode():
@@ -182,7 +193,8 @@ def test_advice_for_run_chooses_the_metric_and_maps_evaluations():
     out = advice_for_run(checkpoints, evals, [], {}, 500)
     assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/loss", "min", 300)
     assert set(out) == {
-        "recommended", "checkpoints", "deletable", "frees_bytes", "metric", "direction", "no_recommendation"
+        "recommended", "checkpoints", "deletable", "frees_bytes", "metric", "direction", "no_recommendation",
+        "never_learned", "interrupted_save",
     }  # fmt: skip
     # an explicit metric wins; its direction follows its name unless given
     out = advice_for_run(checkpoints, evals, [], {}, 500, metric="val/accuracy")

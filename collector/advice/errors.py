@@ -1,0 +1,107 @@
+"""The run's error episodes as the checkpoint advice weighs them. Pure: no I/O.
+
+Stable interface:
+
+- `error_episodes(alerts, metric_stats) -> list[dict]`: the error alerts whose steps say something about the
+  weights saved there (every rule but `NOT_ABOUT_WEIGHTS_RULES`: a run that failed or went silent, a slow
+  step), open or cleared, but not one a person resolved while it was still on; each `{rule, metric,
+  first_step, last_step, from_start}`, `from_start` when it began at its metric's first logged points.
+- `covering(step, episodes) -> dict | None`: the first episode whose steps hold `step`.
+- `never_learned(episodes, candidates) -> dict | None`: a `no_learning` error from the run's first steps
+  that covers every candidate checkpoint: no checkpoint is better than the base model.
+- `inside_text(step, episode) -> str`: "step 200 lies inside the response_truncation error (steps 75-250):
+  responses there are cut at the length limit".
+"""
+
+from __future__ import annotations
+
+from collector.detect.rules import NOT_ABOUT_WEIGHTS_RULES
+
+# what an error episode says about the weights saved during it, in the user's words
+_MEANING = {
+    "response_truncation": "responses there are cut at the length limit, so the reward judged cut-off answers",
+    "no_learning": "nothing was being learned there",
+    "loss_plateau": "the loss had stopped improving there",
+    "reward_collapse": "the reward had collapsed there",
+    "entropy_collapse": "the policy's entropy had collapsed or run away there",
+    "kl_spike": "the policy had jumped away from its reference there",
+    "kl_rise": "the policy was drifting fast away from its reference there",
+    "grad_spike": "the updates there followed a gradient spike",
+    "loss_spike": "the loss had jumped there",
+    "nonfinite": "values there were NaN or infinite",
+    "val_loss_rise": "the validation loss had risen above its best there",
+    "val_score_decline": "the validation score had fallen below its best there",
+    "lr_anomaly": "the learning rate was off its schedule there",
+}
+# a series' first this many logging intervals still count as "from the start" (a rule needs a point or two)
+_START_INTERVALS = 2
+
+
+def error_episodes(alerts: list[dict], metric_stats: list[dict]) -> list[dict]:
+    """The run's error episodes that judge its weights (see the module docstring), oldest first."""
+    starts = {s["metric"]: _start_limit(s) for s in metric_stats}
+    found = []
+    for a in alerts:
+        if a.get("severity") != "error" or a.get("rule") in NOT_ABOUT_WEIGHTS_RULES:
+            continue
+        if a.get("state") == "resolved" and a.get("active"):
+            continue  # a person resolved it while the detector still saw it: they accepted it
+        first, last = int(a["first_step"]), int(a["last_step"])
+        limit = starts.get(a.get("metric") or "")
+        found.append(
+            {
+                "rule": a["rule"],
+                "metric": a.get("metric") or None,
+                "first_step": first,
+                "last_step": last,
+                "from_start": limit is not None and first <= limit,
+            }
+        )
+    return sorted(found, key=lambda e: (e["first_step"], e["rule"]))
+
+
+def _start_limit(stats: dict) -> int | None:
+    """The last step that still counts as a series' start: its first step plus two logging intervals."""
+    first, last, points = stats.get("first_step"), stats.get("last_step"), stats.get("points") or 0
+    if first is None:
+        return None
+    interval = (last - first) / (points - 1) if last is not None and points > 1 else 0
+    return int(first + _START_INTERVALS * interval)
+
+
+def covering(step: int, episodes: list[dict]) -> dict | None:
+    """The first error episode whose steps hold `step`, else None."""
+    return next((e for e in episodes if e["first_step"] <= step <= e["last_step"]), None)
+
+
+def never_learned(episodes: list[dict], candidates: list[dict]) -> dict | None:
+    """The `no_learning` error episode from the run's first steps that covers every candidate checkpoint
+    (none saved after it ended), else None."""
+    for e in episodes:
+        if (
+            e["rule"] == "no_learning"
+            and e["from_start"]
+            and all(c["step"] <= e["last_step"] for c in candidates)
+        ):
+            return e
+    return None
+
+
+def never_learned_text(episode: dict) -> str:
+    """Why no checkpoint is recommended for a run that never learned."""
+    metric = f" on {episode['metric']}" if episode.get("metric") else ""
+    return (
+        f"The run never learned: no checkpoint is better than the base model (the no_learning error{metric} "
+        f"runs from its first logged steps, step {episode['first_step']}, to step {episode['last_step']}, over "
+        f"every checkpoint). Fix the cause and start again from the base model."
+    )
+
+
+def inside_text(step: int, episode: dict) -> str:
+    """Where `step` lies and what the episode means for the weights saved there."""
+    rule = episode["rule"]
+    meaning = _MEANING.get(rule, f"your {rule} rule judged the run bad there")
+    return (
+        f"step {step} lies inside the {rule} error (steps {episode['first_step']}-{episode['last_step']}): "
+        f"{meaning}"
+    )

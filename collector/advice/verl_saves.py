@@ -1,0 +1,55 @@
+"""The checkpoints a verl run saved, as its log tells them (`trainer.save_freq`). Pure: no I/O.
+
+- `verl_save_freq(info) -> int | None`: verl's `trainer.save_freq` from the run's config (a console log's
+  printed config, a run.json or Hydra config), None when it is not verl's or saving is off (<= 0).
+- `verl_checkpoints_from_config(info, last_step, state) -> (list[dict], int | None)`: the INFERRED saves
+  (`global_step_{k * save_freq}` up to the last logged step, and the final step of a completed run), each marked
+  `inferred: True` like `hf_saves`' ones, and the step whose save a failed run most likely interrupted (None
+  when there is none).
+
+verl saves a step's checkpoint before it logs that step's metrics, so every save due at or before the last
+logged step finished; a failed run's save due right after it was under way when the run failed.
+"""
+
+from __future__ import annotations
+
+
+def verl_save_freq(info: dict | None) -> int | None:
+    """verl's save frequency from run info: `trainer.save_freq` at the top or under `config`."""
+    for node in (info or {}, (info or {}).get("config")):
+        trainer = node.get("trainer") if isinstance(node, dict) else None
+        freq = trainer.get("save_freq") if isinstance(trainer, dict) else None
+        if type(freq) is int and freq > 0:
+            return freq
+        if type(freq) is float and freq.is_integer() and freq > 0:
+            return int(freq)
+    return None
+
+
+def verl_checkpoints_from_config(
+    info: dict | None, last_step: int | None, state: str | None
+) -> tuple[list[dict], int | None]:
+    """(inferred checkpoints, interrupted save step) of a verl run whose checkpoint folders nobody has seen
+    (see the module docstring); ([], None) without a save frequency or a logged step."""
+    freq = verl_save_freq(info)
+    if freq is None or not isinstance(last_step, int) or last_step <= 0:
+        return [], None
+    fact = f"trainer.save_freq {freq} in the run's log"
+    steps = {s: fact for s in range(freq, last_step + 1, freq)}
+    if state == "completed":
+        steps.setdefault(last_step, "the run's completion (verl saves its last step)")
+    interrupted = None
+    if state == "failed" and (last_step + 1) % freq == 0:
+        interrupted = last_step + 1
+    found = [
+        {
+            "step": s,
+            "path": f"global_step_{s}",
+            "complete": None,
+            "bytes": None,
+            "inferred": True,
+            "inferred_from": steps[s],
+        }  # fmt: skip
+        for s in sorted(steps)
+    ]
+    return found, interrupted
