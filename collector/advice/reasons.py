@@ -142,7 +142,8 @@ def interrupted_text(step: int | None, rows: list[dict]) -> str:
     if step is None:
         return ""
     name = next((r["path"] for r in rows if r["inferred"]), "") or ""
-    folder = f"global_step_{step}" if name.startswith("global_step_") else f"the save at step {step}"
+    verl = name.rsplit("/", 1)[-1].startswith("global_step_")
+    folder = f"global_step_{step}" if verl else f"the save at step {step}"
     return (
         f" {folder} is not counted: the run failed right after step {step - 1}, while (or before) saving it, "
         "and a save the failure interrupted is not complete."

@@ -31,6 +31,11 @@ _MAX_DICT_LINES = 200
 # verl's save and test frequencies as it prints them: the config dump at start (pprint: `'save_freq': 150,`)
 # and Hydra overrides (`trainer.save_freq=150`, echoed by launch scripts and by `Error executing job`).
 _SETTING = re.compile(r"""(?:'|\btrainer\.)(save_freq|test_freq)(?:'\s*:\s*|=)(-?\d{1,12})\b""")
+# and where it saves (`'default_local_dir': '/ckpt/exp',`, `trainer.default_local_dir=/ckpt/exp`; not an unresolved
+# `${...}`): a resume command names the folder
+_SAVE_DIR = re.compile(
+    r"""(?:'|\btrainer\.)default_local_dir(?:'\s*:\s*'|=)([^'"\s,\]}$]+)(?=['"\s,\]}]|$)"""
+)
 
 
 def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
@@ -65,7 +70,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         line_no += 1
         start, offset = offset, offset + len(raw) + 1
         wanted = b"step:" in raw or b"validation metrics" in raw or b"Training Progress" in raw
-        if b"_freq" in raw and not wanted:
+        if (b"_freq" in raw or b"default_local_dir" in raw) and not wanted:
             _note_settings(raw.decode("utf-8", errors="replace"), settings)
         if not wanted:
             if may_be_error(raw):
@@ -134,10 +139,12 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
 
 
 def _note_settings(text: str, settings: dict) -> None:
-    """verl's `save_freq` / `test_freq` from a config or override line into `settings`; the first value seen
-    of each stays (the config dump comes before any later mention)."""
+    """verl's `save_freq` / `test_freq` / `default_local_dir` from a config or override line into `settings`;
+    the first value seen of each stays (the config dump comes before any later mention)."""
     for name, value in _SETTING.findall(text):
         settings.setdefault(name, int(value))
+    for folder in _SAVE_DIR.findall(text):
+        settings.setdefault("default_local_dir", folder)
 
 
 def _dict_text(first: str, following: list[bytes]) -> tuple[str | None, int]:

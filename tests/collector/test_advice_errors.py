@@ -217,7 +217,7 @@ def test_check_a_verl_run_that_failed_while_saving_says_resume_from_the_last_imp
     assert "the disk filled up (checkpoints?)" in failed["message"]
     action = failed["action"]
     assert action["restart_step"] == 350 and action["command"].endswith(
-        "trainer.resume_from_path=global_step_350"
+        "trainer.resume_from_path=/ckpt/exp/global_step_350"
     )
     assert "Restart from the beginning" not in action["text"]
 

@@ -177,14 +177,26 @@ def test_verl_save_and_test_frequencies_from_the_printed_config():
     rows, offset, info = feed_console(CHAINED_LOG, [])
     assert offset == len(CHAINED_LOG)
     # the config dump comes first and stays: a later override line (another launch, a typo) does not replace it
-    assert info["settings"] == {"save_freq": 350, "test_freq": 700}
-    assert console.run_info(info).config_part == {"trainer": {"save_freq": 350, "test_freq": 700}}
+    assert info["settings"] == {"save_freq": 350, "test_freq": 700, "default_local_dir": "/ckpt/exp"}
+    assert console.run_info(info).config_part == {
+        "trainer": {"save_freq": 350, "test_freq": 700, "default_local_dir": "/ckpt/exp"}
+    }
     overrides = console.parse(
         b"Error executing job with overrides: ['trainer.save_freq=50', 'x.test_freq=3']\n"
     )
     assert overrides.info["settings"] == {"save_freq": 50}  # only trainer.* is verl's trainer setting
     assert console.run_info(console.parse(LOG).info).config_part is None  # a log that prints none says none
     assert console.parse(b"'esi_save_freq': 5, 'save_freq_x': 1\n").info["settings"] == {}
+    # where it saves: a printed or overridden folder, never a None nor an unresolved interpolation
+    assert console.parse(b"trainer.default_local_dir=/ck/e trainer.save_freq=5\n").info["settings"] == {
+        "default_local_dir": "/ck/e",
+        "save_freq": 5,
+    }
+    for unusable in (
+        b"'default_local_dir': None,\n",
+        b"trainer.default_local_dir=ck/${trainer.project_name}\n",
+    ):
+        assert console.parse(unusable).info["settings"] == {}
 
 
 def test_a_chained_traceback_is_quoted_with_the_exception_that_caused_it():
