@@ -41,7 +41,7 @@ def test_migrate_v1_database_then_again(tmp_path):
     assert schema_version(store.cursor()) == SCHEMA_VERSION == len(MIGRATIONS)
     # v2 summarised the points the v1 database already held
     assert store_read.metric_stats(store) == [
-        {"run": "a", "metric": "train/loss", "points": 2, "last_step": 2, "last_value": 2.0}
+        {"run": "a", "metric": "train/loss", "points": 2, "first_step": 1, "last_step": 2, "last_value": 2.0}
     ]
     assert migrate(store.cursor()) == SCHEMA_VERSION  # again: nothing to do, nothing breaks
     assert store.rows("SELECT count(*) FROM schema_version")[0][0] == SCHEMA_VERSION
