@@ -253,7 +253,13 @@ def _last_good_before(
         if pick.get("inferred")
         else "complete checkpoint saved"
     )
-    value = f" (evaluation {fmt(pick['value'])})" if pick.get("value") is not None else ""
+    value = ""
+    if pick.get("value") is not None:
+        at = pick.get("evaluated_at")
+        # a value borrowed from the nearest evaluation is said to be that one's, not this save's
+        value = f" (evaluation {fmt(pick['value'])}" + (
+            f", at step {at}, the nearest)" if at not in (None, pick["step"]) else ")"
+        )
     chosen = {k: pick.get(k) for k in ("step", "path", "complete", "inferred")}
     return chosen, (
         f"Go back to step {pick['step']}{value}: the last {kind} before the trouble began at step {first}, "

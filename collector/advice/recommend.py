@@ -10,8 +10,8 @@ Stable interface:
 - `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
   latest_step=None, best_step=None, errors=None, rl=False, interrupted=None) -> dict` with exactly the keys
   `recommended` ({step, path, reason} or None), `checkpoints` ([{step, path, complete, bytes, value, inferred,
-  inferred_from}]), `deletable` ([steps]), `frees_bytes`, `metric`, `direction`, `no_recommendation` (why
-  `recommended` is None, else None), `never_learned` (a `no_learning` error from the run's first steps covers
+  inferred_from, evaluated_at}]: `evaluated_at` the step of the evaluation `value` comes from), `deletable`
+  ([steps]), `frees_bytes`, `metric`, `direction`, `no_recommendation` (why `recommended` is None, else None), `never_learned` (a `no_learning` error from the run's first steps covers
   every checkpoint: none is better than the base model) and `interrupted_save` (the step whose save a failed
   run most likely interrupted, else None). Input `checkpoints` items carry step, path, complete, bytes (and
   optionally `inferred`, `inferred_from`); `evals` are (step, value) of the chosen metric; `bad_episodes` are
@@ -240,7 +240,7 @@ def recommend_checkpoint(
         "recommended": recommended,
         "checkpoints": [
             {k: r[k] for k in ("step", "path", "complete", "bytes", "value", "inferred")}
-            | {"inferred_from": r["_from"] if r["inferred"] else None}
+            | {"inferred_from": r["_from"] if r["inferred"] else None, "evaluated_at": r["_eval_step"]}
             for r in rows
         ],
         "deletable": deletable,

@@ -51,6 +51,7 @@ def test_picks_the_lowest_val_loss_and_explains_with_the_alternatives():
         "value",
         "inferred",
         "inferred_from",
+        "evaluated_at",
     }
 
 

@@ -257,3 +257,18 @@ def test_check_a_dpo_run_that_never_learned_keeps_no_checkpoint_and_its_action_a
     assert healthy["recommended_step"] == 100 and not [
         a for a in healthy["alerts"] if a["severity"] == "error"
     ]
+
+
+def test_an_action_says_whose_evaluation_a_checkpoint_borrows():
+    # verl evaluates only at the end (test_freq = total steps): the save at 350 borrows step 700's score
+    info = {"trainer": {"save_freq": 350}}
+    evals = {"val-core/econ/reward/mean@1": [(700, 0.252)]}
+    advice = advice_for_run(
+        [], evals, [], info, None, run=RunContext(last_step=700, state="completed", rl=True)
+    )
+    assert [(c["step"], c["evaluated_at"]) for c in advice["checkpoints"]] == [(350, 700), (700, 700)]
+    assert advice["recommended"]["step"] == 700
+    rise = {"rule": "entropy_collapse", "severity": "warn", "metric": "actor/entropy", "first_step": 562,
+            "last_step": 562, "evidence": {}}  # fmt: skip
+    act = action_for_alert(rise, advice, Trainer("verl", "a verl console log"), None, [])
+    assert act["restart_step"] == 350 and "(evaluation 0.252, at step 700, the nearest)" in act["text"]
