@@ -23,7 +23,7 @@ import numpy as np
 
 from collector.core.model import Points
 from collector.core.roles import role_of, value_scale
-from collector.detect import screens_loss  # noqa: F401  (registers the loss rules' screens)
+from collector.detect import screens_loss, screens_rl  # noqa: F401  (register the loss and RL rules' screens)
 from collector.detect.base import HOLD
 from collector.detect.engine import _RL_ROLES, AlertEvent, RunDetector, _Metric
 from collector.detect.rules import rules_for
@@ -329,7 +329,7 @@ class _Segment:
         det = self.det
         full = sum(len(t.f_rows) for t in self.tracks if t.full)
         if 2 * full > len(self.steps):
-            # most points would be fed one by one anyway (rules without screens: an RL run's): one batch
+            # most points would be fed one by one anyway (evaluation metrics, rules without a screen): one batch
             # through the engine costs less per point than the screens' bookkeeping around each
             names = {t.metric: t for t in self.tracks}
             metric = np.empty(len(self.steps), dtype=object)

@@ -1,8 +1,8 @@
 """Screens: what lets the backlog path (`collector.detect.backlog`) skip the points where a rule cannot fire.
 
-A screen belongs to one rule class (`SCREENS`, filled here and in `screens_loss`) and answers three things
-about one rule object, over numpy arrays of the finite points (steps, values scaled as the engine scales
-them) that would be fed to it next:
+A screen belongs to one rule class (`SCREENS`, filled here, in `screens_loss` and in `screens_rl`) and
+answers three things about one rule object, over numpy arrays of the finite points (steps, values scaled as
+the engine scales them) that would be fed to it next:
 
 - `ready(rule, ctx) -> bool`: whether the rule's state lets quiet points be taken in bulk at all (a full
   baseline window, no episode under way inside the rule...). Not ready: the next point is fed in full.
@@ -84,6 +84,20 @@ def first(hot: np.ndarray) -> int:
 
 def floats(values) -> np.ndarray:
     return np.fromiter(values, dtype=np.float64, count=len(values))
+
+
+def row_medians(rows: np.ndarray) -> np.ndarray:
+    """The median of each row, exactly as `statistics.median` gives it (the middle value, or the two middle
+    values' sum halved)."""
+    k = rows.shape[1]
+    half = k // 2
+    ordered = np.partition(rows, [half] if k % 2 else [half - 1, half], axis=1)
+    return ordered[:, half] if k % 2 else (ordered[:, half - 1] + ordered[:, half]) / 2
+
+
+def block_medians(arr: np.ndarray, ends: np.ndarray, k: int) -> np.ndarray:
+    """Median of arr[e - k : e] for each end e."""
+    return row_medians(sliding_window_view(arr, k)[ends - k])
 
 
 # ----- the robust window's recomputation schedule (collector.detect.base.Window) -----
@@ -208,7 +222,9 @@ class StepTimeSpikeScreen(Screen):
         cfg = rule.cfg
         j_steps, j_values = self._judged(rule, steps, values)
         mids = scheduled_medians(rule.window, j_values)
-        hot = (j_values > cfg.ratio * mids) | (j_values > cfg.abs_max_seconds) | excused(j_steps, ctx)
+        # over `abs_max_seconds` counts only well above the median too: an RL step takes a minute every step
+        absolute = (j_values > cfg.abs_max_seconds) & (j_values > cfg.abs_ratio * mids)
+        hot = (j_values > cfg.ratio * mids) | absolute | excused(j_steps, ctx)
         return first(hot)
 
     def advance(self, rule: StepTimeSpike, steps, values, ctx) -> None:

@@ -11,17 +11,9 @@ from itertools import islice
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from collector.detect.screens import SCREENS, Screen, extend_window, first, floats
+from collector.detect.screens import SCREENS, Screen, block_medians, extend_window, first, floats
 from collector.detect.spikes import LossSpike
 from collector.detect.trends import LossPlateau, NoLearningLoss
-
-
-def _block_medians(arr: np.ndarray, ends: np.ndarray, k: int) -> np.ndarray:
-    """Median of arr[e - k : e] for each end e."""
-    half = k // 2
-    kth = [half] if k % 2 else [half - 1, half]
-    ordered = np.partition(sliding_window_view(arr, k)[ends - k], kth, axis=1)
-    return ordered[:, half] if k % 2 else (ordered[:, half - 1] + ordered[:, half]) / 2
 
 
 class LossSpikeScreen(Screen):
@@ -48,7 +40,7 @@ class LossSpikeScreen(Screen):
         if not len(at):
             return at, np.empty(0), np.empty(0)
         arr = np.concatenate([floats(rule.recent), values])
-        latest = _block_medians(arr, len0 + at + 1, block)
+        latest = block_medians(arr, len0 + at + 1, block)
         start = math.inf if rule.best_rolling is None else rule.best_rolling
         best = np.minimum.accumulate(np.concatenate([[start], latest]))[1:]
         return at, latest, best
@@ -63,7 +55,7 @@ class LossSpikeScreen(Screen):
         hot = values - lowest >= cfg.abs_jump
         maybe = np.nonzero(hot)[0]
         if len(maybe):  # the level's median, exactly, where the lowest level point allowed a jump
-            mid = _block_medians(arr, maybe + level, level)
+            mid = block_medians(arr, maybe + level, level)
             jump = values[maybe] - mid
             hot[maybe] = (jump >= cfg.rel_jump * np.abs(mid)) & (jump >= cfg.abs_jump)
         at, latest, best = self._checks(rule, values)
@@ -149,7 +141,7 @@ class LossPlateauScreen(Screen):
             ends = len(rule.values) + at + 1
             cuts = [0, *(np.flatnonzero(np.diff(halves)) + 1).tolist(), len(at)]  # halves never shrink
             for a, b in zip(cuts, cuts[1:], strict=False):
-                now[a:b] = _block_medians(arr, ends[a:b], int(halves[a]))
+                now[a:b] = block_medians(arr, ends[a:b], int(halves[a]))
         return at, halves, now
 
     def _walk(self, rule: LossPlateau, steps, at, halves, now, apply: bool) -> int:
@@ -189,7 +181,7 @@ class LossPlateauScreen(Screen):
             need = half - end
             tail = np.fromiter(islice(reversed(rule.values), need), dtype=np.float64, count=need)[::-1]
             window = np.concatenate([tail, values[:end]])
-        return float(_block_medians(window, np.array([half]), half)[0])
+        return float(block_medians(window, np.array([half]), half)[0])
 
     def quiet(self, rule: LossPlateau, steps, values, ctx) -> int:
         if ctx.facts.is_rl:

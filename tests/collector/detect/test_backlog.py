@@ -3,7 +3,8 @@
 Random runs (spikes, NaN and inf, plateaus, rises, zero stretches, resumes that rewind steps, re-reads,
 warm-up, several metrics, RL runs, custom rules, run settings) go through `RunDetector.update` and through
 `judge_backlog` (in random slices); every episode's final state must match, and so must what both detectors
-say about a live tail fed afterwards (the rules' state after the bulk path is the engine's).
+say about a live tail fed afterwards (the rules' state after the bulk path is the engine's). GRPO runs get a
+property test of their own, their metrics shaped to cross the RL rules' thresholds both ways.
 """
 
 from __future__ import annotations
@@ -16,21 +17,79 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.core.model import Points
-from collector.detect import screens
+from collector.detect import screens, screens_rl  # noqa: F401  (registers the RL screens)
 from collector.detect.backlog import judge_backlog
 from collector.detect.config import CustomRule, DetectConfig
 from collector.detect.engine import RunDetector
+from collector.detect.rl import EntropyCollapse, KlSpike
 from collector.detect.spikes import GradSpike
 
 SFT = ("train/loss", "train/grad_norm", "train/lr", "train/time(s)", "train/lr(1e-3)", "train/mfu")
 RL = ("critic/score/mean", "critic/score/std", "actor/entropy", "actor/kl_loss", "response_length/clip_ratio")
+# what a verl GRPO run logs beside them: a second reward and KL, its optimiser's metrics
+GRPO = (
+    *RL,
+    "critic/rewards/mean",
+    "actor/ppo_kl",
+    "actor/grad_norm",
+    "actor/lr",
+    "timing_s/step",
+    "actor/pg_loss",
+)
+RL_SHAPED = (
+    "critic/score/mean",
+    "critic/rewards/mean",
+    "actor/entropy",
+    "actor/kl_loss",
+    "actor/ppo_kl",
+    "timing_s/step",
+)
+
+
+def _rl_curve(rng: np.random.Generator, metric: str, n: int) -> np.ndarray:
+    """An RL metric as a GRPO run logs it, with the RL rules' trouble planted: a reward that falls (and may
+    recover), an entropy that collapses or explodes, a KL that accelerates, saturates or spikes."""
+    i = np.arange(n)
+    t = i / max(1, n)
+    noise = rng.standard_normal(n)
+    at = int(rng.integers(0, n))
+    span = int(rng.integers(1, max(2, n // 2)))
+    after = (i >= at) & (i < at + span)
+    if "score" in metric or "rewards" in metric:
+        v = 0.2 + 0.6 * (1 - np.exp(-rng.uniform(1, 10) * t)) + rng.choice([0.0, 0.005, 0.03]) * noise
+        if rng.random() < 0.3:  # k of 8 samples right: a few discrete levels
+            v = np.round(np.clip(v, 0, 1) * 8) / 8
+        v[after] -= rng.uniform(0.05, 0.6) * np.minimum(1.0, (i[after] - at + 1) / rng.integers(1, 60))
+    elif "entropy" in metric:
+        v = 0.3 + 1.2 * np.exp(-rng.uniform(0.5, 5) * t) + 0.02 * noise
+        kind = rng.integers(0, 3)
+        if kind == 0:  # collapse, sudden or gradual
+            v[after] *= rng.uniform(0.001, 0.2) ** np.minimum(1.0, (i[after] - at + 1) / rng.integers(1, 40))
+        elif kind == 1:  # explosion
+            v[after] *= rng.uniform(2.0, 6.0)
+    elif "timing" in metric:  # a minute a step (generation dominates), some steps slower
+        v = 60.0 * (1 + 0.03 * np.abs(noise))
+        v[after] *= rng.choice([1.2, 1.6, 2.5, 4.0])
+    else:  # the KL
+        v = 0.001 + rng.uniform(0, 0.02) * t + 0.0005 * np.abs(noise)
+        kind = rng.integers(0, 4)
+        if kind == 0:  # accelerating, then (sometimes) past the ceiling
+            v[i >= at] += 0.002 * np.exp(np.minimum((i[i >= at] - at) / rng.uniform(3, 40), 8.0))
+        elif kind == 1:  # rises, then levels off
+            v[i >= at] += rng.uniform(0.02, 0.5) * (1 - np.exp(-(i[i >= at] - at) / rng.uniform(5, 100)))
+        elif kind == 2:  # spikes
+            hits = rng.integers(0, n, size=int(rng.integers(1, 6)))
+            v[hits] *= rng.choice([3.0, 8.0, 30.0, 2000.0], size=len(hits))
+    return v
 
 
 def _series(rng: np.random.Generator, metric: str, n: int) -> np.ndarray:
     """A plausible curve for the metric, then trouble planted at random places."""
     t = np.arange(n) / max(1, n)
     noise = rng.standard_normal(n)
-    if "loss" in metric and "kl" not in metric:
+    if metric in RL_SHAPED and rng.random() < 0.8:
+        v = _rl_curve(rng, metric, n)
+    elif "loss" in metric and "kl" not in metric:
         v = 0.6 + 3.0 * np.exp(-rng.uniform(1, 8) * t) + rng.choice([0.0, 0.01, 0.05]) * noise
     elif "grad" in metric:
         v = np.abs(1.0 + 0.2 * noise)
@@ -66,11 +125,15 @@ def _series(rng: np.random.Generator, metric: str, n: int) -> np.ndarray:
     return v
 
 
-def _run(seed: int, n: int) -> tuple[Points, dict, DetectConfig, list[int]]:
-    """A whole run as the store would hand it out: rows in file order, resumes and re-reads included."""
+def _run(seed: int, n: int, rl: bool = False) -> tuple[Points, dict, DetectConfig, list[int]]:
+    """A whole run as the store would hand it out: rows in file order, resumes and re-reads included (`rl`: a
+    GRPO run's metrics only)."""
     rng = np.random.default_rng(seed)
-    metrics = [str(m) for m in rng.choice(SFT, size=int(rng.integers(1, len(SFT) + 1)), replace=False)]
-    if rng.random() < 0.25:
+    if rl:
+        metrics = [str(m) for m in rng.choice(GRPO, size=int(rng.integers(1, len(GRPO) + 1)), replace=False)]
+    else:
+        metrics = [str(m) for m in rng.choice(SFT, size=int(rng.integers(1, len(SFT) + 1)), replace=False)]
+    if not rl and rng.random() < 0.25:
         metrics += [str(m) for m in rng.choice(RL, size=int(rng.integers(1, len(RL) + 1)), replace=False)]
     every = int(rng.choice([1, 1, 1, 2, 5]))
     steps = np.arange(1, n + 1) * every
@@ -178,6 +241,23 @@ def test_backlog_path_finds_what_the_engine_finds(seed: int, n: int, cuts: list[
     assert _final(fast.open_episodes()) == _final(slow.open_episodes())
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(30, 2500),
+    cuts=st.lists(st.integers(0, 20000), max_size=3),
+)
+def test_backlog_path_finds_what_the_engine_finds_in_rl_runs(seed: int, n: int, cuts: list[int]) -> None:
+    """GRPO runs: rewards that fall and recover, entropy collapsing or exploding, KL accelerating, saturating
+    and spiking (the RL screens' hot and quiet points)."""
+    points, info, config, checkpoints = _run(seed, n, rl=True)
+    slow, fast, want, got = _both(points, info, config, checkpoints, [c for c in cuts if c < len(points)])
+    assert got == want
+    tail = _tail(points)
+    assert _final(fast.update(tail)) == _final(slow.update(tail))
+    assert _final(fast.open_episodes()) == _final(slow.open_episodes())
+
+
 def test_a_long_run_with_planted_trouble() -> None:
     """The bench's shape, long enough for every bulk path (windows full, trend checks, plateau checks)."""
     rng = np.random.default_rng(7)
@@ -202,17 +282,37 @@ def test_a_long_run_with_planted_trouble() -> None:
     assert got == want
 
 
-class _Blind(screens.GradSpikeScreen):
-    """A broken screen: it never sees a spike (what the property test exists to catch)."""
+class _Blind(screens.Screen):
+    """A broken screen: it never sees trouble (what the property tests exist to catch), and takes points as
+    the rule's real screen does."""
+
+    def __init__(self, real: screens.Screen) -> None:
+        self.real = real
+
+    def ready(self, rule, ctx) -> bool:
+        return self.real.ready(rule, ctx)
 
     def quiet(self, rule, steps, values, ctx) -> int:
         return len(values)
 
+    def advance(self, rule, steps, values, ctx) -> None:
+        self.real.advance(rule, steps, values, ctx)
 
-def test_the_comparison_catches_a_screen_that_misses_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+
+@pytest.mark.parametrize(
+    ("metric", "rule", "usual", "trouble"),
+    [
+        ("train/grad_norm", GradSpike, 1.0, 30.0),
+        ("actor/kl_loss", KlSpike, 0.01, 0.5),
+        ("actor/entropy", EntropyCollapse, 1.0, 0.01),
+    ],
+)
+def test_the_comparison_catches_a_screen_that_misses_a_finding(
+    monkeypatch: pytest.MonkeyPatch, metric: str, rule: type, usual: float, trouble: float
+) -> None:
     points = Points()
     for s in range(1, 400):
-        points.add(s, "train/grad_norm", 30.0 if s == 300 else 1.0 + 0.01 * math.sin(s))
+        points.add(s, metric, trouble if s == 300 else usual * (1.0 + 0.01 * math.sin(s)))
     assert _same(points, {}, DetectConfig(), [], [])
-    monkeypatch.setitem(screens.SCREENS, GradSpike, _Blind())
+    monkeypatch.setitem(screens.SCREENS, rule, _Blind(screens.SCREENS[rule]))
     assert not _same(points, {}, DetectConfig(), [], [])
