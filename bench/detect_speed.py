@@ -1,7 +1,9 @@
-"""`python bench/detect_speed.py [--steps N] [--skip-incremental] [--skip-store]`: how fast a backfill is judged.
+"""`python bench/detect_speed.py [--steps N] [--rl] [--skip-incremental] [--skip-store]`: how fast a backfill is judged.
 
 The bench's verl history (bench/gen.py: train/loss, train/grad_norm, train/lr, train/time(s) every step,
-val/loss every 1000 steps, five grad-norm spikes and a NaN; 1M steps = 4,001,000 points by default) judged
+val/loss every 1000 steps, five grad-norm spikes and a NaN; 1M steps = 4,001,000 points by default), or with
+`--rl` a verl GRPO history (bench/gen_rl.py: 14 metrics a step, 9 of them judged by the RL and optimiser rules,
+the RL rules' trouble planted; 250k steps = 3,500,000 points by default, no end-to-end run), judged
   incremental  by one `RunDetector.update` (every point through every rule, as live points are);
   backlog      by `collector.detect.backlog.judge_columns` (numpy screens, only the points where a rule may
                fire fed one by one), checked to give exactly the same alerts;
@@ -27,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen  # noqa: E402
+import gen_rl  # noqa: E402
 
 sys.path.insert(0, str(gen.REPO))
 from collector.core.model import Points  # noqa: E402
@@ -46,6 +49,17 @@ def columns(h: gen.History) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarr
     steps, codes, values = (np.concatenate([p[i] for p in parts]) for i in range(3))
     order = np.lexsort((codes, steps))
     return steps[order], codes[order], names, values[order]
+
+
+def rl_columns(steps: int) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """The GRPO history as the store hands it out: rows by step, then metric name."""
+    cols = gen_rl.columns(steps)
+    names = sorted(gen_rl.METRICS)
+    codes = np.concatenate([np.full(steps, names.index(m)) for m in gen_rl.METRICS])
+    all_steps = np.tile(cols["step"], len(gen_rl.METRICS))
+    values = np.concatenate([cols[m] for m in gen_rl.METRICS])
+    order = np.lexsort((codes, all_steps))
+    return all_steps[order], codes[order], names, values[order]
 
 
 def timed(fn):
@@ -96,17 +110,26 @@ def stored_to_judged(h: gen.History) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python bench/detect_speed.py", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--steps", type=int, default=1_000_000, help="steps of the bench history (4 points each)"
+        "--steps",
+        type=int,
+        help="steps of the bench history (1M of 4 points each; --rl: 250k of 14 points each)",
     )
+    parser.add_argument("--rl", action="store_true", help="a verl GRPO history (bench/gen_rl.py) instead")
     parser.add_argument(
         "--skip-incremental", action="store_true", help="only the backlog path (the other takes ~30 s)"
     )
     parser.add_argument("--skip-store", action="store_true", help="no end-to-end stored->judged run")
     args = parser.parse_args(argv)
-    h = gen.history(args.steps)
-    steps, codes, names, values = columns(h)
+    if args.rl:
+        args.steps = args.steps or 250_000
+        args.skip_store = True  # the GRPO history has no file writer: judged in this process only
+        steps, codes, names, values = rl_columns(args.steps)
+    else:
+        args.steps = args.steps or 1_000_000
+        h = gen.history(args.steps)
+        steps, codes, names, values = columns(h)
     n = len(steps)
-    out: dict = {"steps": args.steps, "points": n, "load_before": os.getloadavg()}
+    out: dict = {"steps": args.steps, "rl": args.rl, "points": n, "load_before": os.getloadavg()}
     fast, wall, cpu = timed(lambda: judge_columns(RunDetector("bench"), steps, codes, names, values))
     out["backlog"] = {"wall_s": wall, "cpu_s": cpu, "points_per_s": n / wall, "points_per_cpu_s": n / cpu}
     print(f"backlog path:  {n:,} points in {wall:.2f} s wall ({cpu:.2f} s CPU) = {n / wall / 1e6:.2f} M points/s "
@@ -127,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
               f"after stored ({e2e['judging_cpu_s']:.2f} s CPU, {e2e['slices']} slices); alerts {e2e['alerts_by_rule']}")  # fmt: skip
     out["load_after"] = os.getloadavg()
     print(f"load average before {out['load_before'][0]:.1f}, after {out['load_after'][0]:.1f} (2 cores)")
-    gen.write_json("detect_speed", out)
+    gen.write_json("detect_speed_rl" if args.rl else "detect_speed", out)
 
 
 if __name__ == "__main__":
