@@ -129,6 +129,10 @@ def role_of(metric: str) -> str | None:
             if pattern.match(key):
                 role = name or None
                 break
+    if role is None and key.startswith("train/"):
+        # HF's W&B and TensorBoard callbacks prefix every training key with "train/" (TRL's `kl`,
+        # `reward_std`, `objective/kl`, `completions/mean_length` arrive as `train/kl`, ...)
+        role = role_of(metric[len("train/") :])
     if len(_cache) < 100_000:  # metric names are few; the bound only guards against a pathological file
         _cache[metric] = role
     return role

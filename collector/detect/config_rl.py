@@ -17,6 +17,9 @@ class KlSpikeRule:
     error_after_points: int = 5  # points above `max_value` in one episode that make it an error
     tail_ratio: float = 1.5  # a relative spike is also above this many times the window's `tail_quantile`
     tail_quantile: float = 0.95
+    # a relative spike counts from this KL on: GRPO's KL starts at 0 and wanders at 0.001-0.05, where 20x
+    # its early median is still nothing to act on (the `max_value` ceiling is judged whatever the level)
+    min_level: float = 0.1
     clear_after: int = 3
 
 
@@ -47,6 +50,9 @@ class EntropyCollapseRule:
     )
     start_points: int = 3
     error_after_points: int = 10  # collapsed (or exploding) for this many points: an error
+    # an explosion is judged against the first few points only: one point above it is a notice, this many a
+    # warning (a collapse warns at once)
+    explode_warn_after: int = 3
     clear_after: int = 3
 
 
@@ -54,6 +60,7 @@ class EntropyCollapseRule:
 class ResponseTruncationRule:
     enabled: bool = True
     clip_ratio: float = 0.9  # this share of responses (or more) cut at the length limit
+    warn_after_points: int = 2  # one batch of long answers is a notice; two in one episode a warning
     error_after_points: int = 20
     clear_after: int = 3
 

@@ -162,7 +162,7 @@ class EntropyCollapse:
         start = median(self.start)
         if len(self.start) >= cfg.start_points and start > 0 and value > cfg.explode_ratio * start:
             return Finding(
-                Severity.WARN,
+                Severity.INFO,
                 value,
                 f"{self.metric} rose to {fmt(value)} at step {step}, {fmt(value / start)}x its starting level "
                 f"{fmt(start)}: the policy's entropy is exploding (near-random tokens). Likely causes: lr too high, "
@@ -170,6 +170,7 @@ class EntropyCollapse:
                 f"actor lr or the entropy coefficient.",
                 {"start_level": start, "kind": "explosion"},
                 error_after_points=cfg.error_after_points,
+                warn_after_points=cfg.explode_warn_after,
             )
         return None
 
@@ -192,7 +193,7 @@ class ResponseTruncation:
         if value < self.cfg.clip_ratio:
             return None
         return Finding(
-            Severity.WARN,
+            Severity.INFO,
             value,
             f"{self.metric} = {fmt(value)} at step {step}: {fmt(value * 100)} % of responses hit the length limit, "
             f"so the reward judges cut-off answers. Likely causes: max response length too short for the task, "
@@ -200,6 +201,7 @@ class ResponseTruncation:
             f"raise the response length limit (verl `data.max_response_length`, TRL `max_completion_length`) or "
             f"add a length penalty.",
             {"threshold": self.cfg.clip_ratio},
+            warn_after_points=self.cfg.warn_after_points,
             error_after_points=self.cfg.error_after_points,
             peak=True,
         )
@@ -207,7 +209,8 @@ class ResponseTruncation:
 
 class KlRise:
     """The KL to the reference policy accelerating: three block medians climbing by growing steps to a level
-    that matters (RL). A KL that rises and levels off (saturating) is normal."""
+    that matters, confirmed by the next block staying at least halfway up the last climb (RL). A KL that rises
+    and levels off (saturating) is normal, and one noisy block is not a trend."""
 
     rule_id = "kl_rise"
     unsafe_checkpoint = False
@@ -217,9 +220,12 @@ class KlRise:
         self.clear_after = cfg.clear_after
         self.recent: deque[float] = deque(maxlen=3 * max(1, cfg.block))
         self.seen = 0
+        # the last check's three block medians and its step, when they accelerated: the next check confirms
+        self.pending: tuple[float, float, float, int] | None = None
 
     def rewind(self, step: int) -> None:
         self.recent.clear()
+        self.pending = None
 
     def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
@@ -233,16 +239,21 @@ class KlRise:
         values = list(self.recent)
         a, b, c = (median(values[i * k : (i + 1) * k]) for i in range(3))
         accelerating = a < b < c and (c - b) > (b - a)
-        if not (accelerating and c >= cfg.min_level and c >= cfg.growth * max(a, 1e-12)):
+        before, self.pending = self.pending, None
+        if accelerating and c >= cfg.min_level and c >= cfg.growth * max(a, 1e-12):
+            self.pending = (a, b, c, step)
+        if before is None or not c >= before[1] + (before[2] - before[1]) / 2:
             return None
+        a0, b0, c0, at = before
         return Finding(
             Severity.WARN,
             value,
-            f"{self.metric} is accelerating: block medians {fmt(a)} -> {fmt(b)} -> {fmt(c)} to step {step}: the policy "
-            f"moves away from the reference faster and faster. Likely causes: actor lr too high, KL coefficient "
-            f"too small, too many PPO epochs per batch, reward hacking. Check sampled responses; lower the actor lr "
-            f"or raise the KL coefficient (verl `actor_rollout_ref.actor.kl_loss_coef`).",
-            {"block_medians": [a, b, c]},
+            f"{self.metric} is accelerating: block medians {fmt(a0)} -> {fmt(b0)} -> {fmt(c0)} to step {at}, "
+            f"and {fmt(c)} in the block to step {step}: the policy moves away from the reference faster and "
+            f"faster. Likely causes: actor lr too high, KL coefficient too small, too many PPO epochs per batch, "
+            f"reward hacking. Check sampled responses; lower the actor lr or raise the KL coefficient (verl "
+            f"`actor_rollout_ref.actor.kl_loss_coef`).",
+            {"block_medians": [a0, b0, c0, c]},
         )
 
 
@@ -286,7 +297,9 @@ class KlSpike:
                 error_after_points=cfg.error_after_points,
                 peak=True,
             )
-        if not enough or not (mid > 0 and value > cfg.ratio * mid and value > cfg.tail_ratio * tail):
+        if not enough or not (
+            mid > 0 and value > cfg.ratio * mid and value > cfg.tail_ratio * tail and value >= cfg.min_level
+        ):
             return None if enough else HOLD
         mad = self.window.mad()
         z = robust_z(value, mid, mad, floor=0.05 * abs(mid))

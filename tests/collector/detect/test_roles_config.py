@@ -52,6 +52,13 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "collector" / "detect" / "exampl
         ("eval_runtime", None),
         ("eval_accuracy", "accuracy"),
         ("total_flos", None),
+        # TRL through HF's W&B / TensorBoard callbacks: every training key gets a "train/" prefix
+        ("train/kl", "kl"),
+        ("train/reward_std", "reward_std"),
+        ("train/rewards/accuracy_reward/mean", "reward"),
+        ("train/objective/kl", "kl"),
+        ("train/completions/mean_length", "response_length"),
+        ("train/global_step", None),
     ],
 )
 def test_roles(metric, role):

@@ -1,0 +1,64 @@
+"""RL metrics are noisy per step (one batch each): a rule fires on what lasts or matters, not on one batch.
+Shapes from real TRL GRPO / verl logs a reviewer checked (docs/real-runs-checked.md, 2026-11-24): a KL
+that starts at 0 and wanders at 0.005-0.05, an entropy that wobbles over its first three points, a batch of
+long answers now and then. Series written here."""
+
+from __future__ import annotations
+
+import random
+
+from collector.detect.engine import detect_series
+
+
+def _of(events, rule):
+    return [e for e in events if e.rule == rule]
+
+
+def test_a_kl_spike_at_a_tiny_level_says_nothing_and_one_that_matters_warns():
+    rng = random.Random(3)
+    steps = list(range(1, 201))
+    kl = [0.0 if s < 3 else 0.0004 * rng.uniform(0.5, 1.5) for s in steps]  # GRPO's first KL is 0
+    kl[80] = 0.02  # 50x its median, still nothing to act on
+    assert not _of(detect_series({"train/kl": (steps, kl)}), "kl_spike")
+    kl[150] = 0.3  # far above its median and at a level that matters (UnslothGRPO's 0.935 at step 206)
+    [spike] = _of(detect_series({"train/kl": (steps, kl)}), "kl_spike")
+    assert spike.first_step == 151 and str(spike.severity) == "warn"
+
+
+def _blocks(*medians: float) -> list[float]:
+    return [m for m in medians for _ in range(5)]  # 5-point blocks, verl's default kl_rise block
+
+
+def test_kl_rise_needs_the_next_block_to_stay_up():
+    # three accelerating blocks by chance, then back down: one noisy block is not a trend
+    kl = _blocks(0.04, 0.04, 0.04, 0.05, 0.06, 0.09, 0.04, 0.04, 0.04, 0.04)
+    steps = list(range(1, len(kl) + 1))
+    assert not _of(detect_series({"actor/kl_loss": (steps, kl)}), "kl_rise")
+    # the same climb, and the next block stays up (at least halfway up the last climb): a warning there
+    kl = _blocks(0.04, 0.04, 0.04, 0.05, 0.06, 0.09, 0.12, 0.2, 0.3, 0.4)
+    [rise] = _of(detect_series({"actor/kl_loss": (steps, kl)}), "kl_rise")
+    assert str(rise.severity) == "warn" and rise.first_step == 35  # the check confirming the climb to 30
+    assert "accelerating" in rise.message
+
+
+def test_an_entropy_above_its_first_points_once_is_a_notice_and_lasting_a_warning():
+    steps = list(range(1, 61))
+    entropy = [0.3] * 60
+    entropy[30] = 1.2  # one batch 4x the first three points' level
+    [once] = _of(detect_series({"actor/entropy": (steps, entropy)}), "entropy_collapse")
+    assert str(once.severity) == "info"
+    for i in range(30, 34):
+        entropy[i] = 1.2
+    [lasting] = _of(detect_series({"actor/entropy": (steps, entropy)}), "entropy_collapse")
+    assert str(lasting.severity) == "warn" and lasting.first_step == 31
+
+
+def test_one_batch_of_cut_answers_is_a_notice_two_a_warning():
+    steps = list(range(1, 61))
+    clip = [0.1] * 60
+    clip[20] = 0.95
+    [once] = _of(detect_series({"response_length/clip_ratio": (steps, clip)}), "response_truncation")
+    assert str(once.severity) == "info"
+    clip[21] = 0.96
+    [twice] = _of(detect_series({"response_length/clip_ratio": (steps, clip)}), "response_truncation")
+    assert str(twice.severity) == "warn" and twice.first_step == 21
