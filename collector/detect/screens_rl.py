@@ -118,9 +118,14 @@ class EntropyCollapseScreen(Screen):
 
 class KlRiseScreen(Screen):
     """Points between the block checks hold; a check whose three block medians do not accelerate to a level
-    that matters gives None. While an episode is open only the points before the next check are taken."""
+    that matters gives None and leaves nothing to confirm. While a climb waits for its confirming check (the
+    rule's `pending`), every point is fed; while an episode is open only the points before the next check are
+    taken."""
 
     holds_between = True
+
+    def ready(self, rule: KlRise, ctx) -> bool:
+        return rule.pending is None
 
     def _checks(self, rule: KlRise, values: np.ndarray) -> np.ndarray:
         """Index of each point among `values` that the rule judges (a full window, a block's end)."""
@@ -168,7 +173,7 @@ class KlSpikeScreen(Screen):
         start = median_of_sorted(sorted(rule.start))
         mids = scheduled_medians(rule.window, values)
         hot = (values > cfg.max_value) & (values > cfg.ratio * start)
-        hot |= (mids > 0) & (values > cfg.ratio * mids)
+        hot |= (mids > 0) & (values > cfg.ratio * mids) & (values >= cfg.min_level)
         return first(hot)
 
     def advance(self, rule: KlSpike, steps, values, ctx) -> None:
