@@ -35,6 +35,7 @@ from collector.detect.rl import ResponseTruncation, RewardStdCollapse
 from collector.detect.schedule import LrAnomaly
 from collector.detect.spikes import GradSpike, StepTimeSpike
 from collector.detect.trends import NoLearningGrad
+from collector.detect.val_scores import ValScoreDecline
 
 
 @dataclass
@@ -322,8 +323,20 @@ class LrAnomalyScreen(Screen):
             rule.off_curve = 0
 
 
+class ValScoreDeclineScreen(Screen):
+    """A score the rule does not judge (a training accuracy logged every step: TRL's `mean_token_accuracy`)
+    always holds and keeps no state: taken in bulk. A validation score is fed in full (its evaluations are few)."""
+
+    def quiet(self, rule: ValScoreDecline, steps, values, ctx) -> int:
+        return 0 if rule.judged else len(values)
+
+    def advance(self, rule: ValScoreDecline, steps, values, ctx) -> None:
+        pass
+
+
 SCREENS.update(
     {
+        ValScoreDecline: ValScoreDeclineScreen(),
         GradSpike: GradSpikeScreen(),
         StepTimeSpike: StepTimeSpikeScreen(),
         NoLearningGrad: ZeroStreakScreen(),

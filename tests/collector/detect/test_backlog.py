@@ -24,7 +24,16 @@ from collector.detect.engine import RunDetector
 from collector.detect.rl import EntropyCollapse, KlSpike
 from collector.detect.spikes import GradSpike
 
-SFT = ("train/loss", "train/grad_norm", "train/lr", "train/time(s)", "train/lr(1e-3)", "train/mfu")
+SFT = (
+    "train/loss",
+    "train/grad_norm",
+    "train/lr",
+    "train/time(s)",
+    "train/lr(1e-3)",
+    "train/mfu",
+    "mean_token_accuracy",
+    "eval_accuracy",
+)
 RL = ("critic/score/mean", "critic/score/std", "actor/entropy", "actor/kl_loss", "response_length/clip_ratio")
 # what a verl GRPO run logs beside them: a second reward and KL, its optimiser's metrics
 GRPO = (
@@ -35,6 +44,7 @@ GRPO = (
     "actor/lr",
     "timing_s/step",
     "actor/pg_loss",
+    "eval_accuracy",  # a validation score logged with every step (val_score_decline judges it in RL runs)
 )
 RL_SHAPED = (
     "critic/score/mean",
