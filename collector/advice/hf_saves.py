@@ -58,10 +58,16 @@ def hf_checkpoints_from_state(info: dict, last_step: int | None) -> list[dict]:
     best = checkpoint_step(info.get("best_model_checkpoint"))
     if best is not None:
         steps[best] = "best_model_checkpoint"
+    return implied_saves(steps, "checkpoint-")
+
+
+def implied_saves(steps: dict[int, str], prefix: str) -> list[dict]:
+    """Checkpoint entries for saves the run's files imply (`steps`: step -> what implies it), by step, each
+    at `prefix` + step, not seen on disk (`complete`/`bytes` unknown, `inferred`)."""
     return [
         {
             "step": s,
-            "path": f"checkpoint-{s}",
+            "path": f"{prefix}{s}",
             "complete": None,
             "bytes": None,
             "inferred": True,

@@ -13,6 +13,8 @@ logged step finished; a failed run's save due right after it was under way when 
 
 from __future__ import annotations
 
+from collector.advice.hf_saves import implied_saves
+
 
 def _trainer_section(info: dict | None) -> dict:
     """verl's `trainer` config section, at the top of run info or under `config` ({} when there is none)."""
@@ -51,15 +53,4 @@ def verl_checkpoints_from_config(
     interrupted = None
     if state == "failed" and (last_step + 1) % freq == 0:
         interrupted = last_step + 1
-    found = [
-        {
-            "step": s,
-            "path": f"{prefix}global_step_{s}",
-            "complete": None,
-            "bytes": None,
-            "inferred": True,
-            "inferred_from": steps[s],
-        }  # fmt: skip
-        for s in sorted(steps)
-    ]
-    return found, interrupted
+    return implied_saves(steps, f"{prefix}global_step_"), interrupted
