@@ -89,11 +89,11 @@ def test_a_live_error_alert_reaches_every_sink_with_the_apis_action(tmp_path, ho
             lambda: next((e for e in events(log) if e["rule"] == "grad_spike" and e["action"]), None),
             "a grad_spike event with an action in alerts.jsonl",
         )
-        api = client.get("/api/alerts", params={"run": "spiky"})
         wait_for(
             lambda: any(b.get("action") and "grad_spike" in b["text"] for b in hook.bodies),
             "the webhook to receive the grad_spike event",
         )
+        api = client.get("/api/alerts", params={"run": "spiky"})
     finally:
         daemon.ensure_stopped()
     delivered = events(log)
