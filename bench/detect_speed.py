@@ -3,7 +3,8 @@
 The bench's verl history (bench/gen.py: train/loss, train/grad_norm, train/lr, train/time(s) every step,
 val/loss every 1000 steps, five grad-norm spikes and a NaN; 1M steps = 4,001,000 points by default), or with
 `--rl` a verl GRPO history (bench/gen_rl.py: 14 metrics a step, 9 of them judged by the RL and optimiser rules,
-the RL rules' trouble planted; 250k steps = 3,500,000 points by default, no end-to-end run), judged
+the RL rules' trouble planted; 250k steps = 3,500,000 points by default, written as verl's JSONL for the
+end-to-end run), judged
   incremental  by one `RunDetector.update` (every point through every rule, as live points are);
   backlog      by `collector.detect.backlog.judge_columns` (numpy screens, only the points where a rule may
                fire fed one by one), checked to give exactly the same alerts;
@@ -72,8 +73,9 @@ def alerts_of(events) -> dict:
     return {(e.rule, e.metric, e.first_step): e.to_dict() for e in events}
 
 
-def stored_to_judged(h: gen.History) -> dict:
-    """Store the history's file with the CLI, then judge the stored backlog as the daemon does."""
+def stored_to_judged(h: gen.History | None, rl_steps: int = 0) -> dict:
+    """Store the history's file with the CLI (the GRPO history of `rl_steps` when `h` is None, written as
+    verl's JSONL first), then judge the stored backlog as the daemon does."""
     from collector.daemon.detection import Detection
     from collector.store import alerts as store_alerts
     from collector.store.db import Store
@@ -81,8 +83,11 @@ def stored_to_judged(h: gen.History) -> dict:
     work = Path(tempfile.mkdtemp(prefix="detect-speed-"))
     try:
         db = work / "rw.duckdb"
+        root = gen.verl_root(h) if h is not None else work / "runs"
+        if h is None:
+            gen_rl.write_verl_jsonl(root / "grpo" / "metrics.jsonl", rl_steps)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "collector", "ingest", "--db", str(db), str(gen.verl_root(h))],
+        subprocess.run([sys.executable, "-m", "collector", "ingest", "--db", str(db), str(root)],
                        cwd=gen.REPO, check=True, capture_output=True)  # fmt: skip
         stored_s = time.perf_counter() - t0
         store = Store(db)
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.rl:
         args.steps = args.steps or 250_000
-        args.skip_store = True  # the GRPO history has no file writer: judged in this process only
+        h = None
         steps, codes, names, values = rl_columns(args.steps)
     else:
         args.steps = args.steps or 1_000_000
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     out["alerts"] = sorted(f"{e.rule}@{e.first_step}" for e in fast)
     print(f"alerts: {', '.join(out['alerts'])}")
     if not args.skip_store:
-        e2e = stored_to_judged(h)
+        e2e = stored_to_judged(h, args.steps)
         out["stored_to_judged"] = e2e
         print(f"stored by `collector ingest` in {e2e['stored_s']:.2f} s; judged {e2e['judged_after_stored_s']:.2f} s "
               f"after stored ({e2e['judging_cpu_s']:.2f} s CPU, {e2e['slices']} slices); alerts {e2e['alerts_by_rule']}")  # fmt: skip

@@ -10,6 +10,9 @@ and once past its ceiling, nearly every response truncated for a while, a gradie
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 # every metric of a step, judged ones first; the last five have no rule (verl logs dozens more such)
@@ -87,3 +90,15 @@ def columns(steps: int, seed: int = 0) -> dict[str, np.ndarray]:
         "critic/advantages/mean": 0.01 * noise[12],
         "perf/mfu/actor": 0.3 + 0.01 * noise[13],
     }
+
+
+def write_verl_jsonl(path: Path, steps: int, seed: int = 0) -> Path:
+    """The history as verl's file logger writes it: one `{"step": s, "data": {metric: value}}` line a step
+    (a NaN as Python's json writes it)."""
+    cols = columns(steps, seed)
+    values = np.column_stack([cols[m] for m in METRICS]).tolist()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for step, row in zip(cols["step"].tolist(), values, strict=True):
+            f.write(json.dumps({"step": step, "data": dict(zip(METRICS, row, strict=True))}) + "\n")
+    return path
