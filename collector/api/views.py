@@ -4,6 +4,7 @@ NaN or infinite: the API writes them as bare `NaN` / `Infinity`, which Python's 
 
 from __future__ import annotations
 
+import functools
 import math
 
 from collector.advice.errors import error_episodes
@@ -112,6 +113,13 @@ def anomaly(error_alert: dict | None) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=4096)
+def _save_freq(config: str | None) -> int | None:
+    """verl's save frequency from a run's stored config text, parsed once per distinct text (every overview
+    refresh asks it for each run)."""
+    return verl_save_freq(store_read.parse_json(config))
+
+
 def _run_summary(
     store: Store,
     r: dict,
@@ -128,7 +136,7 @@ def _run_summary(
         has_checkpoints
         or r["format"] == "hf_trainer_state"
         or any(role_of(s["metric"]) in _EVAL_ROLES for s in stats)
-        or verl_save_freq(store_read.parse_json(r["config"])) is not None
+        or _save_freq(r["config"]) is not None
     ):
         recommended = _recommended_step(store, r, stats, signature)
     state = root_state(r["path"])["state"]

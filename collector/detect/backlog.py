@@ -22,10 +22,10 @@ import heapq
 import numpy as np
 
 from collector.core.model import Points
-from collector.core.roles import role_of, value_scale
+from collector.core.roles import RL_ROLES, role_of, value_scale
 from collector.detect import screens_loss, screens_rl  # noqa: F401  (register the loss and RL rules' screens)
 from collector.detect.base import HOLD
-from collector.detect.engine import _RL_ROLES, AlertEvent, RunDetector, _Metric
+from collector.detect.engine import AlertEvent, RunDetector, _Metric
 from collector.detect.rules import rules_for
 from collector.detect.runlevel import STALLED
 from collector.detect.screens import ScreenContext, screen_of
@@ -55,7 +55,7 @@ def judge_columns(det: RunDetector, steps, codes, names: list[str], values) -> l
     codes = np.asarray(codes, dtype=np.int64)
     det._replay = False
     if not det.facts.is_rl:
-        det.facts.is_rl = any(role_of(m) in _RL_ROLES for m in names)
+        det.facts.is_rl = any(role_of(m) in RL_ROLES for m in names)
     start, n, rewinds = 0, len(steps), 0
     while start < n:
         cut, groups = _first_rewind(det, steps, codes, names, start)

@@ -50,7 +50,6 @@ from collector.detect.runlevel import (
 
 __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
-_RL_ROLES = RL_ROLES
 _INCIDENT_RULES = ("no_learning",)  # rules whose findings on several metrics from one step are one alert
 # A finding of the key's rule that follows an episode of one of these rules (on the same metric when True)
 # within a few logged points is the same incident: one alert names both.
@@ -150,7 +149,7 @@ class RunDetector:
         self._replay = replay
         facts = self.facts
         if not facts.is_rl:
-            facts.is_rl = any(role_of(m) in _RL_ROLES for m in set(points.metric))
+            facts.is_rl = any(role_of(m) in RL_ROLES for m in set(points.metric))
         fed = False
         metrics = self._metrics
         is_open = self.episodes.open_by_key  # misses only matter to open episodes: skip the call otherwise

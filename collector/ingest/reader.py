@@ -330,7 +330,9 @@ class Ingestor:
                 self.max_step[run_id] = max(self.max_step.get(run_id, pts.step[0]), max(pts.step))
                 self._notify(self.on_points, run_id, pts)
         for run_id, facts in cycle.infos:
-            self._notify(self.on_run_info, run_id, facts)
+            rest = dataclasses.replace(facts, config=None)  # the config went first
+            if rest != RunInfo():
+                self._notify(self.on_run_info, run_id, rest)
 
     def _notify(self, callback: Callable | None, run_id: str, *args: object) -> None:
         if callback is None:
