@@ -19,8 +19,9 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
+
+from tests.waiting import wait_for
 
 SSHD = "/usr/sbin/sshd"
 ALIAS = "rw-test"
@@ -116,17 +117,13 @@ class SshServer:
             stderr=open(self.dir / "sshd.log", "ab"),  # noqa: SIM115 (the server's own log, kept for failures)
             start_new_session=True,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sshd exited: {(self.dir / 'sshd.log').read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    if s.recv(4).startswith(b"SSH-"):
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("sshd did not answer within 30 s")
+
+        def greets() -> bool:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                return s.recv(4).startswith(b"SSH-")
+
+        wait_for(greets, f"sshd to answer on port {self.port}", 30, proc=self.proc, log=self.dir / "sshd.log")
+        return self
 
     def stop(self) -> None:
         """Kill the server and every session it forked, by their ids (a host going down: links drop)."""

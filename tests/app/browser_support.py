@@ -11,12 +11,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -104,19 +105,12 @@ def streamlit_app(
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with code {proc.returncode}; see {log}")
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer,
-            ):
-                if answer.read().strip() == b"ok":
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not answer on {url} within 120 s; see {log}")
-            time.sleep(0.25)
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+                return answer.read().strip() == b"ok"
+
+        wait_for(healthy, f"streamlit to answer on {url} (log: {log})", 120, proc=proc, log=log, poll_s=0.25)
         yield url
     finally:
         if proc.poll() is None:

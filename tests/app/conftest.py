@@ -15,12 +15,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 REAL_RUNS = REPO.parent / "shared" / "real-runs"
@@ -33,24 +34,6 @@ INGEST_LIMIT_S = 300
 def real_run_ids() -> list[str]:
     """Run ids the collector gives the real-run copies (a lone trainer_state copy: its path without `.json`)."""
     return sorted(f"real/{p.stem}" for p in REAL_RUNS.glob("*.json"))
-
-
-def wait_until(what: str, check: Callable[[], object], limit_s: float, proc: subprocess.Popen | None = None):
-    """Poll `check` until it returns something truthy; fail naming `what` if `proc` dies or the limit passes."""
-    deadline = time.monotonic() + limit_s
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"{what}: the process exited with code {proc.returncode}")
-        try:
-            result = check()
-        except Exception as err:  # the server may not be up yet
-            last_error = err
-            result = None
-        if result:
-            return result
-        time.sleep(0.25)
-    pytest.fail(f"{what}: not reached within {limit_s} s (last error: {last_error})")
 
 
 def stop_process(proc: subprocess.Popen) -> None:
@@ -95,7 +78,7 @@ def start_collector(db: Path, roots: list[Path], log: Path) -> Collector:
         return info if info and info.get("pid") == proc.pid else None
 
     try:
-        info = wait_until(f"collector for {db} writes {marker.name}", ready, START_LIMIT_S, proc)
+        info = wait_for(ready, f"collector for {db} writes {marker.name}", START_LIMIT_S, proc=proc)
     except BaseException:
         stop_process(proc)  # a collector that never got ready must not outlive the test
         raise
@@ -120,8 +103,8 @@ def serve_when_ingested(root: Path, state: Path, expected: set[str]) -> Iterator
 
     try:
         client = running.client()
-        wait_until(
-            "the collector lists every run with its points", all_ingested, INGEST_LIMIT_S, running.proc
+        wait_for(
+            all_ingested, "the collector lists every run with its points", INGEST_LIMIT_S, proc=running.proc
         )
         yield running
     finally:
@@ -227,14 +210,14 @@ def remote_beside_local(
     collector = start_collector(db, [url, local], tmp_path / "collector.log")
     try:
         client = collector.client()
-        wait_until(
-            "both runs listed",
+        wait_for(
             lambda: (
                 {(r["id"], r["last_step"]) for r in client.get("/api/runs")}
                 == {("gpu-run", steps[0]), ("laptop-run", steps[1])}
             ),
+            "both runs listed",
             START_LIMIT_S,
-            collector.proc,
+            proc=collector.proc,
         )
         yield server, url, remote, collector
     finally:

@@ -28,7 +28,7 @@ from tests.app.browser_support import (
     wait_for_charts,
     wait_idle,
 )
-from tests.app.conftest import SMOKE_RUN, remote_beside_local, start_collector, stop_process, wait_until
+from tests.app.conftest import SMOKE_RUN, remote_beside_local, start_collector, stop_process, wait_for
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.browser
@@ -97,7 +97,7 @@ def test_every_page_in_chromium_and_acknowledge_by_click(collector, tmp_path: Pa
             alert = client.get(f"/api/alerts/{first['id']}")
             return alert if alert["state"] == "acked" else None
 
-        stored = wait_until(f"alert {first['id']} is acked in the store", acked, 60)
+        stored = wait_for(acked, f"alert {first['id']} is acked in the store", 60)
         assert stored["note"] == "acknowledged in Chromium"
         wait_idle(page)
         screenshot_whole_page(page, shots / "4-alert-acked.png")
@@ -149,11 +149,11 @@ def test_live_run_page_appends_new_points_to_the_charts_only(tmp_path: Path):
     collector = start_collector(tmp_path / "live.duckdb", [root], tmp_path / "collector.log")
     try:
         client = collector.client()
-        wait_until(
-            "the collector lists the live run at step 20",
+        wait_for(
             lambda: any(r["id"] == "live" and r["last_step"] == 20 for r in client.get("/api/runs")),
+            "the collector lists the live run at step 20",
             120,
-            collector.proc,
+            proc=collector.proc,
         )
         assert client.get("/api/runs/live")["status"] == "running"
         with (
@@ -216,11 +216,11 @@ def test_playback_redraws_a_finished_run_as_it_happened(tmp_path: Path):
     collector = start_collector(tmp_path / "done.duckdb", [root], tmp_path / "collector.log")
     try:
         client = collector.client()
-        wait_until(
-            "the finished run and its NaN alert",
+        wait_for(
             lambda: client.get("/api/alerts", params={"run": "done", "rule": "nonfinite"}),
+            "the finished run and its NaN alert",
             120,
-            collector.proc,
+            proc=collector.proc,
         )
         with run_page(collector, root, tmp_path, "done") as page:
             page.get_by_text("Play back this run").click()
@@ -256,14 +256,14 @@ def test_stop_button_stops_a_live_run(tmp_path: Path):
     )
     try:
         client = collector.client()
-        wait_until(
-            "the live run running past step 2",
+        wait_for(
             lambda: any(
                 r["id"] == "live" and r["status"] == "running" and (r["last_step"] or 0) >= 2
                 for r in client.get("/api/runs")
             ),
+            "the live run running past step 2",
             300,
-            collector.proc,
+            proc=collector.proc,
         )
         with run_page(collector, root, tmp_path, "live") as page:
             page.get_by_role("button", name="Stop run").click()
@@ -275,7 +275,7 @@ def test_stop_button_stops_a_live_run(tmp_path: Path):
         assert status["step"] < 200 and status["last_checkpoint_step"] == status["step"]
         request = json.loads((root / "live" / "runwatch.stop").read_text())
         assert request["by"] == "person" and request["alert_id"] is None
-        wait_until("the stopped status", lambda: client.get("/api/runs/live")["status"] == "stopped", 60)
+        wait_for(lambda: client.get("/api/runs/live")["status"] == "stopped", "the stopped status", 60)
     finally:
         stop_process(trainer)
         stop_process(collector.proc)
@@ -309,9 +309,9 @@ def test_a_remote_run_beside_a_local_one_live_then_its_host_down(tmp_path: Path,
             screenshot_whole_page(page, screenshots_dir(tmp_path) / "11-remote-run.png")
 
             server.stop()
-            wait_until(
-                "the remote root shown disconnected",
+            wait_for(
                 lambda: any(s["state"] == "disconnected" for s in client.get("/api/health")["root_states"]),
+                "the remote root shown disconnected",
                 60,
             )
             open_and_wait(page, url + "/")

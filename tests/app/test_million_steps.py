@@ -24,7 +24,7 @@ from tests.app.browser_support import (
     streamlit_app,
     wait_for_charts,
 )
-from tests.app.conftest import start_collector, stop_process, wait_until
+from tests.app.conftest import start_collector, stop_process, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -73,7 +73,7 @@ def test_million_step_run_page_draws_spikes_and_nan(tmp_path: Path):
             runs = client.get("/api/runs")
             return any(r["id"] == RUN and r.get("last_step") == STEPS for r in runs)
 
-        wait_until("the collector has ingested all 1M steps", ingested, 600, collector.proc)
+        wait_for(ingested, "the collector has ingested all 1M steps", 600, proc=collector.proc)
         shots = screenshots_dir(tmp_path)
         with (
             streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "streamlit.log") as url,

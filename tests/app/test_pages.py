@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.api import DashboardApi
 from app.connection import read_marker
-from tests.app.conftest import REPO, SMOKE_RUN, real_run_ids, start_collector, stop_process, wait_until
+from tests.app.conftest import REPO, SMOKE_RUN, real_run_ids, start_collector, stop_process, wait_for
 
 APP = str(REPO / "app" / "streamlit_app.py")
 PAGE_FILES = {
@@ -369,7 +369,7 @@ def test_the_app_starts_a_collector_when_none_runs(real_root, tmp_path, monkeypa
     finally:
         if info is not None:
             os.killpg(info["pid"], signal.SIGTERM)  # the app started it in its own session
-            wait_until("the started collector exits", lambda: read_marker(db) is None, 60)
+            wait_for(lambda: read_marker(db) is None, "the started collector exits", 60)
 
 
 def test_the_app_recovers_when_its_collector_is_killed(real_root, tmp_path, monkeypatch):
@@ -392,7 +392,7 @@ def test_the_app_recovers_when_its_collector_is_killed(real_root, tmp_path, monk
         info = read_marker(db)
         if info is not None:
             os.killpg(info["pid"], signal.SIGTERM)
-            wait_until("the started collector exits", lambda: read_marker(db) is None, 60)
+            wait_for(lambda: read_marker(db) is None, "the started collector exits", 60)
 
 
 def test_alert_review_shows_the_action_of_an_error_alert(app_env):

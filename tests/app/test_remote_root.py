@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.app.conftest import REPO, remote_beside_local, wait_until
+from tests.app.conftest import REPO, remote_beside_local, wait_for
 
 APP = str(REPO / "app" / "streamlit_app.py")
 
@@ -43,12 +43,14 @@ def _rendered(expected: dict) -> AppTest:
 
     def render():
         at = AppTest.from_file(APP, default_timeout=120).run()
-        assert not at.exception, [e.value for e in at.exception]
+        if at.exception:  # shown at the end if it lasts
+            shown.append([e.value for e in at.exception])
+            return None
         shown.append(_overview(at))
         return at if shown[-1] == expected else None
 
     try:
-        return wait_until("the overview's statuses", render, 60)
+        return wait_for(render, "the overview's statuses", 60)
     finally:
         assert shown and shown[-1] == expected, f"the overview showed {shown[-1:]}, expected {expected}"
 
@@ -62,9 +64,9 @@ def test_a_remote_root_beside_a_local_one_and_its_outage_in_one_dashboard(two_ro
     assert not at.sidebar.warning
 
     server.stop()  # the GPU machine goes away
-    wait_until(
-        "the remote root shown disconnected",
+    wait_for(
         lambda: any(s["state"] == "disconnected" for s in client.get("/api/health")["root_states"]),
+        "the remote root shown disconnected",
         60,
     )
     at = _rendered({"gpu-run": "unreachable", "laptop-run": "unknown"})

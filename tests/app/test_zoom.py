@@ -17,7 +17,7 @@ from tests.app.browser_support import (
     wait_for_charts,
     wait_idle,
 )
-from tests.app.conftest import start_collector, stop_process, wait_until
+from tests.app.conftest import start_collector, stop_process, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -52,11 +52,11 @@ def test_a_drag_zoom_refetches_the_window_at_full_resolution_and_a_double_click_
     collector = start_collector(tmp_path / "z.duckdb", [root], tmp_path / "collector.log")
     try:
         client = collector.client()
-        wait_until(
-            "every step stored",
+        wait_for(
             lambda: any(r["id"] == "long" and r.get("last_step") == STEPS for r in client.get("/api/runs")),
+            "every step stored",
             300,
-            collector.proc,
+            proc=collector.proc,
         )
         with (
             streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "streamlit.log") as url,

@@ -10,37 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from collector.api.client import ApiError, Client
+from collector.api.client import Client
 from collector.core.runtime import marker_path
+from tests.waiting import DEADLINE_S, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-DEADLINE_S = 90.0
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = DEADLINE_S) -> object:
-    """Poll `condition` until it returns something truthy; fail the test naming `what` after `timeout`.
-    A 404 from the API counts as not yet: a daemon answers before its first scan has registered the runs."""
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            value = condition()
-        except ApiError as e:
-            if e.status != 404:
-                raise
-            value, last = None, e
-        else:
-            last = None
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(
-                f"gave up after {timeout:.0f} s waiting for {what}" + (f" ({last})" if last else "")
-            )
-        time.sleep(0.05)
 
 
 def cli(db: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.trainer.conftest import REPO, launch, read_metrics, train_records
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -20,15 +20,6 @@ pytestmark = pytest.mark.slow
 # where the kill is certain to land mid-run, whatever the machine's speed.
 STALL = json.dumps({"kind": "stall", "step": 8, "seconds": 600})
 ARGS = ["--steps", "12", "trainer.save_freq=3", "trainer.test_freq=3", "trainer.max_ckpt_to_keep=1"]
-
-
-def wait_for(predicate, what: str, limit: float = 300) -> None:
-    """Poll until `predicate()` holds; fail naming `what` after `limit` seconds (a hang, not a timing check)."""
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.5)
 
 
 def test_kill_minus_9_then_resume_appends(built_data, tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from collector.core.runtime import thresholds_path
 from collector.core.stop_request import STOP_FILE
 from tests.collector.test_daemon_support import Daemon, cli_json
 from tests.trainer.conftest import REPO, launch, read_metrics, train_records
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +49,14 @@ def test_a_stop_rule_stops_the_nan_run_within_two_steps(built_data, watched):
     stopped_at = status["step"]
     assert NAN_STEP <= stopped_at <= NAN_STEP + 2, f"stopped after step {stopped_at}"
     assert max(train_records(root / "nan")) == stopped_at  # no step ran after the stop
+
+    def complete_steps() -> set[int] | None:  # the daemon indexes the last save a cycle after it is written
+        view = cli_json(db, "checkpoints", "--run", "nan")
+        found = {c["step"] for c in view["checkpoints"] if c["complete"]}
+        return found if stopped_at in found else None
+
+    complete = wait_for(complete_steps, f"the daemon to index the step-{stopped_at} checkpoint")
     daemon_view = cli_json(db, "checkpoints", "--run", "nan")
-    complete = {c["step"] for c in daemon_view["checkpoints"] if c["complete"]}
     assert 10 in complete, daemon_view  # from before the trouble
     assert stopped_at in complete and status["last_checkpoint_step"] == stopped_at
     (alert,) = [a for a in cli_json(db, "alerts", "--run", "nan") if a["id"] == request["alert_id"]]
@@ -66,7 +72,9 @@ def test_without_a_stop_rule_the_nan_run_goes_to_its_end(built_data, watched):
     assert json.loads((root / "nan" / "status.json").read_text())["state"] == "completed"
     assert max(train_records(root / "nan")) == 16
     assert not (root / "nan" / STOP_FILE).exists()
-    assert [a["rule"] for a in cli_json(db, "alerts", "--run", "nan", "--rule", "nonfinite")]  # it was seen
+    wait_for(
+        lambda: cli_json(db, "alerts", "--run", "nan", "--rule", "nonfinite"), "the NaN seen by the daemon"
+    )
     assert daemon.stop() == 0
 
 
@@ -100,15 +108,10 @@ def test_a_grpo_run_stops_on_a_users_request_after_the_step_it_is_in(built_data,
 
 
 def wait_for_step(run_dir, step: int, proc: subprocess.Popen, limit_s: float = 400) -> int:
-    """Block until status.json says the run reached `step` (or the run ended); the step it says."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the run ended before it was asked to stop"
-        try:
-            reached = json.loads((run_dir / "status.json").read_text()).get("step") or 0
-        except (OSError, ValueError):
-            reached = 0
-        if reached >= step:
-            return reached
-        time.sleep(0.5)
-    raise AssertionError(f"{run_dir} did not reach step {step} in {limit_s} s")
+    """Block until status.json says the run reached `step`; the step it says (fails if the run ends first)."""
+
+    def reached() -> int | None:
+        got = json.loads((run_dir / "status.json").read_text()).get("step") or 0
+        return got if got >= step else None
+
+    return wait_for(reached, f"{run_dir} to reach step {step}", limit_s, proc=proc, poll_s=0.5)

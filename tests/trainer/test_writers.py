@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.trainer.conftest import REPO
+from tests.waiting import wait_for
 from trainer.callbacks import CallbackList, RunCallback, RunInfo, is_validation_record
 from trainer.writers import CsvHistoryWriter, MetricsJsonlWriter, RunJsonWriter, StatusWriter, metrics_line
 
@@ -168,19 +169,17 @@ def test_a_clean_exit_writes_every_buffered_line(tmp_path):
 
 
 def test_a_pause_in_training_does_not_hold_lines_back_and_a_kill_loses_none_written(tmp_path):
-    import time
 
     child = _run_child(tmp_path, "pause")
     try:
         assert child.stdout.readline() == b"paused\n"
-        deadline = time.monotonic() + 60  # a bound for a loaded machine; the interval is 0.05 s
-        while time.monotonic() < deadline:
+
+        def flushed() -> list[str] | None:  # the background thread's interval is 0.05 s
             lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
             rows = (tmp_path / "training_history.csv").read_text().splitlines()
-            if len(lines) == 1000 and len(rows) == 1001:
-                break
-            time.sleep(0.05)
-        assert len(lines) == 1000 and len(rows) == 1001
+            return lines if len(lines) == 1000 and len(rows) == 1001 else None
+
+        lines = wait_for(flushed, "the buffered lines written while training pauses", 60)
         assert json.loads(lines[-1]) == {"step": 1000, "data": {"train/loss": 0.001}}
     finally:
         child.kill()
