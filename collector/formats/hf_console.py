@@ -26,6 +26,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # tqdm's bar: ` 10%|█         | 20/181 [03:20<26:49, 10.00s/it]`.
 _BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 _LOGGING_STEPS = re.compile(r"logging_steps\s*[=:]\s*(\d+)")
+# The Trainer's start-up banner: `  Total optimization steps = 200` (also `200,` with a thousands comma).
+_TOTAL_STEPS = re.compile(r"Total optimization steps\s*=\s*([\d,]+)")
 TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "reward")
 
 
@@ -56,12 +58,14 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
             st.error = note_error(piece, line_no, st.error)
             if "logging_steps" in piece:
                 _note_logging_steps(piece, st)
+            elif "Total optimization steps" in piece:
+                _note_total_steps(piece, st)
             continue
         values = dict_numbers(piece[brace:])
         kind = _kind(values) if not holds_text(piece[brace:]) else None
         if kind == "train":
             if st.mode is None:
-                st.mode = _decide(st, pieces[index + 1 :])
+                st.mode = _decide(st, piece, pieces[index + 1 :])
                 if st.mode is None:
                     # The first logged dict waits until the file shows whether the bar moves with the dicts.
                     result.consumed, result.lines = start, line_no - first_line
@@ -96,7 +100,13 @@ def _pieces(lines: list[bytes], first_line: int):
     offset = 0
     for line_no, raw in enumerate(lines, start=first_line):
         start, offset = offset, offset + len(raw) + 1
-        if b"{'" not in raw and b"|" not in raw and not may_be_error(raw) and b"logging_steps" not in raw:
+        if (
+            b"{'" not in raw
+            and b"|" not in raw
+            and not may_be_error(raw)
+            and b"logging_steps" not in raw
+            and b"Total optimization steps" not in raw
+        ):
             continue
         text = raw.decode("utf-8", errors="replace")
         if "\x1b" in text:
@@ -108,7 +118,17 @@ def _pieces(lines: list[bytes], first_line: int):
 class _State:
     """What a read hands to the next: the bar, the dict count, the decision, the last step."""
 
-    FIELDS = ("bar", "total", "mode", "logged", "last_step", "logging_steps", "completed", "error")
+    FIELDS = (
+        "bar",
+        "total",
+        "mode",
+        "logged",
+        "last_step",
+        "logging_steps",
+        "steps_from",
+        "completed",
+        "error",
+    )
 
     def __init__(self, state: object) -> None:
         saved = state if isinstance(state, dict) else {}
@@ -118,6 +138,9 @@ class _State:
         self.logged: int = saved.get("logged", 0)  # training dicts read so far
         self.last_step: int | None = saved.get("last_step")
         self.logging_steps: int = saved.get("logging_steps", 1)
+        # where logging_steps came from: "printed", "state" (the trainer_state.json beside the log), "count"
+        # (the run's total steps over its logged dicts) or None (not known: 1)
+        self.steps_from: str | None = saved.get("steps_from", "state" if "logging_steps" in saved else None)
         self.completed: bool = saved.get("completed", False)
         self.error: dict | None = saved.get("error")  # {"line", "text", "traceback"}
 
@@ -125,11 +148,17 @@ class _State:
         return {name: getattr(self, name) for name in self.FIELDS}
 
 
-def _decide(st: _State, ahead: list[tuple[int, int, str]]) -> str | None:
+def _decide(st: _State, first: str, ahead: list[tuple[int, int, str]]) -> str | None:
     """At the first training dict: "bar" when the training bar moves before the next training dict,
     "order" when another dict comes first (or there is no bar to follow); None while the data does not say."""
-    if st.bar is None or (st.total is not None and st.bar >= st.total):
-        return "order"  # no training bar, or one that finished before any dict: the dicts came at the end
+    if st.bar is None:
+        return "order"  # no training bar: nothing to follow
+    if st.total is not None and st.bar >= st.total:
+        # the bar finished before any dict: the dicts come at the end, all at once; with no logging_steps
+        # known, wait for the end (the summary dict, or an error) to count them
+        if st.steps_from is not None:
+            return "order"
+        return "order" if _count_logging_steps(st, [(0, 0, first), *ahead]) else None
     for _, _, piece in ahead:
         brace = piece.find("{'")
         for bar in _BAR.finditer(piece if brace < 0 else piece[:brace]):
@@ -161,7 +190,48 @@ def _kind(values: dict[str, float]) -> str | None:
 def _note_logging_steps(text: str, st: _State) -> None:
     match = _LOGGING_STEPS.search(text)
     if match and st.logged == 0 and int(match.group(1)) > 0:
-        st.logging_steps = int(match.group(1))
+        st.logging_steps, st.steps_from = int(match.group(1)), "printed"
+
+
+def _note_total_steps(text: str, st: _State) -> None:
+    # the banner's total stands in for a bar the log does not show (tqdm off); a bar's own total wins
+    match = _TOTAL_STEPS.search(text)
+    if match and st.total is None and int(match.group(1).replace(",", "") or 0) > 0:
+        st.total = int(match.group(1).replace(",", ""))
+
+
+def _count_logging_steps(st: _State, ahead: list[tuple[int, int, str]]) -> bool:
+    """Whether `ahead` (from the first dict on) reaches the end of a run whose bar finished before its first
+    dict: the summary dict, or an error line after the dicts. Then its `n` training dicts were logged every
+    `logging_steps` of its `total` steps (the Trainer logs at each multiple: total // logging_steps == n); the
+    largest such spacing, total // n, puts the last dict nearest the end. None fits, or the dicts' epochs say
+    the run resumed part-way (its first dict late in the run): 1, order alone."""
+    count, epochs, error = 0, [], None
+    for line_no, _, piece in ahead:
+        brace = piece.find("{'")
+        if brace < 0:
+            error = note_error(piece, line_no, error)
+            if error is not None and not error.get("ignored"):
+                break
+            continue
+        if holds_text(piece[brace:]):
+            continue
+        values = dict_numbers(piece[brace:])
+        kind = _kind(values)
+        if kind == "summary":
+            break
+        if kind == "train":
+            count += 1
+            epochs.append(values.get("epoch"))
+    else:
+        return False
+    # a resumed run logs its first dict late (epoch 1.015 of 2): count alone would spread its dicts over the run
+    first, last = (epochs[0], epochs[-1]) if epochs else (None, None)
+    resumed = first is not None and bool(last) and first / last > 1.5 / count
+    spacing = st.total // count if count and st.total else 0
+    if spacing > 1 and st.total // spacing == count and not resumed:
+        st.logging_steps, st.steps_from = spacing, "count"
+    return True
 
 
 def sniff(head: bytes) -> bool:

@@ -86,6 +86,50 @@ def test_clumped_dicts_are_numbered_in_order_and_quoted_numbers_are_read():
     assert info["step_source"] == "order" and info["total_steps"] == 30 and info["completed"] is True
 
 
+def grpo_log(dicts: int = 40, total: int = 200, first_epoch: float | None = None) -> bytes:
+    """TRL GRPO as a notebook shows it: the banner, the bar run to its end, then every dict at once."""
+    out = ["***** Running training *****", f"  Total optimization steps = {total:,}"]
+    out.append("\r".join(bar(i, total) for i in range(0, total + 1)))
+    for i in range(1, dicts + 1):
+        epoch = (first_epoch or 0) + i / dicts * (1 - (first_epoch or 0))
+        out.append(f"{{'loss': 0.01, 'reward': {i / 100}, 'kl': 0.02, 'epoch': {epoch:.3f}}}")
+    out.append("{'train_runtime': 900.0, 'train_loss': 0.01, 'epoch': 1.0}")
+    return ("\n".join(out) + "\n").encode()
+
+
+def test_a_grpo_log_with_its_bar_at_the_end_takes_steps_from_total_steps_and_the_dict_count():
+    # 40 dicts after the bar reached 200/200, "Total optimization steps = 200": logged every 5 steps
+    rows, _, info = feed(grpo_log(), [])
+    rewards = [s for s, n, _, _ in rows if n == "reward"]
+    assert rewards == list(range(5, 201, 5))
+    assert info["total_steps"] == 200 and info["current_step"] == 200
+    # split anywhere, the same steps: the first dict waits for the end of the run (its summary dict)
+    data = grpo_log()
+    held = hf_console.parse(data[: data.index(b"{'train_runtime'")])
+    assert len(held.points.step) == 0 and held.consumed <= data.index(b"{'loss'")
+    for cut in range(0, len(data) + 1, 997):
+        assert feed(data, [cut])[0] == rows, cut
+    # or for an error after the dicts: a run that failed after its last step counts its dicts too
+    failed = data[: data.index(b"{'train_runtime'")] + b"Traceback (most recent call last):\nOSError: disk\n"
+    assert max(feed(failed, [])[0])[0] == 200
+    # the banner alone gives the run's length when the log shows no bar (tqdm off); with the dicts as they come
+    plain = b"\n".join(line for line in data.split(b"\n") if b"%|" not in line)
+    assert feed(plain, [])[2]["total_steps"] == 200
+    # the count never overrides what the log or its trainer_state.json says
+    printed = hf_console.parse(b"logging_steps=4,\n" + grpo_log())
+    assert max(printed.points.step) == 160
+    assert max(hf_console.parse(grpo_log(), state={"logging_steps": 2}).points.step) == 80
+
+
+def test_a_resumed_runs_dicts_are_not_spread_over_the_whole_run():
+    # the first dict at epoch 0.5 of 1: the run resumed half-way; its 40 dicts are not every 5 of 200 steps
+    rows, _, _ = feed(grpo_log(first_epoch=0.5), [])
+    assert [s for s, n, _, _ in rows if n == "reward"] == list(range(1, 41))
+    # and a count that no spacing fits (41 dicts in 200 steps: logging_first_step) stays in order
+    rows, _, _ = feed(grpo_log(dicts=41), [])
+    assert [s for s, n, _, _ in rows if n == "reward"] == list(range(1, 42))
+
+
 def test_logging_steps_printed_in_the_log_spaces_the_ordered_steps():
     data = b"logging_steps=10,\n" + clumped_log()
     rows, _, _ = feed(data, [])
