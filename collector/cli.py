@@ -32,8 +32,8 @@ class CliError(RuntimeError):
     """A command failed in a way the user can fix; the message says how."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m collector", description=__doc__.split("\n\n")[0])
+def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", type=Path, required=True, help="the DuckDB file")
@@ -131,8 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m collector") -> int:
+    """Run one command; `prog` is the command's name in usage lines (`runwatch` when called as the tool)."""
+    args = _parser(prog).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )

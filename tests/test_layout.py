@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("collector", "app", "trainer", "data", "scripts")
+PACKAGES = ("collector", "app", "trainer", "data", "scripts", "runwatch")
 # The collector's packages, lower to higher: a module imports from its own package or lower ones only.
 ORDER = ("core", "formats", "store", "ingest", "detect", "advice", "api", "daemon", "cli")
 # The app draws what the API returns: it reaches the collector through the client, and finds the running

@@ -1,0 +1,7 @@
+"""`python -m runwatch`: the same as the `runwatch` command."""
+
+import sys
+
+from runwatch.cli import main
+
+sys.exit(main())
