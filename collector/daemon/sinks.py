@@ -46,9 +46,11 @@ def alert_line(alert: dict) -> str:
     steps = f"step {alert.get('first_step')}"
     if alert.get("last_step") != alert.get("first_step"):
         steps = f"steps {alert.get('first_step')}-{alert.get('last_step')}"
+    # a run-level alert (run_failed, stalled) is about no metric: no "on" then
+    where = f" on {alert['metric']}," if alert.get("metric") else ","
     return (
-        f"[{str(alert.get('severity', '?')).upper()}] run {alert.get('run')}: {alert.get('rule')}{state} "
-        f"on {alert.get('metric')}, {steps}: {alert.get('message')}"
+        f"[{str(alert.get('severity', '?')).upper()}] run {alert.get('run')}: {alert.get('rule')}{state}"
+        f"{where} {steps}: {alert.get('message')}"
     )
 
 

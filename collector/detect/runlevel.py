@@ -3,6 +3,8 @@ whose files say it failed (`run_failed`)."""
 
 from __future__ import annotations
 
+import re
+
 from collector.core.severity import Severity
 from collector.detect.base import Finding, fmt
 from collector.detect.config import NonfiniteRule, StalledRule
@@ -109,42 +111,68 @@ def stall_finding(
     )
 
 
-# What an error line says about its cause, and what to do: (words in the error, advice), first match wins.
+# What an error line says about its cause, and what to do: (patterns in the error, advice), first match wins.
+# Signals are matched by name or number as whole words (`got signal: 15` is SIGTERM, never SIGHUP's `signal: 1`).
+def _signal(name: str, number: int) -> tuple[str, ...]:
+    return (rf"\b{name}\b", rf"\bsignal:?\s*{number}\b", rf"\bSignal {number}\b")
+
+
 _FAILURE_CAUSES = (
     (
-        ("No space left on device", "file write failed", "Disk quota exceeded", "Errno 28", "Errno 122"),
+        (
+            r"No space left on device",
+            r"file write failed",
+            r"Disk quota exceeded",
+            r"Errno 28\b",
+            r"Errno 122\b",
+        ),
         "Likely cause: the disk filled up (checkpoints?). Free space or keep fewer checkpoints (verl "
         "`trainer.max_actor_ckpt_to_keep`, HF `save_total_limit`), then resume from the last complete checkpoint "
         "(a save the failure interrupted is not one).",
     ),
     (
-        ("out of memory", "OutOfMemoryError"),
+        (r"out of memory", r"OutOfMemoryError"),
         "Out of GPU memory: lower the micro batch size or the maximum "
         "sequence/response length, or turn on gradient checkpointing or offloading, then resume.",
     ),
     (
-        ("SIGHUP", "signal: 1", "got signal 1"),
-        "Killed by SIGHUP: the terminal or SSH session that started it "
+        _signal("SIGHUP", 1),
+        "Killed by SIGHUP (signal 1): the terminal or SSH session that started it "
         "closed. Start runs under nohup, tmux or the scheduler, then resume.",
     ),
     (
-        ("SIGINT", "KeyboardInterrupt", "signal: 2"),
-        "Interrupted (SIGINT: Ctrl-C, or the launcher stopping every "
-        "rank after one failed; read the first rank's error above it), then resume.",
+        (*_signal("SIGINT", 2), r"\bKeyboardInterrupt\b"),
+        "Stopped by SIGINT (signal 2): Ctrl-C, or a launcher passing a person's Ctrl-C to every rank; resume "
+        "from the last checkpoint to go on.",
     ),
     (
-        ("SIGKILL", "Killed", "signal: 9", "SIGTERM", "signal: 15"),
-        "Killed from outside: the host's OOM killer "
-        "(check dmesg and host memory), a scheduler's time or memory limit, or a person. Resume from the last "
+        _signal("SIGTERM", 15),
+        "Terminated by SIGTERM (signal 15): a scheduler's time limit or preemption, a `kill`, or the launcher "
+        "stopping every rank after one failed (read the first rank's error above it). Resume from the last "
         "checkpoint.",
     ),
     (
-        ("ConnectionError", "Connection aborted", "Connection broken", "Timeout"),
+        (*_signal("SIGKILL", 9), r"\bKilled\b"),
+        "Killed by SIGKILL (signal 9): the host's OOM killer "
+        "(check dmesg and host memory), a scheduler's memory limit, or a person. Resume from the last "
+        "checkpoint.",
+    ),
+    (
+        (r"ConnectionError", r"Connection aborted", r"Connection broken", r"Timeout"),
         "A service the run depends on "
         "(an environment, reward or rollout server, the network file system) stopped answering: check it, then "
         "resume.",
     ),
 )
+_CAUSES = tuple((re.compile("|".join(words), re.IGNORECASE), advice) for words, advice in _FAILURE_CAUSES)
+# A person's stop: Ctrl-C in the terminal (Python's KeyboardInterrupt) or SIGINT passed on by a launcher.
+_STOPPED_BY_PERSON = re.compile("|".join(_FAILURE_CAUSES[3][0]), re.IGNORECASE)
+
+
+def stopped_by_person(error_text: str) -> bool:
+    """Whether a run's last error line is a person stopping it (Ctrl-C: `KeyboardInterrupt`, SIGINT, signal 2)
+    rather than a failure: the run is `stopped`, not `failed`."""
+    return bool(_STOPPED_BY_PERSON.search(error_text))
 
 
 def run_failed_finding(status: str | None, status_info: dict | None, last_step: int | None) -> Finding | None:
@@ -162,12 +190,22 @@ def run_failed_finding(status: str | None, status_info: dict | None, last_step: 
     else:
         text = str(error or info.get("anomaly_reason") or "")
         where = "its status file"
-    said = f": {text!r} ({where})" if text else f" ({where} says failed, with no error text)"
+    # the error line as text, quoted, on one line (never a repr with its escapes)
+    shown = " ".join(text.split())
+    said = f': "{shown}" ({where})' if shown else f" ({where} says failed, with no error text)"
     after = f" after step {last_step}" if last_step is not None else " before its first logged step"
     cause = next(
-        (advice for words, advice in _FAILURE_CAUSES if any(w.lower() in text.lower() for w in words)),
+        (advice for pattern, advice in _CAUSES if pattern.search(text)),
         "Read the traceback around that line; fix the cause, then resume from the last checkpoint.",
     )
+    if stopped_by_person(text):
+        # a person's stop is not a failure: a warning that says where it stopped and how to go on
+        return Finding(
+            Severity.WARN,
+            None,
+            f"The run was stopped{after}{said}. {cause}",
+            {"error": text, "where": where, "last_step": last_step, "stopped": True},
+        )
     return Finding(
         Severity.ERROR,
         None,

@@ -72,7 +72,8 @@ def may_be_error(raw: bytes) -> bool:
     return any(
         word in raw
         for word in (
-            b"Error", b"Exception", b"Traceback", b"SIG", b"signal", b"Killed", b"memory", b"above exception"
+            b"Error", b"Exception", b"Interrupt", b"Exit", b"Traceback", b"SIG", b"signal", b"Killed", b"memory",
+            b"above exception",
         )
     )  # fmt: skip
 

@@ -72,6 +72,34 @@ def _torchrun_sighup() -> str:
     )
 
 
+def _ray_sigterm() -> str:
+    """Ray's worker killed by a scheduler: `got signal: 15` (SIGTERM), which holds `signal: 1` as a substring."""
+    steps = "".join(
+        f"(TaskRunner pid=1) step:{s} - actor/grad_norm:0.3 - critic/score/mean:0.5\n" for s in (1, 2)
+    )
+    return (
+        steps + "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86\n'
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15\n"
+    )
+
+
+def _ctrl_c() -> str:
+    """A person pressed Ctrl-C two thirds through a run resumed from a checkpoint: KeyboardInterrupt."""
+    dicts = "".join(HF_DICT % (0.5 - 0.01 * i, 0.1 * i) + BAR % (60 + i, 60 + i, 90) for i in range(1, 6))
+    return (
+        "Continuing training from checkpoint, will skip to saved global_step\n"
+        + BAR % (60, 60, 90)
+        + "\n"
+        + dicts
+        + "\nTraceback (most recent call last):\n"
+        '  File "train.py", line 80, in <module>\n'
+        "    trainer.train(resume_from_checkpoint=True)\n"
+        '  File "/venv/lib/python3.11/site-packages/transformers/trainer.py", line 2240, in _inner_training_loop\n'
+        "KeyboardInterrupt\n"
+    )
+
+
 def _swanlab_crash() -> str:
     dicts = "".join(HF_DICT % (1.2 - 0.1 * i, 0.1 * i) + BAR % (10 * i, 10 * i, 100) for i in range(1, 10))
     return (
@@ -125,11 +153,16 @@ def _llamafactory_done() -> str:
 
 
 FAILED = {
-    "deepspeed_sigint/dpo.log": (_deepspeed_sigint, "Main process received SIGINT", "SIGINT"),
+    "ray_sigterm/grpo.log": (_ray_sigterm, "got signal: 15", "SIGTERM (signal 15)"),
     "verl_crash/train.log": (_verl_connection_crash, "ChunkedEncodingError", "stopped answering"),
     "torchrun_sighup/grpo.log": (_torchrun_sighup, "got signal: 1", "SIGHUP"),
     "swanlab/sft.log": (_swanlab_crash, "swanlab: Error happened while training", "traceback"),
     "verl_init/grpo.log": (_verl_init_crash, "AssertionError: failed to get register_center_actor", "before"),
+}
+# a person's Ctrl-C: `stopped`, with a warning that says where it stopped and to resume
+STOPPED = {
+    "deepspeed_sigint/dpo.log": (_deepspeed_sigint, "Main process received SIGINT", "SIGINT (signal 2)"),
+    "ctrl_c/train.log": (_ctrl_c, "KeyboardInterrupt", "resume from the last checkpoint"),
 }
 ENDED_WELL = {
     "warning_traceback/train.log": _warning_then_training,
@@ -142,7 +175,8 @@ ENDED_WELL = {
 def verdicts(tmp_path_factory) -> dict[str, dict]:
     """Every fixture run judged in one `python -m collector check ROOT --json` (the real collector path)."""
     root = tmp_path_factory.mktemp("outcomes")
-    for rel, make in [*((k, v[0]) for k, v in FAILED.items()), *ENDED_WELL.items()]:
+    made = [*((k, v[0]) for k, v in FAILED.items()), *((k, v[0]) for k, v in STOPPED.items())]
+    for rel, make in [*made, *ENDED_WELL.items()]:
         (root / rel).parent.mkdir(parents=True)
         (root / rel).write_text(make())
     done = subprocess.run(
@@ -168,6 +202,34 @@ def test_a_log_ending_in_an_error_is_a_failed_run_with_an_alert_quoting_it(verdi
     line = next(i for i, text in enumerate(lines, start=1) if quoted in text)
     assert quoted in message and f"{rel.split('/')[1]}, line {line})" in message, message
     assert advice in message, message
+
+
+@pytest.mark.parametrize("rel", sorted(STOPPED))
+def test_a_persons_ctrl_c_is_a_stopped_run_with_a_warning_not_a_failure(verdicts, rel):
+    make, quoted, advice = STOPPED[rel]
+    run = verdicts[rel.split("/")[0]]
+    assert run["status"] == "stopped", run
+    stopped = [a for a in run["alerts"] if a["rule"] == "run_failed"]
+    assert len(stopped) == 1 and stopped[0]["severity"] == "warn", run["alerts"]
+    message = stopped[0]["message"]
+    assert message.startswith("The run was stopped after step") and quoted in message, message
+    assert advice in message and "failed" not in message, message
+
+
+def test_signals_are_told_by_whole_name_or_number_and_messages_show_text_not_reprs():
+    def said(text: str) -> str:
+        return run_failed_finding(None, {"error": {"line": 3, "text": text, "file": "x.log"}}, 7).message
+
+    assert "SIGTERM (signal 15)" in said("SignalException: Process 12 got signal: 15")
+    assert "SIGHUP" not in said("SignalException: Process 12 got signal: 15")
+    assert "SIGHUP (signal 1)" in said("SignalException: Process 12 got signal: 1")
+    assert "SIGKILL (signal 9)" in said("Signal 9 (SIGKILL) received by PID 7")
+    assert "SIGINT (signal 2)" in said("KeyboardInterrupt")
+    assert "SIGHUP" not in said("RuntimeError: signal: 12 in worker")  # not a signal 1
+    # a multi-line error is shown as text on one line, quoted, never as a repr with its escapes
+    message = said("RuntimeError: first line\n  second 'line'")
+    assert "\"RuntimeError: first line second 'line'\" (x.log, line 3)" in message, message
+    assert "\\n" not in message
 
 
 def test_a_shutdown_complaint_after_the_real_error_does_not_hide_it(verdicts):
@@ -226,7 +288,7 @@ def test_every_real_console_log_labelled_failed_ends_in_its_error():
     import tomllib
 
     labels = tomllib.loads(LABELS.read_text())
-    failed = [n for n, label in labels.items() if label.get("status") == "failed"]
+    failed = [n for n, label in labels.items() if label.get("status") in ("failed", "stopped")]
     assert len(failed) == 5
     for name in failed:
         data = (WILD / name).read_bytes()
