@@ -21,7 +21,9 @@ from urllib.parse import quote
 from collector.api import stop as api_stop
 from collector.api import views as api_views
 from collector.api.client import ApiError, Client
+from collector.cli_check import EXIT_USAGE
 from collector.cli_tables import TABLES
+from collector.core import runtime
 from collector.core.runtime import API_THREADS, MEMORY_MB, Settings, keep_private, read_marker
 from collector.formats import unread
 from collector.store import read as store_read
@@ -32,11 +34,21 @@ class CliError(RuntimeError):
     """A command failed in a way the user can fix; the message says how."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors exit 1: its own 2 is `check`'s "an error was found" (a typo in CI)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    ap = _Parser(prog=prog, description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", type=Path, required=True, help="the DuckDB file")
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--db", type=Path, help=f"the DuckDB file (default $RUNWATCH_DB, else {runtime.DEFAULT_DB})"
+    )
     common.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
 
     serve = sub.add_parser(
@@ -118,15 +130,19 @@ def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
 
     check = sub.add_parser(
         "check",
-        help="judge a run (or the runs under a path) in one pass: print the verdict, exit 2 on alerts",
+        help="judge a run (or the runs under a path) in one pass: print the verdict; exit 2 on an error,"
+        " 3 on warnings only with --fail-on warn",
     )
     check.add_argument("target", help="a run folder or metrics file (read once), or a run id of --db")
     check.add_argument(
-        "--db", type=Path, help="the database of a run id (default for a path: a temporary one)"
+        "--db",
+        type=Path,
+        help="the database of a run id (default $RUNWATCH_DB, else .runwatch/runwatch.duckdb;"
+        " for a path: a temporary one)",
     )
     check.add_argument("--json", action="store_true", help="print the verdict as JSON")
     check.add_argument(
-        "--fail-on", default="error", choices=["warn", "error"], help="exit 2 when an alert is at least this"
+        "--fail-on", default="error", choices=["warn", "error"], help="exit 3 on warnings only when warn"
     )
     return ap
 
@@ -147,8 +163,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
             return cli_check.check(args, _ingest, _query)
         except (CliError, StoreError, ApiError, api_views.NotFound, ValueError) as e:
             print(f"collector check: {e}", file=sys.stderr)
-            return 1
-    args.db = args.db.expanduser().resolve()
+            return EXIT_USAGE
+    args.db = (args.db or runtime.default_db()).expanduser().resolve()
     keep_private(args.db)
     try:
         if args.command == "serve":
@@ -158,7 +174,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         result = _query(args)
     except (CliError, StoreError, ApiError, api_views.NotFound, ValueError) as e:
         print(f"collector {args.command}: {e}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     if args.json:
         print(json.dumps(result, allow_nan=True, default=str))
     else:

@@ -1,9 +1,9 @@
 """`python -m collector check RUN_OR_PATH [--fail-on warn|error] [--db DB] [--json]`: judge a run in one pass.
 
-For CI, scripts and agents: prints the verdict per run (OK / WARN / ERROR, its alerts with the action of each
-error alert, the checkpoint to keep)
-and exits 2 when an alert (open or since cleared) is at or above `--fail-on` (default error), 1 on a usage
-error, 0 otherwise. The reading and the queries are the CLI's own (`ingest`, then `runs` and `alerts`).
+For CI, scripts and agents: prints the count first (`N runs: E errors, W warnings, H healthy`), then each
+troubled run (errors first: its alerts with the action of each, the checkpoint to keep), then one line per healthy
+run. Exits 2 when an error alert (open or since cleared) was found, 3 when only warnings were and `--fail-on warn`,
+1 on a usage error, 0 otherwise. The reading and the queries are the CLI's own (`ingest`, then `runs` and `alerts`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from collector.cli_tables import MIN_NAME, shorten, steps, width, wrap
+from collector.core.runtime import default_db
+
 _RANK = {"info": 0, "warn": 1, "error": 2}
+# The exit codes of every command (README, "Exit codes"): a usage error is never read as a finding.
+EXIT_OK, EXIT_USAGE, EXIT_ERROR_FOUND, EXIT_WARNINGS_FOUND = 0, 1, 2, 3
 
 
 def check(
@@ -25,8 +30,8 @@ def check(
     query: Callable[[argparse.Namespace], Any],
 ) -> int:
     """`check`: a path is read once into a database (a temporary one unless --db) and every run found in it
-    is judged; a run id is judged from --db. Exit 2 when any alert (open or since cleared) is at least
-    --fail-on, 1 on a usage error, else 0."""
+    is judged; a run id is judged from --db (default $RUNWATCH_DB, else .runwatch/runwatch.duckdb). Returns
+    the exit code (`exit_code`)."""
     import tempfile
 
     target = Path(args.target).expanduser()
@@ -38,8 +43,8 @@ def check(
                 ingest(reading)
                 not_read = json.loads(said.getvalue() or "{}").get("not_read", {})
             run_ids = None
-        elif args.db is not None:
-            db, run_ids, not_read = args.db.expanduser().resolve(), [args.target], {}
+        elif args.db is not None or default_db().exists():
+            db, run_ids, not_read = (args.db or default_db()).expanduser().resolve(), [args.target], {}
         else:
             raise ValueError(f"{target} does not exist (give a run folder or file, or a run id with --db)")
         listing = argparse.Namespace(db=db, command="runs")
@@ -78,23 +83,58 @@ def check(
                     ],
                 }
             )
-    failed = any(_RANK.get(v["verdict"], 0) >= _RANK[args.fail_on] for v in verdicts)
+    counts = {level: sum(v["verdict"] == level for v in verdicts) for level in ("error", "warn", "ok")}
+    code = exit_code(counts, args.fail_on)
     if args.json:
-        print(json.dumps({"runs": verdicts, "fail_on": args.fail_on, "failed": failed}, allow_nan=True))
+        summary = {"runs": len(verdicts), "errors": counts["error"], "warnings": counts["warn"]}
+        summary |= {"healthy": counts["ok"], "exit_code": code}
+        print(json.dumps({"runs": verdicts, "fail_on": args.fail_on, "failed": code != EXIT_OK,
+                          "summary": summary}, allow_nan=True))  # fmt: skip
     else:
-        for v in verdicts or [{"run": str(target), "verdict": "no run found", "alerts": [], "status": "-"}]:
-            keep = v.get("recommended_step")
-            print(f"{v['run']}: {v['verdict'].upper()} (status {v['status']}"
-                  + (f", keep step {keep})" if keep is not None else ")"))  # fmt: skip
-            if v.get("recommendation_reason"):
-                print(f"  checkpoint: {v['recommendation_reason']}")
-            for a in v["alerts"]:
-                print(
-                    f"  [{a['severity']}] {a['rule']} {a['metric']} @{a['first_step']}-{a['last_step']}: {a['message']}"
-                )
-                if a.get("action"):  # what to do: the checkpoint to go back to and the resume command
-                    print(f"    action: {a['action']['text']}")
-    return 2 if failed else 0
+        print("\n".join(report(verdicts, counts, target)))
+    return code
+
+
+def exit_code(counts: dict[str, int], fail_on: str) -> int:
+    """2 when an error was found; 3 when only warnings were and `fail_on` is warn; else 0."""
+    if counts["error"]:
+        return EXIT_ERROR_FOUND
+    if counts["warn"] and fail_on == "warn":
+        return EXIT_WARNINGS_FOUND
+    return EXIT_OK
+
+
+def report(verdicts: list[dict], counts: dict[str, int], target: Path) -> list[str]:
+    """The verdict for people, fitted to the terminal: the count first, then each troubled run (errors
+    first) with its alerts, their actions and the checkpoint to keep, then one line per healthy run."""
+    n = len(verdicts)
+    lines = [f"{n} run{'s' * (n != 1)}: {_count(counts['error'], 'error')}, {_count(counts['warn'], 'warning')},"
+             f" {counts['ok']} healthy"]  # fmt: skip
+    if not verdicts:
+        return [*lines, *wrap(f"no run found in {target}")]
+    order = sorted(verdicts, key=lambda v: -_RANK.get(v["verdict"], 0))
+    for v in order:
+        keep = v.get("recommended_step")
+        said = f"(status {v['status']}" + (f", keep step {keep})" if keep is not None else ")")
+        label = v["verdict"].upper().ljust(5)
+        room = width() - len(label) - len(said) - 4
+        lines.append(f"{label}  {shorten(v['run'], max(room, MIN_NAME))}  {said}")
+        if v["verdict"] == "ok":
+            continue
+        for a in v["alerts"]:
+            where = steps(a["first_step"], a["last_step"])
+            lines += wrap(
+                f"[{a['severity']}] {a['rule']} {a['metric']} @{where}: {a['message']}", indent="  "
+            )
+            if a.get("action"):  # what to do: the checkpoint to go back to and the resume command
+                lines += wrap(f"action: {a['action']['text']}", indent="    ")
+        if v.get("recommendation_reason"):
+            lines += wrap(f"checkpoint: {v['recommendation_reason']}", indent="  ")
+    return lines
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
 
 
 def _recommendation_reason(db: Path, run: dict, query: Callable[[argparse.Namespace], Any]) -> str:

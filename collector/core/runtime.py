@@ -53,6 +53,15 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     return bool(mallopt(-8, arenas))  # M_ARENA_MAX
 
 
+# The database when none is named (the CLI's `--db`, the app's `--db`), from the folder it is started in.
+DEFAULT_DB = Path(".runwatch") / "runwatch.duckdb"
+
+
+def default_db() -> Path:
+    """The database when none is named: `$RUNWATCH_DB`, else `.runwatch/runwatch.duckdb`."""
+    return Path(os.environ.get("RUNWATCH_DB") or DEFAULT_DB)
+
+
 def marker_path(db: Path) -> Path:
     """`DB.collector.json`: pid, host, port, started_at, roots of the running daemon."""
     return Path(f"{db}.collector.json")

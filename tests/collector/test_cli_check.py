@@ -45,7 +45,8 @@ def test_check_prints_the_verdict_and_fails_at_the_level(tmp_path):
     assert action["trainer"] == "hf" and "trainer_state.json" in action["trainer_evidence"]
     text = _check(str(run))
     assert text.returncode == 2 and "ERROR" in text.stdout and "nonfinite" in text.stdout
-    assert f"    action: {action['text']}" in text.stdout
+    said = " ".join(line.strip() for line in text.stdout.splitlines())  # wrapped to the terminal
+    assert f"action: {action['text']}" in said
 
     healthy = tmp_path / "good"
     healthy.mkdir()
