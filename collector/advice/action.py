@@ -18,18 +18,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from collector.detect.base import fmt
+from collector.detect import registry
+from collector.detect.base import Action, fmt
 from collector.detect.runlevel import RUN_FAILED
 
-# rules whose episode is a burst of bad updates: replay from well before it...
-SPIKE_RULES = frozenset({"loss_spike", "grad_spike", "kl_spike"})
-# ...and, for a loss or gradient spike (bad batches, as large-run logbooks found), skip its batches
-SKIP_BATCH_RULES = frozenset({"loss_spike", "grad_spike"})
+# what each rule's episode calls for, as its class declares it (`collector.detect.base.Action`):
+# a loss or gradient spike (bad batches, as large-run logbooks found): replay from well before it, skip its batches
+SKIP_BATCH_RULES = registry.ids_with(action=Action.SKIP_BATCHES)
+# a burst of bad updates (those and a KL spike): replay from well before it
+SPIKE_RULES = SKIP_BATCH_RULES | registry.ids_with(action=Action.REPLAY_FROM_BEFORE)
 # rules that name a checkpoint to keep in their message (the advice's choice must agree, or say why not)
-CHECKPOINT_RULES = frozenset({"val_loss_rise", "val_score_decline"})
+CHECKPOINT_RULES = registry.ids_with(action=Action.KEEP_CHECKPOINT)
 # rules whose message points near a step (the reward's best, the entropy's peak): the action names the
 # checkpoint to go back to before the episode and says how it relates to that step
-STEP_NAMING_RULES = frozenset({"reward_collapse", "entropy_collapse"})
+STEP_NAMING_RULES = registry.ids_with(action=Action.NAME_STEP)
 _VERL_METRIC = re.compile(r"^(actor|critic|val-core|val-aux|timing_s|response_length)/")
 _REMOTE = re.compile(r"^([^/:]+):(/.*)$")
 _LAUNCHER_TRAINERS = ("verl_sft", "verl_ppo")

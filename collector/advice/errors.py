@@ -15,24 +15,12 @@ Stable interface:
 
 from __future__ import annotations
 
+from collector.detect import registry
 from collector.detect.rules import NOT_ABOUT_WEIGHTS_RULES
+from collector.detect.trends import NoLearningLoss
 
-# what an error episode says about the weights saved during it, in the user's words
-_MEANING = {
-    "response_truncation": "responses there are cut at the length limit, so the reward judged cut-off answers",
-    "no_learning": "nothing was being learned there",
-    "loss_plateau": "the loss had stopped improving there",
-    "reward_collapse": "the reward had collapsed there",
-    "entropy_collapse": "the policy's entropy had collapsed or run away there",
-    "kl_spike": "the policy had jumped away from its reference there",
-    "kl_rise": "the policy was drifting fast away from its reference there",
-    "grad_spike": "the updates there followed a gradient spike",
-    "loss_spike": "the loss had jumped there",
-    "nonfinite": "values there were NaN or infinite",
-    "val_loss_rise": "the validation loss had risen above its best there",
-    "val_score_decline": "the validation score had fallen below its best there",
-    "lr_anomaly": "the learning rate was off its schedule there",
-}
+_NO_LEARNING = NoLearningLoss.rule_id
+
 # a series' first this many logging intervals still count as "from the start" (a rule needs a point or two)
 _START_INTERVALS = 2
 
@@ -79,7 +67,7 @@ def never_learned(episodes: list[dict], candidates: list[dict]) -> dict | None:
     (none saved after it ended), else None."""
     for e in episodes:
         if (
-            e["rule"] == "no_learning"
+            e["rule"] == _NO_LEARNING
             and e["from_start"]
             and all(c["step"] <= e["last_step"] for c in candidates)
         ):
@@ -100,7 +88,7 @@ def never_learned_text(episode: dict) -> str:
 def inside_text(step: int, episode: dict) -> str:
     """Where `step` lies and what the episode means for the weights saved there."""
     rule = episode["rule"]
-    meaning = _MEANING.get(rule, f"your {rule} rule judged the run bad there")
+    meaning = registry.meaning(rule) or f"your {rule} rule judged the run bad there"
     return (
         f"step {step} lies inside the {rule} error (steps {episode['first_step']}-{episode['last_step']}): "
         f"{meaning}"

@@ -12,8 +12,10 @@ from collector.advice.verl_saves import verl_save_freq
 from collector.api import alert_actions, run_files
 from collector.api.run_state import run_status
 from collector.core.roles import RL_ROLES, role_of
+from collector.detect import registry
 from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
+from collector.detect.runlevel import STALLED
 from collector.detect.thresholds import thresholds_for
 from collector.ingest.fs import root_state
 from collector.store import alerts as store_alerts
@@ -82,7 +84,7 @@ def runs(store: Store) -> list[dict]:
     for s in store_read.metric_stats(store):
         stats_by_run.setdefault(s["run"], []).append(s)
     with_checkpoints = store_alerts.runs_with_checkpoints(store)
-    stalled = store_read.runs_with_open_alert(store, "stalled")
+    stalled = store_read.runs_with_open_alert(store, STALLED)
     errors = store_read.open_error_alerts(store)
     out = []
     for r in store_read.runs(store):
@@ -166,7 +168,7 @@ def run(store: Store, run_id: str) -> dict:
     r = found[0]
     stats = store_read.metric_stats(store, run_id)
     has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
-    stalled = run_id in store_read.runs_with_open_alert(store, "stalled")
+    stalled = run_id in store_read.runs_with_open_alert(store, STALLED)
     signature = store_read.advice_signatures(store, _BAD_RULES).get(run_id)
     out = _run_summary(
         store, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled, signature
@@ -192,8 +194,7 @@ def run(store: Store, run_id: str) -> dict:
 def panel_decorations(config: DetectConfig) -> dict[str, dict]:
     """Role -> what a chart of that role draws beside the data, from the run's resolved thresholds:
     `normal_band` [low, high] (the healthy range) and `warning_line` (above it is trouble)."""
-    grad = config.rules.grad_spike
-    return {"grad_norm": {"normal_band": [grad.normal_min, grad.normal_max], "warning_line": grad.abs_max}}
+    return registry.decorations(config)
 
 
 def run_view(

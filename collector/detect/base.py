@@ -5,8 +5,12 @@ A rule (`Rule`) is a small object fed one finite point at a time (`feed(step, va
 run's `RunFacts`); it answers with a `Finding` (the condition holds at this point), `None` (the condition
 does not hold: counts towards closing an open episode) or `HOLD` (no verdict here: too little history, an
 excluded step). It keeps bounded state and does no I/O. `rewind(step)` forgets what it saw at `step` and
-later (a rewritten or resumed file). Its class says whether its episodes make a checkpoint saved inside
-them unsafe to keep (`unsafe_checkpoint`).
+later (a rewritten or resumed file).
+
+Everything else the code knows about a rule is declared on its class (`Rule`'s class variables: the roles
+it reads, its settings, its severities, what its episodes mean for a checkpoint and for the advice, the
+action it calls for, what a chart draws for it), and the class is listed once in `collector.detect.registry`;
+other code asks the registry, never a table of rule names.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import ClassVar, Protocol
+from enum import Enum, StrEnum
+from typing import Any, ClassVar
 
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
@@ -56,16 +60,50 @@ class Finding:
 Verdict = Finding | Hold | None
 
 
-class Rule(Protocol):
-    """One detector on one metric (see the module docstring)."""
+class Action(StrEnum):
+    """What an error (or a checkpoint-naming) episode of a rule calls for; `collector.advice.action` words it."""
 
-    rule_id: str  # the alert's rule name
+    GO_BACK = "go_back"  # resume from the last good checkpoint before the episode (the default)
+    REPLAY_FROM_BEFORE = "replay_from_before"  # a burst of bad updates: replay from well before it
+    SKIP_BATCHES = "skip_batches"  # ...and skip its batches (bad batches cause loss and gradient spikes)
+    KEEP_CHECKPOINT = "keep_checkpoint"  # the message names a checkpoint to keep: the advice's choice agrees
+    NAME_STEP = (
+        "name_step"  # the message points near a step (a best reward, a peak): the action relates to it
+    )
+
+
+class Rule:
+    """One detector on one metric (see the module docstring); its class declares what the rule is.
+
+    A run-level rule (`nonfinite`, `stalled`, `run_failed`, judged by the engine itself) declares the same
+    class variables with no `roles`: it is never fed points.
+    """
+
+    rule_id: ClassVar[str]  # the alert's rule name, and its `[rules.NAME]` section in runwatch.toml
+    roles: ClassVar[tuple[str, ...]] = ()  # the metric roles (`collector.core.roles`) whose metrics it reads
+    settings: ClassVar[type]  # its frozen settings dataclass: thresholds with their defaults, `enabled` first
+    severities: ClassVar[tuple[Severity, ...]]  # the severities its episodes may reach, lowest first
+    unsafe_checkpoint: ClassVar[bool] = (
+        False  # a checkpoint saved inside one of its episodes is not one to keep
+    )
+    about_weights: ClassVar[bool] = (
+        True  # its errors judge the weights saved meanwhile (not a slow step, ...)
+    )
+    action: ClassVar[Action] = Action.GO_BACK
+    meaning: ClassVar[str] = ""  # what its error episode says about the weights saved during it
     clear_after: int  # verdicts of None in a row that close an open episode
-    unsafe_checkpoint: ClassVar[bool]  # a checkpoint saved inside one of its episodes is not one to keep
 
-    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict: ...
+    @classmethod
+    def decorations(cls, settings: Any) -> dict[str, dict]:
+        """Role -> what a chart of that role draws for this rule from its resolved `settings` (`normal_band`
+        [low, high], `warning_line`); most rules draw nothing."""
+        return {}
 
-    def rewind(self, step: int) -> None: ...
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        raise NotImplementedError
+
+    def rewind(self, step: int) -> None:
+        raise NotImplementedError
 
 
 class Window:

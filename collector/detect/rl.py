@@ -17,7 +17,9 @@ from collector.core.severity import Severity
 from collector.detect.base import (
     HOLD,
     MAD_TO_SIGMA,
+    Action,
     Finding,
+    Rule,
     Verdict,
     Window,
     fmt,
@@ -34,11 +36,15 @@ from collector.detect.config_rl import (
 from collector.detect.trends import ZeroStreak
 
 
-class RewardCollapse:
+class RewardCollapse(Rule):
     """The reward's rolling median falling well below its best for `patience` points (RL)."""
 
     rule_id = "reward_collapse"
-    unsafe_checkpoint = False
+    roles = ("reward",)
+    settings = RewardCollapseRule
+    severities = (Severity.WARN,)
+    action = Action.NAME_STEP
+    meaning = "the reward had collapsed there"
 
     def __init__(self, metric: str, cfg: RewardCollapseRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -103,7 +109,11 @@ class RewardStdCollapse(ZeroStreak):
     """Reward spread at zero: every sample in a group got the same reward, so there is no learning signal."""
 
     rule_id = "reward_collapse"
-    unsafe_checkpoint = False
+    roles = ("reward_std",)
+    settings = RewardCollapseRule
+    severities = (Severity.WARN,)
+    action = Action.NAME_STEP
+    meaning = RewardCollapse.meaning
 
     def is_zero(self, value: float) -> bool:
         return not value > self.cfg.std_zero
@@ -124,11 +134,15 @@ class RewardStdCollapse(ZeroStreak):
         )
 
 
-class EntropyCollapse:
+class EntropyCollapse(Rule):
     """Policy entropy falling toward 0 (every sample the same answer) or exploding above its start (RL)."""
 
     rule_id = "entropy_collapse"
-    unsafe_checkpoint = False
+    roles = ("entropy",)
+    settings = EntropyCollapseRule
+    severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    action = Action.NAME_STEP
+    meaning = "the policy's entropy had collapsed or run away there"
 
     def __init__(self, metric: str, cfg: EntropyCollapseRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -175,12 +189,15 @@ class EntropyCollapse:
         return None
 
 
-class ResponseTruncation:
+class ResponseTruncation(Rule):
     """Nearly every response cut at the length limit (verl `response_length/clip_ratio`, TRL
     `completions/clipped_ratio` near 1): rewards judge truncated answers (RL)."""
 
     rule_id = "response_truncation"
-    unsafe_checkpoint = False
+    roles = ("clip_ratio",)
+    settings = ResponseTruncationRule
+    severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    meaning = "responses there are cut at the length limit, so the reward judged cut-off answers"
 
     def __init__(self, metric: str, cfg: ResponseTruncationRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -207,13 +224,16 @@ class ResponseTruncation:
         )
 
 
-class KlRise:
+class KlRise(Rule):
     """The KL to the reference policy accelerating: three block medians climbing by growing steps to a level
     that matters, confirmed by the next block staying at least halfway up the last climb (RL). A KL that rises
     and levels off (saturating) is normal, and one noisy block is not a trend."""
 
     rule_id = "kl_rise"
-    unsafe_checkpoint = False
+    roles = ("kl",)
+    settings = KlRiseRule
+    severities = (Severity.WARN,)
+    meaning = "the policy was drifting fast away from its reference there"
 
     def __init__(self, metric: str, cfg: KlRiseRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -257,11 +277,15 @@ class KlRise:
         )
 
 
-class KlSpike:
+class KlSpike(Rule):
     """KL to the reference policy above an absolute ceiling or far above its baseline (RL)."""
 
     rule_id = "kl_spike"
-    unsafe_checkpoint = False
+    roles = ("kl",)
+    settings = KlSpikeRule
+    severities = (Severity.WARN, Severity.ERROR)
+    action = Action.REPLAY_FROM_BEFORE
+    meaning = "the policy had jumped away from its reference there"
 
     def __init__(self, metric: str, cfg: KlSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg

@@ -6,14 +6,41 @@ from __future__ import annotations
 import re
 
 from collector.core.severity import Severity
-from collector.detect.base import Finding, fmt
-from collector.detect.config import NonfiniteRule, StalledRule
+from collector.detect.base import Finding, Rule, fmt
+from collector.detect.config import NonfiniteRule, RunFailedRule, StalledRule
 
-NONFINITE = "nonfinite"
-STALLED = "stalled"
-RUN_FAILED = "run_failed"
-# rules without a per-metric window whose episodes make a checkpoint saved inside them unsafe to keep
-UNSAFE_RUN_LEVEL_RULES = frozenset({NONFINITE})
+
+class Nonfinite(Rule):
+    """NaN or Inf in any metric (judged by the engine on every point: see `nonfinite_finding`)."""
+
+    rule_id = "nonfinite"
+    settings = NonfiniteRule
+    severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    unsafe_checkpoint = True
+    meaning = "values there were NaN or infinite"
+
+
+class Stalled(Rule):
+    """No point for far longer than the run's usual step (judged by the engine's clock: `stall_finding`)."""
+
+    rule_id = "stalled"
+    settings = StalledRule
+    severities = (Severity.WARN, Severity.ERROR)
+    about_weights = False  # a run gone silent says nothing of the weights it saved before
+
+
+class RunFailed(Rule):
+    """The run's files say it failed (judged by the engine from the run's status: `run_failed_finding`)."""
+
+    rule_id = "run_failed"
+    settings = RunFailedRule
+    severities = (Severity.ERROR,)
+    about_weights = False  # a crash says nothing of the weights saved before it
+
+
+NONFINITE = Nonfinite.rule_id
+STALLED = Stalled.rule_id
+RUN_FAILED = RunFailed.rule_id
 
 
 def nonfinite_finding(

@@ -6,7 +6,7 @@ import math
 
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
-from collector.detect.base import HOLD, Finding, Verdict, fmt
+from collector.detect.base import HOLD, Finding, Rule, Verdict, fmt
 from collector.detect.config import LrAnomalyRule
 
 
@@ -30,11 +30,14 @@ def expected_lr(
     return None
 
 
-class LrAnomaly:
+class LrAnomaly(Rule):
     """lr <= 0 after warmup (and before the schedule's end), or off the configured schedule (warmup included)."""
 
     rule_id = "lr_anomaly"
-    unsafe_checkpoint = False
+    roles = ("lr",)
+    settings = LrAnomalyRule
+    severities = (Severity.WARN, Severity.ERROR)
+    meaning = "the learning rate was off its schedule there"
 
     def __init__(self, metric: str, cfg: LrAnomalyRule) -> None:
         self.metric, self.cfg = metric, cfg

@@ -12,15 +12,40 @@ from collections import deque
 
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
-from collector.detect.base import HOLD, Finding, Verdict, Window, fmt, median_of_sorted, robust_z
+from collector.detect.base import (
+    HOLD,
+    Action,
+    Finding,
+    Rule,
+    Verdict,
+    Window,
+    fmt,
+    median_of_sorted,
+    robust_z,
+)
 from collector.detect.config import GradSpikeRule, LossSpikeRule, StepTimeSpikeRule
 
 
-class GradSpike:
+class GradSpike(Rule):
     """grad_norm far above its robust baseline, above an absolute ceiling for several points, or vanishing."""
 
     rule_id = "grad_spike"
+    roles = ("grad_norm",)
+    settings = GradSpikeRule
+    severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
     unsafe_checkpoint = True
+    action = Action.SKIP_BATCHES
+    meaning = "the updates there followed a gradient spike"
+
+    @classmethod
+    def decorations(cls, settings: GradSpikeRule) -> dict[str, dict]:
+        """The healthy band of a gradient norm and the ceiling above which it is trouble."""
+        return {
+            "grad_norm": {
+                "normal_band": [settings.normal_min, settings.normal_max],
+                "warning_line": settings.abs_max,
+            }
+        }
 
     def __init__(self, metric: str, cfg: GradSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -168,12 +193,16 @@ class GradSpike:
         return None
 
 
-class LossSpike:
+class LossSpike(Rule):
     """The training loss far above its recent robust baseline, or diverging: rising block after block while
     far above its best."""
 
     rule_id = "loss_spike"
-    unsafe_checkpoint = False
+    roles = ("loss",)
+    settings = LossSpikeRule
+    severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    action = Action.SKIP_BATCHES
+    meaning = "the loss had jumped there"
 
     def __init__(self, metric: str, cfg: LossSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -293,11 +322,14 @@ class LossSpike:
         return None
 
 
-class StepTimeSpike:
+class StepTimeSpike(Rule):
     """Time per step far above its median, judged one step late so a validation at that step is known."""
 
     rule_id = "step_time_spike"
-    unsafe_checkpoint = False
+    roles = ("step_time",)
+    settings = StepTimeSpikeRule
+    severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    about_weights = False  # a slow step judges the run, not the weights saved meanwhile
 
     def __init__(self, metric: str, cfg: StepTimeSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg

@@ -15,7 +15,9 @@ from collector.core.severity import Severity
 from collector.detect.base import (
     HOLD,
     MAD_TO_SIGMA,
+    Action,
     Finding,
+    Rule,
     Streak,
     Verdict,
     deviations_sorted,
@@ -30,11 +32,15 @@ from collector.detect.config import (
 )
 
 
-class ValLossRise:
+class ValLossRise(Rule):
     """Validation loss above its best for `patience` evaluations in a row while the training loss still falls."""
 
     rule_id = "val_loss_rise"
-    unsafe_checkpoint = False
+    roles = ("val_loss",)
+    settings = ValLossRiseRule
+    severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    action = Action.KEEP_CHECKPOINT
+    meaning = "the validation loss had risen above its best there"
     clear_after = 1  # one evaluation back near the best ends the episode
 
     def __init__(self, metric: str, cfg: ValLossRiseRule) -> None:
@@ -133,7 +139,7 @@ class ValLossRise:
         )
 
 
-class LossPlateau:
+class LossPlateau(Rule):
     """The median training loss of the last window is no lower than the best median of any earlier window
     that does not overlap it, check after check (slow, steady progress keeps setting new bests; a flat,
     noisy loss soon stops doing so).
@@ -143,7 +149,10 @@ class LossPlateau:
     """
 
     rule_id = "loss_plateau"
-    unsafe_checkpoint = False
+    roles = ("loss",)
+    settings = LossPlateauRule
+    severities = (Severity.INFO,)
+    meaning = "the loss had stopped improving there"
 
     def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -239,7 +248,7 @@ class LossPlateau:
         )
 
 
-class ZeroStreak:
+class ZeroStreak(Rule):
     """A rule that fires once a value has sat at (about) zero for enough points in a row."""
 
     def __init__(self, metric: str, cfg) -> None:
@@ -273,7 +282,10 @@ class NoLearningGrad(ZeroStreak):
     """grad_norm at (or within a hair of) zero for `for_points` points in a row."""
 
     rule_id = "no_learning"
-    unsafe_checkpoint = False
+    roles = ("grad_norm",)
+    settings = NoLearningRule
+    severities = (Severity.ERROR,)
+    meaning = "nothing was being learned there"
 
     def is_zero(self, value: float) -> bool:
         return not abs(value) > self.cfg.zero_grad  # written so, a NaN counts as before
@@ -294,11 +306,14 @@ class NoLearningGrad(ZeroStreak):
         )
 
 
-class NoLearningLoss:
+class NoLearningLoss(Rule):
     """A training loss that does not move at all, or sits at ln(vocab size) (uniform guessing)."""
 
     rule_id = "no_learning"
-    unsafe_checkpoint = False
+    roles = ("loss",)
+    settings = NoLearningRule
+    severities = (Severity.ERROR,)
+    meaning = NoLearningGrad.meaning
 
     def __init__(self, metric: str, cfg: NoLearningRule) -> None:
         self.metric, self.cfg = metric, cfg

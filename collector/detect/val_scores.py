@@ -10,13 +10,7 @@ from collections import deque
 from collector.core.facts import RunFacts
 from collector.core.roles import role_of
 from collector.core.severity import Severity
-from collector.detect.base import (
-    HOLD,
-    Finding,
-    Verdict,
-    eval_wobble,
-    fmt,
-)
+from collector.detect.base import HOLD, Action, Finding, Rule, Verdict, eval_wobble, fmt
 from collector.detect.config_rl import ValScoreDeclineRule
 
 _SCORE_WORDS = ("reward", "acc", "score", "exact_match", "f1", "bleu", "rouge", "pass@", "success", "correct")
@@ -48,12 +42,16 @@ def is_validation_score(metric: str) -> bool:
     return validation and role in ("accuracy", "eval_metric") and any(w in key for w in _SCORE_WORDS)
 
 
-class ValScoreDecline:
+class ValScoreDecline(Rule):
     """The latest `patience` evaluations (or more) in a row below the best by more than `min_rel_drop` of its
     scale and `noise_sigmas` of the evaluations' wobble."""
 
     rule_id = "val_score_decline"
-    unsafe_checkpoint = False
+    roles = ("val_score", "accuracy", "eval_metric")
+    settings = ValScoreDeclineRule
+    severities = (Severity.WARN, Severity.ERROR)
+    action = Action.KEEP_CHECKPOINT
+    meaning = "the validation score had fallen below its best there"
 
     def __init__(self, metric: str, cfg: ValScoreDeclineRule) -> None:
         self.metric, self.cfg = metric, cfg

@@ -12,8 +12,10 @@ from app.panels import role_panels
 from collector.advice.health import health_checklist
 from collector.api import views as api_views
 from collector.core.runtime import Settings
-from collector.core.severity import Severity
+from collector.core.severity import SEVERITIES, Severity
 from collector.daemon.service import Collector
+from collector.detect import registry
+from collector.detect.base import Action
 from collector.detect.config import DetectConfig, load_config
 from collector.detect.engine import detect_series
 from collector.detect.rules import RULES_BY_ROLE, UNSAFE_CHECKPOINT_RULES
@@ -112,6 +114,29 @@ def test_every_rule_in_the_table_states_its_contract():
             assert isinstance(rule.rule_id, str) and isinstance(rule.clear_after, int), (role, cls)
             assert isinstance(cls.unsafe_checkpoint, bool), (role, cls)
     assert {"nonfinite", "grad_spike"} == UNSAFE_CHECKPOINT_RULES
+
+
+def test_every_registered_rule_declares_what_it_is():
+    """Each class in the registry states its settings (with defaults), severities, action and meaning; the
+    per-role table and the advice's sets are read from those declarations."""
+    defaults = DetectConfig().rules
+    for cls in registry.RULES:
+        settings = getattr(defaults, cls.rule_id)
+        assert isinstance(settings, cls.settings) and settings.enabled, cls
+        assert cls.severities and list(cls.severities) == sorted(cls.severities, key=SEVERITIES.index), cls
+        assert isinstance(cls.action, Action) and isinstance(cls.about_weights, bool), cls
+        assert cls.meaning or not cls.about_weights, (
+            f"{cls.rule_id}: an error that judges the weights says how"
+        )
+        assert all(cls in registry.for_role(role) for role in cls.roles), cls
+    assert registry.ids_with(about_weights=False) == {"stalled", "run_failed", "step_time_spike"}
+    assert registry.ids_with(action=Action.SKIP_BATCHES) == {"loss_spike", "grad_spike"}
+    assert registry.meaning("kl_spike") == "the policy had jumped away from its reference there"
+    assert registry.meaning("custom:mine") is None
+    grad = defaults.grad_spike
+    assert registry.decorations(DetectConfig()) == {
+        "grad_norm": {"normal_band": [grad.normal_min, grad.normal_max], "warning_line": grad.abs_max}
+    }
     assert json.dumps({"severity": Severity.ERROR}) == '{"severity": "error"}'
 
 
