@@ -13,7 +13,8 @@ from collections.abc import Callable
 import duckdb
 
 from collector.store.db import SourceState
-from collector.store.points import BulkMismatch, bulk_from_wide
+from collector.store.points import BulkMismatch, TooManyMetrics, bulk_from_wide
+from collector.store.wide_stats import BULK_MAX_METRICS
 
 
 def bulk_csv(
@@ -35,6 +36,8 @@ def bulk_csv(
     from the counts, duckdb.Error when a cell is not a number or a step not a whole number in 64 bits: the
     caller rolls back and the CSV parser reads the rows (and quarantines bad ones with their line numbers).
     """
+    if width > BULK_MAX_METRICS:
+        raise TooManyMetrics(f"{width} columns: more than a bulk read stages ({BULK_MAX_METRICS})")
     step, wall, metrics = roles
     columns = {f"x{i}": "DOUBLE" for i in range(width)}
     used = {step, wall, *(i for i, _ in metrics)}

@@ -17,9 +17,7 @@ import duckdb
 from collector.core.model import Points
 from collector.formats import jsonl
 from collector.store.db import SourceState, arrow
-
-# Bits a bulk read may spend on counting repeated steps exactly (steps in its range x metrics): 32 MiB.
-BULK_BITMAP_BITS = 1 << 28
+from collector.store.wide_stats import BULK_MAX_METRICS, wide_stats
 
 
 class BulkMismatch(ValueError):
@@ -29,6 +27,11 @@ class BulkMismatch(ValueError):
 class NotPlainVerl(BulkMismatch):
     """The chunk holds what only the parser reads right (an infinity from a number too long for a float,
     a string value): it goes to the parser, which quarantines or skips it and says so."""
+
+
+class TooManyMetrics(NotPlainVerl):
+    """The chunk logs more metrics than a bulk read stages side by side (BULK_MAX_METRICS): the parser,
+    whose memory its chunk bounds, reads it."""
 
 
 def add_points(
@@ -148,6 +151,8 @@ def bulk_ndjson(
     duckdb.Error when a line does not fit the verl shape or has no step: the caller rolls back and
     tries again with the keys learned, or parses the chunk in Python, which quarantines bad lines.
     """
+    if len(keys) > BULK_MAX_METRICS:
+        raise TooManyMetrics(f"{len(keys)} metrics: more than a bulk read stages ({BULK_MAX_METRICS})")
     _read_wide(cur, path, keys)  # in file order: a merge needs it (staging unordered gains nothing)
     try:
         return bulk_from_wide(cur, s, after_step, keys, expected_points)
@@ -171,32 +176,9 @@ def bulk_from_wide(
     `infinities_to_parser` (JSON: the parser refuses what DuckDB reads as one)."""
     wall = "wall_time" if wall_time else "NULL"
     low, high = cur.execute("SELECT min(step), max(step) FROM rw_wide").fetchall()[0]
-    # Repeated steps of a metric are counted exactly with one bit per step of the range (about 10x
-    # cheaper than count(DISTINCT), which hashes every value); a range too sparse for bits (huge step
-    # numbers) takes the hashing count.
-    bitmap = low is not None and (high - low + 1) * max(len(keys), 1) <= BULK_BITMAP_BITS
-    per_key = []
-    for i in range(len(keys)):
-        has = f"FILTER (WHERE c{i} IS NOT NULL)"
-        distinct = f"bit_count(bitstring_agg(step, ?, ?) {has})" if bitmap else f"count(DISTINCT step) {has}"
-        # arg_max skips a NULL value by itself (a filter there costs a third of this pass).
-        per_key.append(f"count(c{i}), {distinct}, min(step) {has}, max(step) {has}, arg_max(c{i}, step)")
-    # An infinity is rare, and DuckDB makes one of a number too long for a float (a 5,000-digit integer),
-    # which the parser quarantines as unreadable: such a chunk goes to the parser, which decides.
-    # (A CSV cell reads as infinite in DuckDB exactly when it does in Python's `float`: no check there.)
-    if infinities_to_parser:
-        per_key.append(
-            "count(*) FILTER (WHERE " + " OR ".join(f"isinf(c{i})" for i in range(len(keys))) + ")"
-        )
-    stats = (
-        cur.execute(
-            f"SELECT {', '.join(per_key)} FROM rw_wide", [low, high] * len(keys) if bitmap else []
-        ).fetchall()[0]
-        if keys and low is not None
-        else ()
-    )
-    if infinities_to_parser and stats and stats[-1]:
-        raise NotPlainVerl(f"{stats[-1]} infinite values: the parser reads them")
+    stats, infinite = wide_stats(cur, len(keys), low, high, infinities_to_parser)
+    if infinite:
+        raise NotPlainVerl(f"{infinite} infinite values: the parser reads them")
     # (column, metric, values, distinct steps, first step, last step, value at the last step)
     found = [(i, keys[i], *stats[5 * i : 5 * i + 5]) for i in range(len(keys)) if stats and stats[5 * i]]
     count = sum(n for _, _, n, *_ in found)

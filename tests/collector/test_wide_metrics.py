@@ -1,0 +1,66 @@
+"""Per-layer metrics (hundreds to tens of thousands of names a line) keep `collector ingest` within a memory
+bound, and the run beside them is read all the same (issue 24.1).
+
+Each file is over 1 MiB, so it reaches the DuckDB bulk path, whose wide stage once took gigabytes for a
+few hundred metrics (DuckDB copied every column's vector for each filtered aggregate). The bound is
+generous (the collector peaks near 250 MB on these files) but far below the 3-10 GB it reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.collector.test_daemon_support import REPO, cli_json
+
+PEAK_RSS_BOUND_MB = 400
+
+
+def write_layers(path: Path, layers: int, lines: int) -> int:
+    """A verl JSONL of `lines` steps, each with the loss and `layer{k}/grad_norm` for every layer: the points."""
+    path.parent.mkdir(parents=True)
+    with path.open("w") as f:
+        for step in range(1, lines + 1):
+            data = {"train/loss": 2.0 - step / 1000}
+            data.update({f"layer{k}/grad_norm": 0.5 + (k % 7) / 100 + step / 1e5 for k in range(layers)})
+            f.write(json.dumps({"step": step, "data": data}) + "\n")
+    return lines * (layers + 1)
+
+
+def run_ingest(db: Path, root: Path) -> tuple[int, str, dict, float]:
+    """`collector ingest --db DB ROOT --json` as a real subprocess: (exit code, stderr, its summary, its
+    peak RSS in MB)."""
+    args = [sys.executable, "-m", "collector", "ingest", "--db", str(db), str(root), "--json"]
+    out_path, err_path = Path(f"{db}.stdout"), Path(f"{db}.stderr")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        pid = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=err).pid
+        _, status, usage = os.wait4(pid, 0)  # this child's own peak RSS (ru_maxrss is in KiB on Linux)
+    code = os.waitstatus_to_exitcode(status)
+    return code, err_path.read_text(), json.loads(out_path.read_text() or "{}"), usage.ru_maxrss / 1024
+
+
+@pytest.mark.parametrize(("layers", "lines"), [(500, 92), (20_000, 3)], ids=["500-layers", "20000-names"])
+def test_per_layer_metrics_stay_within_the_memory_bound(tmp_path, layers, lines):
+    root = tmp_path / "runs"
+    expected = write_layers(root / "per-layer" / "metrics.jsonl", layers, lines)
+    assert (root / "per-layer" / "metrics.jsonl").stat().st_size > 1 << 20  # the bulk path's size
+    other = root / "beside" / "metrics.jsonl"
+    other.parent.mkdir()
+    other.write_text(
+        "".join(json.dumps({"step": s, "data": {"train/loss": 1 / s}}) + "\n" for s in range(1, 51))
+    )
+    db = tmp_path / "rw.duckdb"
+
+    code, err, summary, peak_mb = run_ingest(db, root)
+
+    assert code == 0, err
+    assert peak_mb < PEAK_RSS_BOUND_MB, f"ingest peaked at {peak_mb:.0f} MB on {layers} metrics a line"
+    runs = {r["id"]: r for r in cli_json(db, "runs")}
+    assert runs["beside"]["last_step"] == 50
+    assert runs["per-layer"]["last_step"] == lines
+    assert summary["points_added"] == expected + 50
