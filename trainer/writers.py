@@ -293,7 +293,8 @@ class RunJsonWriter(RunCallback):
             except (OSError, ValueError):
                 previous = {}
         now = time.time()
-        optim = info.config.get("optim", {}) or {}
+        optim = info.config.get("optim")
+        optim = optim if isinstance(optim, dict) else {}  # (HF's `optim` is the optimizer's name)
         doc = {
             "trainer": info.trainer,
             "preset": info.preset,
