@@ -1,5 +1,6 @@
 """The house rules of the layout, read from the source with `ast`: no import circles, the collector's package
-order, what the app may import, and no module over 400 lines.
+order, what the app may import, and no module over 600 lines (a signal to think about its concerns, not a
+reason to cut one concern in two).
 
 Every import counts, at the top of a module or inside a function (a lazy import still ties the two modules).
 """
@@ -16,7 +17,7 @@ ORDER = ("core", "formats", "store", "ingest", "detect", "advice", "api", "daemo
 # The app draws what the API returns: it reaches the collector through the client, and finds the running
 # collector's marker file with core.runtime (the app starts a collector when none runs).
 APP_MAY_IMPORT = {"collector.api.client", "collector.core.runtime"}
-MAX_LINES = 400
+MAX_LINES = 600
 # Modules over the limit whose split is in flight (owner in the comment); the test fails once one is under
 # the limit (remove it here) and for any module over the limit that is not listed.
 WAITING_FOR_SPLIT: dict[str, str] = {}
@@ -149,7 +150,7 @@ def test_the_app_reaches_the_collector_only_through_the_client_and_runtime():
     assert not wrong, "the app draws what the API returns:\n" + "\n".join(wrong)
 
 
-def test_no_module_over_400_lines():
+def test_no_module_over_600_lines():
     files = dict(MODULES)
     files.update({f"bench.{p.stem}": p for p in sorted((ROOT / "bench").glob("*.py"))})
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in files.values()}

@@ -7,12 +7,26 @@ per-epoch metric falling for 10 epochs is `op = "falling"`, `for_points = 10`).
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import Finding, Verdict, fmt
-from collector.detect.config import CustomRule
+
+
+@dataclass(frozen=True)
+class CustomRule:
+    """A user's threshold rule: `metric op value` for `for_points` points in a row."""
+
+    id: str
+    metric: str  # exact name or glob pattern
+    op: str
+    value: float = 0.0
+    for_points: int = 1
+    severity: str = "warn"
+    message: str = ""
+
 
 _OPS = {
     ">": operator.gt,

@@ -9,6 +9,8 @@ Stable interface:
 - `RULES`: the rule classes in registration order (a metric's rules judge it in this order). Two classes may
   share a `rule_id` (and its settings): `no_learning` on a gradient norm and on a loss.
 - `for_role(role) -> tuple[type[Rule], ...]`: the classes that read a metric of that role.
+- `by_id() -> dict[str, type[Rule]]`: every rule id with its (first) class, in registration order (the
+  sections of `DetectConfig.rules`).
 - `get(rule_id) -> type[Rule] | None`: the (first) class of a rule id; None for a custom rule or an unknown id.
 - `ids_with(**declared) -> frozenset[str]`: the ids of the rules whose class declares these values, e.g.
   `ids_with(action=Action.SKIP_BATCHES)`, `ids_with(unsafe_checkpoint=True)`.
@@ -69,6 +71,11 @@ for _cls in RULES:
 def for_role(role: str | None) -> tuple[type[Rule], ...]:
     """The rule classes that read a metric of `role`, in registration order."""
     return _BY_ROLE.get(role or "", ())
+
+
+def by_id() -> dict[str, type[Rule]]:
+    """Every rule id with its (first) class, in registration order."""
+    return dict(_BY_ID)
 
 
 def get(rule_id: str) -> type[Rule] | None:

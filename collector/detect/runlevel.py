@@ -4,10 +4,36 @@ whose files say it failed (`run_failed`)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from collector.core.severity import Severity
 from collector.detect.base import Finding, Rule, fmt
-from collector.detect.config import NonfiniteRule, RunFailedRule, StalledRule
+
+
+@dataclass(frozen=True)
+class NonfiniteRule:
+    enabled: bool = True
+    clear_after: int = 5  # finite points before the episode closes (fp16 overflow NaNs come in bursts)
+    # a non-finite gradient norm alone is a step the dynamic loss scaler skipped (a notice); this many in one
+    # episode mean the scale collapsed (a warning), this many an error
+    grad_warn_after: int = 5
+    grad_error_after: int = 20
+
+
+@dataclass(frozen=True)
+class StalledRule:
+    enabled: bool = True
+    factor: float = 10.0  # silence longer than this many usual step intervals
+    min_seconds: float = 60.0  # never sooner than this
+    save_factor: float = 20.0  # after a save or validation step the limit is this many times longer
+    default_seconds: float = 1800.0  # when the step interval is unknown
+    error_factor: float = 3.0  # silence this many times the threshold is an error
+    ended_after_seconds: float = 86400.0  # silent this long when first seen: the run most likely ended (warn)
+
+
+@dataclass(frozen=True)
+class RunFailedRule:
+    enabled: bool = True  # a run whose files say it failed (a log ending in an error, status.json failed)
 
 
 class Nonfinite(Rule):

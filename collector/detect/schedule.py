@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Finding, Rule, Verdict, fmt
-from collector.detect.config import LrAnomalyRule
+
+
+@dataclass(frozen=True)
+class LrAnomalyRule:
+    enabled: bool = True
+    end_fraction: float = 0.02  # lr reaching zero in the last 2 % of the run is a schedule ending
+    zero_for: int = 3  # points of lr <= 0 before alerting when the run length is unknown
+    cosine_tolerance: float = (
+        0.25  # off the configured curve (cosine, linear, constant) by over 25 % of the base lr
+    )
+    cosine_for: int = 3
+    rise_tolerance: float = 0.02  # lr rising more than 2 % above its peak after warmup
+    clear_after: int = 3
 
 
 def expected_lr(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
@@ -23,7 +24,84 @@ from collector.detect.base import (
     median_of_sorted,
     robust_z,
 )
-from collector.detect.config import GradSpikeRule, LossSpikeRule, StepTimeSpikeRule
+
+
+@dataclass(frozen=True)
+class GradSpikeRule:
+    enabled: bool = True
+    window: int = 50  # points in the robust baseline (median/MAD)
+    min_history: int = 2  # points needed before judging: early spikes matter most
+    # ...except for a model trained from a fresh initialisation (its first loss at ln(vocab size)), whose
+    # first gradient norms are large and jumpy by nature: it is judged after its warmup steps when the run
+    # says how many, else after this many points (an explosion above `abs_max` is never held back)
+    fresh_min_points: int = 20
+    z: float = 8.0  # robust z-score (MAD scaled to sigma) above the median
+    ratio: float = 3.5  # and at least this many times the median
+    abs_max: float = (
+        100.0  # above this for `abs_for` points is a spike whatever the baseline (the chart's warning line)
+    )
+    normal_min: float = (
+        0.1  # healthy fine-tuning grad norms lie between these (the chart's normal band, health)
+    )
+    normal_max: float = 10.0
+    abs_for: int = 3
+    sustained_points: int = 5  # spike points in a row that make it an error
+    # the noise model: a point is a spike only when it also exceeds this many times the window's
+    # `tail_quantile` (a per-step log of small batches reaches 2-5x its median routinely)
+    tail_ratio: float = 1.5
+    tail_quantile: float = 0.95
+    tail_points: int = 200  # ...of this many recent points, spikes included (a series that often jumps)
+    settle_points: int = 10  # the first logged points only fill the baseline (start-up is jumpy)...
+    settle_warmup_factor: float = 2.0  # ...and so do the steps up to this many times the lr warmup
+    # one spike point is a notice (info); this many times the median (and above `normal_max`), a warning...
+    warn_ratio: float = 10.0
+    warn_after_points: int = 2  # ...and so are this many spike points in a row, unless the run's recent
+    routine_points: int = 3  # points (spikes included) hold this many of at least `routine_fraction` of it:
+    routine_fraction: float = 0.5  # a size the run often reaches is its noise (a notice, until it lasts)
+    loss_jump_window: int = 10  # a loss spike within this many points after makes it an error
+    vanish_ratio: float = 1000.0  # below median / this for `vanish_for` points: vanishing gradients
+    vanish_for: int = 5
+    clear_after: int = 5
+
+
+@dataclass(frozen=True)
+class LossSpikeRule:
+    enabled: bool = True
+    window: int = 50
+    min_history: int = 5
+    level_points: int = 10  # the baseline level: median of the last 10 points (the loss trends)
+    z: float = 6.0  # noise sigmas above that level (noise from point-to-point differences over `window`)
+    rel_jump: float = 0.5  # and at least 50 % above the level...
+    abs_jump: float = 0.1  # ...and 0.1 nats above it
+    diverge_window: int = 10  # rolling median length for the divergence check
+    diverge_rel: float = 0.3  # rolling median this much above its best so far = diverging
+    diverge_for: int = 10  # for this many points
+    diverge_error_points: int = (
+        4  # a divergence found at this many trend checks (every half block) is an error
+    )
+    tail_ratio: float = 1.5  # and a jump above this many times the `tail_quantile` of the window's own jumps
+    tail_quantile: float = 0.95
+    settle_points: int = 10  # the first logged points only fill the baseline
+    warn_after_points: int = 2  # one high point is a notice (info); this many in one episode a warning
+    # (0: never by count) a spike episode this long is an error; by default the damage is told on the gradient
+    # spike before it (grad_spike turns error), and a loss that keeps rising is the divergence check's
+    error_after_points: int = 0
+    clear_after: int = 5
+
+
+@dataclass(frozen=True)
+class StepTimeSpikeRule:
+    enabled: bool = True
+    window: int = 50
+    min_history: int = 5
+    ratio: float = 3.0
+    z: float = 6.0
+    abs_max_seconds: float = 30.0  # over 30 s is a spike when the usual step is much shorter
+    abs_ratio: float = 1.5
+    warn_ratio: float = 10.0  # a single slow step is a notice (info); this many times the median, a warning
+    warn_after_points: int = 3  # slow steps in one episode that make a notice a warning...
+    error_after_points: int = 20  # ...and an error
+    clear_after: int = 3
 
 
 class GradSpike(Rule):

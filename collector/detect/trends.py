@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
@@ -25,11 +26,53 @@ from collector.detect.base import (
     fmt,
     median_of_sorted,
 )
-from collector.detect.config import (
-    LossPlateauRule,
-    NoLearningRule,
-    ValLossRiseRule,
-)
+
+
+@dataclass(frozen=True)
+class ValLossRiseRule:
+    enabled: bool = True
+    patience: int = 3  # evaluations in a row above the best
+    big_rise: float = 0.5  # ...or this much above it (relative)...
+    big_patience: int = 2  # ...for this many evaluations (a loss that nearly doubles after the first one)
+    noise_sigmas: float = 2.0  # and above the best by this many sigmas of the evaluations' own wobble
+    noise_evals: int = 10  # (from the differences between the last this-many evaluations)
+    min_delta: float = 0.01  # relative: an evaluation within 1 % of the best is not "above" it
+    train_window: int = 5  # train-loss points averaged at each evaluation to tell whether it still falls
+    # an error once it lasts (2x patience evaluations), is large (relative) and far beyond the evals' wobble
+    error_patience: int = 6
+    error_rise: float = 0.2
+    error_noise_sigmas: float = 4.0
+
+
+@dataclass(frozen=True)
+class LossPlateauRule:
+    enabled: bool = True
+    # seed default: 50 logged steps; counted in logged points, so a run logging every 10 steps waits 500
+    # steps; the window grows to a tenth of the run so far (up to max_window) so slow steady progress counts
+    patience_points: int = 50
+    max_window: int = 1000
+    # progress = the last window's median below the best earlier window's by more than this (relative)
+    min_rel_improvement: float = 0.0
+    noise_sigmas: float = (
+        2.0  # worse than the window before by this many noise sigmas is a rise, not a plateau
+    )
+    hold_checks: int = 5  # checks (every tenth of a window) that must fail in a row before alerting
+    end_lr_fraction: float = 0.1  # no plateau alert once lr has decayed below 10 % of its peak
+    clear_after: int = 10  # checks showing progress before the episode closes
+
+
+@dataclass(frozen=True)
+class NoLearningRule:
+    enabled: bool = True
+    zero_grad: float = 1e-8  # grad_norm at or below this is zero
+    for_points: int = 10
+    flat_rel: float = 1e-6  # loss moving less than this (relative) over `for_points` points is stuck
+    ln_vocab_rel: float = 0.02  # loss within 2 % of ln(vocab size) = uniform prediction
+    ln_vocab_after: int = 20  # ...still after this many points
+    # a loss that has fallen by this fraction from its highest has learned: flat later is a plateau or
+    # convergence (a console printing 2 decimals shows a slow fall as flat), not "nothing learned"
+    learned_drop: float = 0.1
+    clear_after: int = 3
 
 
 class ValLossRise(Rule):

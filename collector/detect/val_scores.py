@@ -6,12 +6,29 @@ See `collector.detect.base` for the verdict protocol."""
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 from collector.core.facts import RunFacts
 from collector.core.roles import role_of
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Action, Finding, Rule, Verdict, eval_wobble, fmt
-from collector.detect.config_rl import ValScoreDeclineRule
+
+
+@dataclass(frozen=True)
+class ValScoreDeclineRule:
+    """A validation score (reward, accuracy, exact match: verl `val-core/...`, `val/test_score/...`, HF
+    `eval_<score>`) falling from its best and staying down: on by default for RL runs only."""
+
+    enabled: bool = True
+    all_runs: bool = False  # judge the validation scores of SFT runs too (an SFT's val loss is judged anyway)
+    patience: int = 3  # evaluations in a row below the best by more than both margins below
+    min_rel_drop: float = 0.03  # below the best by 3 % of |best| (or of the score's observed range if larger)
+    noise_sigmas: float = 2.0  # and by this many sigmas of the evaluations' own wobble
+    noise_evals: int = 10  # (from the differences between the last this-many evaluations)
+    min_evals: int = 5  # evaluations seen before any verdict (fewer give no wobble to judge against)
+    error_after: int = 10  # evaluations of one decline that make it an error (example-runwatch.toml's 10)
+    clear_after: int = 1  # one evaluation back near the best ends the episode
+
 
 _SCORE_WORDS = ("reward", "acc", "score", "exact_match", "f1", "bleu", "rouge", "pass@", "success", "correct")
 _NOT_A_SCORE = (
