@@ -18,14 +18,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from collector.api import alerts as api_alerts
+from collector.api import checkpoints as api_checkpoints
+from collector.api import run_files
+from collector.api import runs as api_runs
+from collector.api import series as api_series
 from collector.api import stop as api_stop
-from collector.api import views as api_views
 from collector.api.client import ApiError, Client
 from collector.cli_check import EXIT_USAGE
 from collector.cli_tables import TABLES
 from collector.core import runtime
 from collector.core.runtime import API_THREADS, MEMORY_MB, Settings, keep_private, read_marker
 from collector.formats import unread
+from collector.runs.lookup import NotFound
 from collector.store import read as store_read
 from collector.store.db import Store, StoreError
 
@@ -161,7 +166,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
 
         try:
             return cli_check.check(args, _ingest, _query)
-        except (CliError, StoreError, ApiError, api_views.NotFound, ValueError) as e:
+        except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
             print(f"collector check: {e}", file=sys.stderr)
             return EXIT_USAGE
     args.db = (args.db or runtime.default_db()).expanduser().resolve()
@@ -172,7 +177,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         if args.command == "ingest":
             return _ingest(args)
         result = _query(args)
-    except (CliError, StoreError, ApiError, api_views.NotFound, ValueError) as e:
+    except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
         print(f"collector {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
@@ -304,7 +309,6 @@ def _ingest(args: argparse.Namespace) -> int:
 def _not_read(store, runs: set[str]) -> dict[str, list[dict]]:
     """Per run, the files it does not read (with the reason), those whose read failed (retried by the next
     collector or ingest) and those read that gave no point."""
-    from collector.api.run_files import source_warning
     from collector.store.failing import failing_files
 
     out: dict[str, list[dict]] = {}
@@ -316,7 +320,7 @@ def _not_read(store, runs: set[str]) -> dict[str, list[dict]]:
         if f["run"] in runs or f["run"] is None:  # (None: a folder that could not be listed)
             out.setdefault(f["run"] or "(no run)", []).append({"path": f["path"], "reason": f["reason"]})
     for source in store_read.sources(store):
-        warning = source_warning(source)
+        warning = run_files.source_warning(source)
         if source["run"] in runs and warning:
             out.setdefault(source["run"], []).append({"path": source["path"], "reason": warning})
     for r in store_read.runs(store):
@@ -355,14 +359,14 @@ def _query(args: argparse.Namespace) -> Any:
 def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]]:
     c = args.command
     if c == "runs":
-        return "/api/runs", None, api_views.runs
+        return "/api/runs", None, api_runs.runs
     if c == "metrics":
         params = {"metric": args.metric, "points": args.points}
         params |= {k: v for k, v in (("start", args.start), ("end", args.end)) if v is not None}
         return (
             f"/api/runs/{quote(args.run, safe='/')}/metrics",
             params,
-            lambda s: api_views.metrics(s, args.run, [args.metric], args.points, args.start, args.end)[
+            lambda s: api_series.metrics(s, args.run, [args.metric], args.points, args.start, args.end)[
                 "series"
             ][0],
         )
@@ -373,14 +377,14 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         return (
             "/api/alerts",
             params,
-            lambda s: api_views.alerts(s, args.run, args.rule, args.severity, args.state),
+            lambda s: api_alerts.alerts(s, args.run, args.rule, args.severity, args.state),
         )
     if c in ("ack", "resolve"):
         state = "acked" if c == "ack" else "resolved"
         return (
             f"/api/alerts/{args.alert_id}/{c}",
             None,
-            lambda s: api_views.set_alert_state(s, args.alert_id, state, args.note),
+            lambda s: api_alerts.set_alert_state(s, args.alert_id, state, args.note),
         )
     if c == "stop":
         return (
@@ -390,11 +394,11 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         )
     if c == "files":
         params = {"run": args.run} if args.run else None
-        return "/api/problem_files", params, lambda s: api_views.problem_files(s, args.run)
+        return "/api/problem_files", params, lambda s: run_files.problem_files(s, args.run)
     if c == "checkpoints":
         return (
             f"/api/runs/{quote(args.run, safe='/')}/checkpoints",
             {k: v for k, v in (("metric", args.metric), ("direction", args.direction)) if v},
-            lambda s: api_views.checkpoints(s, args.run, args.metric, args.direction),
+            lambda s: api_checkpoints.checkpoints(s, args.run, args.metric, args.direction),
         )
     raise CliError(f"unknown command {c}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from collector.cli_tables import MIN_NAME, shorten, steps, width, wrap
 from collector.core.runtime import default_db
+from collector.runs.lookup import no_run
 
 _RANK = {"info": 0, "warn": 1, "error": 2}
 # The exit codes of every command (README, "Exit codes"): a usage error is never read as a finding.
@@ -50,7 +51,7 @@ def check(
         listing = argparse.Namespace(db=db, command="runs")
         runs = [r for r in query(listing) if run_ids is None or r["id"] in run_ids]
         if run_ids is not None and not runs:
-            raise ValueError(f"no run {args.target!r} in {db}")
+            raise ValueError(f"{no_run(args.target)} in {db}")
         verdicts = []
         for r in runs:
             alerts = query(argparse.Namespace(db=db, command="alerts", run=r["id"], rule=None, severity=None,

@@ -14,7 +14,7 @@ from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
 
-AdviceOf = Callable[[Store, str], dict]  # the run's checkpoint advice (`views.checkpoints`)
+AdviceOf = Callable[[Store, str], dict]  # the run's checkpoint advice (`api.checkpoints.checkpoints`)
 ConfigOf = Callable[[Store, str | None], DetectConfig]  # the run's resolved thresholds
 
 

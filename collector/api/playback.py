@@ -25,7 +25,7 @@ from itertools import groupby
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from collector.api import views
+from collector.api import alerts as api_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -93,7 +93,9 @@ async def playback_events(
             "timing": "wall_time" if timed else "steps_per_second",
         },
     )
-    alerts = await run_in_threadpool(views.alerts, store, run)  # as GET /api/alerts lists them (action too)
+    alerts = await run_in_threadpool(
+        api_alerts.alerts, store, run
+    )  # as GET /api/alerts lists them (action too)
     pending = sorted(
         (a for a in alerts if start_step <= a["first_step"] <= end_step),
         key=lambda a: (a["first_step"], a["id"]),

@@ -8,6 +8,7 @@ from collections import Counter
 
 from collector import formats
 from collector.formats import unread
+from collector.runs.lookup import find_run
 from collector.store import failing as store_failing
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -47,6 +48,8 @@ def problem_files(store: Store, run: str | None = None) -> list[dict]:
     with why (copies of metrics read elsewhere are not problems); `deleted`: gone, what was read stays;
     `bad_lines`: lines quarantined; `no_points`: read, but no line gave a point), `reason`, and `attempts`,
     `since`, `next_try_at` (failing files) and `bad_lines` (quarantined lines), else null."""
+    if run is not None:
+        find_run(store, run)  # NotFound: an unknown run has no files, and saying so beats an empty list
     out = [
         _problem(f["run"], f["path"], "failing", f["reason"], attempts=f["attempts"], since=f["since"])
         | {"next_try_at": f["next_try_at"]}

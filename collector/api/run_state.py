@@ -8,6 +8,8 @@ from collector.detect.runlevel import stopped_by_person
 from collector.ingest.fs import root_state
 from collector.store import read as store_read
 
+VERSION = "0.1.0"  # the collector's, as /api/health and /openapi.json state it
+
 
 def run_status(r: dict, stalled: bool, reachable: bool = True) -> str:
     """What the run is doing, in the overview's words: `unreachable` while the host of a remote run that has

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.api.views import NotFound
 from collector.core.stop_request import stop_path, write_stop_request
+from collector.runs.lookup import find_run
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -16,10 +16,7 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
     `collector.core.stop_request`). Returns `run`, `path` (the request file), `request` (the one in force:
     an earlier request stands) and `written`. NotFound for an unknown run; ValueError for a run that has no
     folder of its own or has ended."""
-    found = store_read.runs(store, run_id)
-    if not found:
-        raise NotFound(f"no run {run_id!r}")
-    r = found[0]
+    r = find_run(store, run_id)
     folder = Path(r["path"])
     if not folder.is_dir():
         raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from collector.advice import action as action_mod
-from collector.api import views
+from collector.api import alerts as api_alerts
 from collector.core.model import Points, RunInfo
 from collector.core.runtime import alerts_log_path
 from collector.core.stop_request import STOP_FILE, stop_path
@@ -222,14 +222,14 @@ class Detection:
             deliver(self.sinks, body | {"action": actions.get(alert["id"])})
 
     def _actions(self, run: str, alerts: list[dict]) -> dict[int, dict]:
-        """Alert id -> the `action` the API gives that alert now (`views.alerts_with_actions`), for the alerts
+        """Alert id -> the `action` the API gives that alert now (`api.alerts.alerts_with_actions`), for the alerts
         that need one; built once per run and batch, and only for those (it reads the run's checkpoint advice).
         A failure is logged and the events go out without it: delivery never waits on advice."""
         wanting = [dict(a) for a in alerts if action_mod.needs_action(a)]
         if not wanting:
             return {}
         try:
-            views.alerts_with_actions(self.store, wanting)
+            api_alerts.alerts_with_actions(self.store, wanting)
         except Exception as exc:  # advice reads the store and runwatch.toml: neither may cost the alert
             log.warning(
                 "run %s: the action for the %s alert(s) could not be built (%s: %s); delivered without it",

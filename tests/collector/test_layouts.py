@@ -10,7 +10,7 @@ from pathlib import Path
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from collector.api import views
+from collector.api import runs as api_runs
 from collector.formats.discover import run_for_path
 from collector.store.db import Store
 from tests.collector.test_daemon_support import cli
@@ -57,7 +57,7 @@ def events(folder: Path, points: dict[str, dict[int, float]]) -> None:
 def run_detail(db: Path, run_id: str) -> dict:
     store = Store(db)
     try:
-        return views.run(store, run_id)
+        return api_runs.run(store, run_id)
     finally:
         store.close()
 

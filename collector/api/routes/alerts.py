@@ -1,0 +1,41 @@
+"""`/api/alerts`: the alerts (with their actions), one alert with its history, acknowledge and resolve."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from collector.api import alerts as api_alerts
+from collector.api.http import TOKEN, JSONWithNaN, StoreDep
+
+router = APIRouter(dependencies=TOKEN)
+
+
+class Note(BaseModel):
+    note: str | None = None
+
+
+@router.get("/api/alerts")
+def alerts(
+    store: StoreDep,
+    run: str | None = None,
+    rule: str | None = None,
+    severity: str | None = None,
+    state: str = "all",
+) -> JSONWithNaN:
+    return JSONWithNaN(api_alerts.alerts(store, run, rule, severity, state))
+
+
+@router.get("/api/alerts/{alert_id}")
+def one_alert(store: StoreDep, alert_id: int) -> JSONWithNaN:
+    return JSONWithNaN(api_alerts.alert(store, alert_id))
+
+
+@router.post("/api/alerts/{alert_id}/ack")
+def ack(store: StoreDep, alert_id: int, body: Note | None = None) -> JSONWithNaN:
+    return JSONWithNaN(api_alerts.set_alert_state(store, alert_id, "acked", body.note if body else None))
+
+
+@router.post("/api/alerts/{alert_id}/resolve")
+def resolve(store: StoreDep, alert_id: int, body: Note | None = None) -> JSONWithNaN:
+    return JSONWithNaN(api_alerts.set_alert_state(store, alert_id, "resolved", body.note if body else None))

@@ -1,0 +1,31 @@
+"""`GET /api/health`: is the collector up, what it watches and with which settings (no token needed)."""
+
+from __future__ import annotations
+
+import anyio.to_thread
+from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+
+from collector.api import run_files
+from collector.api.http import CollectorDep, JSONWithNaN
+from collector.api.run_state import VERSION, health_info
+from collector.store import read as store_read
+
+router = APIRouter()
+
+
+@router.get("/api/health")
+async def health(c: CollectorDep) -> JSONWithNaN:
+    # Counts only (no token here): which files, and why, come from /api/problem_files.
+    body = await run_in_threadpool(
+        lambda: (
+            health_info(c.db, c.roots, VERSION)
+            | {
+                "problem_files": run_files.problem_counts(c.store),
+                "memory_limit": store_read.memory_limit(c.store),
+            }
+        )
+    )
+    # (read here, in the event loop: the pool's size in force)
+    api_threads = anyio.to_thread.current_default_thread_limiter().total_tokens
+    return JSONWithNaN(body | {"api_threads": int(api_threads)})

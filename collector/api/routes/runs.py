@@ -1,0 +1,58 @@
+"""The runs: the overview, one run, its page's first view, runs side by side, and a person's stop request.
+
+`GET /api/runs/{run:path}` matches every deeper path too, so this router is included after every other route
+of a run (`collector.api.app.ROUTERS`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+from pydantic import BaseModel
+
+from collector.api import runs as api_runs
+from collector.api import stop as api_stop
+from collector.api.http import TOKEN, JSONWithNaN, StoreDep
+
+router = APIRouter(dependencies=TOKEN)
+
+
+class StopRequest(BaseModel):
+    reason: str = ""
+
+
+@router.get("/api/runs")
+def runs(store: StoreDep) -> JSONWithNaN:
+    return JSONWithNaN(api_runs.runs(store))
+
+
+@router.get("/api/compare")
+def compare(store: StoreDep, run: Annotated[list[str], Query()]) -> JSONWithNaN:
+    return JSONWithNaN(api_runs.compare(store, run))
+
+
+@router.post("/api/runs/{run:path}/stop")
+def stop(store: StoreDep, run: str, body: StopRequest | None = None) -> JSONWithNaN:
+    try:
+        return JSONWithNaN(api_stop.request_stop(store, run, body.reason if body else ""))
+    except ValueError as e:
+        raise HTTPException(409, str(e)) from None
+    except OSError as e:
+        raise HTTPException(500, f"run {run!r}: the stop request could not be written ({e})") from None
+
+
+@router.get("/api/runs/{run:path}/view")
+def run_view(
+    store: StoreDep,
+    run: str,
+    points: Annotated[int, Query(ge=1, description="at most this many buckets per metric")] = 2000,
+    start: int | None = None,
+    end: int | None = None,
+    series: Annotated[bool, Query(description="false: the run, alerts and checkpoints only")] = True,
+) -> JSONWithNaN:
+    return JSONWithNaN(api_runs.run_view(store, run, points, start, end, series))
+
+
+@router.get("/api/runs/{run:path}")
+def one_run(store: StoreDep, run: str) -> JSONWithNaN:
+    return JSONWithNaN(api_runs.run(store, run))

@@ -1,0 +1,201 @@
+"""The runs as the API answers them: the overview (`GET /api/runs`), one run, its page's first view, and runs
+side by side. Each function takes the store and plain arguments and returns JSON-able data (floats may be NaN
+or infinite); the CLI's `--json` calls the same functions, so the two never drift."""
+
+from __future__ import annotations
+
+import functools
+
+from collector.advice.verl_saves import verl_save_freq
+from collector.api import alerts as api_alerts
+from collector.api import checkpoints as api_checkpoints
+from collector.api import run_files
+from collector.api.run_state import run_status
+from collector.api.series import metrics
+from collector.core.roles import role_of
+from collector.detect import registry
+from collector.detect.config import DetectConfig
+from collector.detect.runlevel import STALLED
+from collector.ingest.fs import root_state
+from collector.runs.lookup import find_run
+from collector.store import alerts as store_alerts
+from collector.store import read as store_read
+from collector.store.db import Store
+
+
+def runs(store: Store) -> list[dict]:
+    """Every run with its state, latest losses, open alerts and recommended checkpoint step."""
+    counts = store_read.open_alert_counts(store)
+    signatures = store_read.advice_signatures(store, api_checkpoints.BAD_RULES)
+    stats_by_run: dict[str, list[dict]] = {}
+    for s in store_read.metric_stats(store):
+        stats_by_run.setdefault(s["run"], []).append(s)
+    with_checkpoints = store_alerts.runs_with_checkpoints(store)
+    stalled = store_read.runs_with_open_alert(store, STALLED)
+    errors = store_read.open_error_alerts(store)
+    out = []
+    for r in store_read.runs(store):
+        stats = stats_by_run.get(r["id"], [])
+        summary = _run_summary(
+            store,
+            r,
+            stats,
+            counts,
+            r["id"] in with_checkpoints,
+            r["id"] in stalled,
+            signatures.get(r["id"]),
+        )
+        out.append(summary | anomaly(errors.get(r["id"])))
+    return out
+
+
+def anomaly(error_alert: dict | None) -> dict:
+    """`anomaly_detected` and `anomaly_reason` of a run from its first unresolved error alert (the
+    trainer's own state, `status`, is left as it is)."""
+    if error_alert is None:
+        return {"anomaly_detected": False, "anomaly_reason": None}
+    a = error_alert
+    where = f" on {a['metric']}" if a["metric"] else ""
+    return {
+        "anomaly_detected": True,
+        "anomaly_reason": f"{a['rule']}{where} at step {a['first_step']}: {a['message']}",
+    }
+
+
+def _open_counts(counts: dict, run: str) -> dict:
+    return counts.get(run, {"error": 0, "warn": 0, "info": 0})
+
+
+def _latest_by_role(stats: list[dict], role: str) -> float | None:
+    best = None
+    for s in stats:
+        if role_of(s["metric"]) == role and (best is None or s["last_step"] > best["last_step"]):
+            best = s
+    return best["last_value"] if best else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _save_freq(config: str | None) -> int | None:
+    """verl's save frequency from a run's stored config text, parsed once per distinct text (every overview
+    refresh asks it for each run)."""
+    return verl_save_freq(store_read.parse_json(config))
+
+
+def _run_summary(
+    store: Store,
+    r: dict,
+    stats: list[dict],
+    counts: dict,
+    has_checkpoints: bool,
+    stalled: bool,
+    signature: tuple | None,
+) -> dict:
+    recommended = None
+    # A lone trainer_state.json or a verl log naming its save_freq has no checkpoint folders to index (its
+    # advice infers them); a run with evaluations and no checkpoint seen is told its best evaluation's step.
+    if (
+        has_checkpoints
+        or r["format"] == "hf_trainer_state"
+        or any(role_of(s["metric"]) in api_checkpoints.EVAL_ROLES for s in stats)
+        or _save_freq(r["config"]) is not None
+    ):
+        recommended = api_checkpoints.recommended_step(store, r, stats, signature)
+    state = root_state(r["path"])["state"]
+    return {
+        "id": r["id"],
+        "path": r["path"],
+        "format": r["format"],
+        "status": run_status(r, stalled, state != "disconnected"),
+        "root_state": state,
+        "last_step": r["last_step"],
+        "total_steps": r["total_steps"],
+        "updated_at": r["updated_at"],
+        "last_point_at": r["last_point_at"],
+        "train_loss": _latest_by_role(stats, "loss"),
+        "val_loss": _latest_by_role(stats, "val_loss"),
+        "open_alerts": _open_counts(counts, r["id"]),
+        "recommended_step": recommended,
+        "judged_to": r["detected_to"],  # a stored backlog being judged: the step alerts are up to; else None
+    }
+
+
+def run(store: Store, run_id: str) -> dict:
+    """One run: its summary plus config, status file content, metrics with point counts, sources."""
+    r = find_run(store, run_id)
+    stats = store_read.metric_stats(store, run_id)
+    has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
+    stalled = run_id in store_read.runs_with_open_alert(store, STALLED)
+    signature = store_read.advice_signatures(store, api_checkpoints.BAD_RULES).get(run_id)
+    out = _run_summary(
+        store, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled, signature
+    )
+    out |= anomaly(store_read.open_error_alerts(store).get(run_id))
+    out["config"] = store_read.parse_json(r["config"])
+    out["status_info"] = store_read.parse_json(r["status_info"])
+    out["metrics"] = [
+        {
+            "metric": s["metric"],
+            "points": s["points"],
+            "last_step": s["last_step"],
+            "role": role_of(s["metric"]),
+        }
+        for s in stats
+    ]
+    out["sources"], out["skipped_files"] = run_files.files_of(store, run_id)
+    out["failing_files"] = run_files.failing_of(store, run_id)
+    out["decorations"] = panel_decorations(api_checkpoints.detect_config(store, r["path"]))
+    return out
+
+
+def panel_decorations(config: DetectConfig) -> dict[str, dict]:
+    """Role -> what a chart of that role draws beside the data, from the run's resolved thresholds:
+    `normal_band` [low, high] (the healthy range) and `warning_line` (above it is trouble)."""
+    return registry.decorations(config)
+
+
+def run_view(
+    store: Store,
+    run_id: str,
+    points: int = 2000,
+    start: int | None = None,
+    end: int | None = None,
+    with_series: bool = True,
+) -> dict:
+    """What a run page draws first, in one answer: `run`'s fields plus `series` (every metric over
+    [start, end], at most `points` buckets each; empty without `with_series`), `alerts` (all states, newest
+    first) and `checkpoint_steps` (the indexed checkpoints' steps, without computing advice)."""
+    out = run(store, run_id)
+    names = [m["metric"] for m in out["metrics"]]
+    series = metrics(store, run_id, names, points, start, end)["series"] if with_series and names else []
+    index = store_alerts.checkpoints(store, run_id)
+    return out | {
+        "series": series,
+        "alerts": api_alerts.alerts_with_actions(store, store_alerts.list_alerts(store, run=run_id)),
+        "checkpoint_steps": sorted(c["step"] for c in index),
+    }
+
+
+def compare(store: Store, run_ids: list[str]) -> dict:
+    """The runs side by side and the config keys whose values differ between them."""
+    summaries = [run(store, r) for r in run_ids]
+    flat = {s["id"]: _flatten(s.get("config") or {}) for s in summaries}
+    keys = sorted({k for f in flat.values() for k in f})
+    diff = []
+    for key in keys:
+        values = {rid: flat[rid].get(key) for rid in flat}
+        if len({repr(v) for v in values.values()}) > 1:
+            diff.append({"key": key, "values": values})
+    return {"runs": summaries, "config_diff": diff}
+
+
+def _flatten(obj: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in obj.items():
+        if k == "log_history":
+            continue  # the whole history is not a setting
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
