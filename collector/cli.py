@@ -28,6 +28,7 @@ from collector.api.client import ApiError, Client
 from collector.cli_check import EXIT_USAGE
 from collector.cli_tables import TABLES
 from collector.core import runtime
+from collector.core.printable import log_escaped, printable
 from collector.core.runtime import API_THREADS, MEMORY_MB, Settings, keep_private, read_marker
 from collector.formats import unread
 from collector.runs.lookup import NotFound
@@ -155,9 +156,7 @@ def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "python -m collector") -> int:
     """Run one command; `prog` is the command's name in usage lines (`runwatch` when called as the tool)."""
     args = _parser(prog).parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
-    )
+    log_escaped(sys.stderr)
     # httpx logs every request at INFO: noise on stderr for each CLI call, not news for the user.
     for noisy in ("httpx", "httpcore", "asyncssh"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         try:
             return cli_check.check(args, _ingest, _query)
         except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
-            print(f"collector check: {e}", file=sys.stderr)
+            print(f"collector check: {printable(e)}", file=sys.stderr)
             return EXIT_USAGE
     args.db = (args.db or runtime.default_db()).expanduser().resolve()
     keep_private(args.db)
@@ -178,7 +177,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
             return _ingest(args)
         result = _query(args)
     except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
-        print(f"collector {args.command}: {e}", file=sys.stderr)
+        print(f"collector {args.command}: {printable(e)}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         print(json.dumps(result, allow_nan=True, default=str))
@@ -214,7 +213,7 @@ def _serve(args: argparse.Namespace) -> int:
             return 0
         return run_daemon(settings)
     except AlreadyRunning as e:
-        print(f"collector serve: {e}", file=sys.stderr)
+        print(f"collector serve: {printable(e)}", file=sys.stderr)
         return 1
 
 
@@ -298,11 +297,11 @@ def _ingest(args: argparse.Namespace) -> int:
     if own:
         print(f"{len(own)} file(s) of runwatch's own beside the database, not read:")
     for f in own:
-        print(f"  {f['path']}: {f['reason']}")
+        print(f"  {printable(f['path'])}: {printable(f['reason'])}")
     for run, files in not_read.items():
-        print(f"{run}: {len(files)} file(s) not read, failing or read without a point")
+        print(f"{printable(run)}: {len(files)} file(s) not read, failing or read without a point")
         for f in files:
-            print(f"  {f['path']}: {f['reason']}")
+            print(f"  {printable(f['path'])}: {printable(f['reason'])}")
     return 0
 
 

@@ -12,6 +12,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from collector.core.printable import printable
+
 ELLIPSIS = "…"
 # The narrowest a shortened name gets: a few characters of each end stay readable.
 MIN_NAME = 9
@@ -42,7 +44,7 @@ def wrap(text: str, columns: int | None = None, indent: str = "") -> list[str]:
     its own line breaks kept."""
     columns = columns or width()
     lines = []
-    for paragraph in str(text).splitlines() or [""]:
+    for paragraph in printable(text, newlines=True).splitlines() or [""]:
         lines += textwrap.wrap(
             paragraph,
             width=columns,
@@ -115,14 +117,14 @@ def _is_number(value: Any) -> bool:
 
 
 def cell(value: Any) -> str:
-    """One value as a table shows it."""
+    """One value as a table shows it (text escaped: see `printable`)."""
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, dict):
-        return " ".join(f"{k}:{v}" for k, v in value.items() if v)
-    return str(value)
+        return printable(" ".join(f"{k}:{v}" for k, v in value.items() if v))
+    return printable(value)
 
 
 def steps(first: Any, last: Any) -> str:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Protocol
 
+from collector.core.printable import printable
 from collector.core.stop_request import stop_path, write_stop_request
 from collector.detect.stop import StopSettings, stops_run
 
@@ -80,7 +81,8 @@ class ConsoleSink:
 
     def send(self, alert: dict) -> None:
         action = action_text(alert)
-        self.stream.write(alert_line(alert) + "\n" + (f"    action: {action}\n" if action else ""))
+        line = printable(alert_line(alert)) + "\n"
+        self.stream.write(line + (f"    action: {printable(action)}\n" if action else ""))
         self.stream.flush()
 
     def close(self) -> None:
