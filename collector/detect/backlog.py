@@ -7,7 +7,7 @@ Stable interface:
   no wall time, in file order); the columns are numpy arrays (`metrics` of str or object).
 
 How: the incremental engine stays the one definition of a finding. Each rule's screen
-(`collector.detect.screens`) says, with numpy over the whole series, how far its next points surely give
+(`collector.detect.screens`, declared on the rule's class) says, with numpy over the whole series, how far its next points surely give
 quiet verdicts; only the points where some rule may fire (and the points of a metric while one of its
 episodes is open, a non-finite value, a rule whose state is not ready, a rule without a screen) go through
 `RunDetector.update` one by one, in file order. Between them each rule takes its quiet points in bulk, and the
@@ -23,7 +23,6 @@ import numpy as np
 
 from collector.core.model import Points
 from collector.core.roles import RL_ROLES, role_of, value_scale
-from collector.detect import screens_loss, screens_rl  # noqa: F401  (register the loss and RL rules' screens)
 from collector.detect.base import HOLD
 from collector.detect.engine import AlertEvent, RunDetector, _Metric
 from collector.detect.rules import rules_for

@@ -91,6 +91,9 @@ class Rule:
     )
     action: ClassVar[Action] = Action.GO_BACK
     meaning: ClassVar[str] = ""  # what its error episode says about the weights saved during it
+    # its backlog screen (a `collector.detect.screens.Screen`: which points surely give a quiet verdict, taken
+    # in bulk); None: the backlog path feeds it every point (correct, slower)
+    screen: ClassVar[Any] = None
     clear_after: int  # verdicts of None in a row that close an open episode
 
     @classmethod

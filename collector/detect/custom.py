@@ -10,9 +10,12 @@ import operator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+import numpy as np
+
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import Finding, Verdict, fmt
+from collector.detect.screens import Screen, first
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,28 @@ def custom_matches(rule: CustomRule, metric: str) -> bool:
     return rule.metric == metric or fnmatchcase(metric, rule.metric)
 
 
+class CustomScreen(Screen):
+    """Quiet: the points where the user's condition does not hold (compared as the rule compares them)."""
+
+    def quiet(self, rule, steps, values, ctx) -> int:
+        op = rule.rule.op
+        if op in ("falling", "rising"):
+            before = np.concatenate([[np.nan if rule.previous is None else rule.previous], values[:-1]])
+            hot = values < before if op == "falling" else values > before
+        else:
+            hot = np.asarray(_OPS[op](values, rule.rule.value), dtype=bool)
+        return first(hot)
+
+    def advance(self, rule, steps, values, ctx) -> None:
+        if len(values):
+            rule.count = 0
+            rule.previous = float(values[-1])
+
+
 class CustomThreshold:
     """One user rule on one metric."""
 
-    unsafe_checkpoint = False
+    screen = CustomScreen()
 
     def __init__(self, metric: str, rule: CustomRule) -> None:
         self.metric, self.rule = metric, rule

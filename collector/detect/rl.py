@@ -27,6 +27,13 @@ from collector.detect.base import (
     median_of_sorted,
     robust_z,
 )
+from collector.detect.screens import ResponseTruncationScreen, ZeroStreakScreen
+from collector.detect.screens_rl import (
+    EntropyCollapseScreen,
+    KlRiseScreen,
+    KlSpikeScreen,
+    RewardCollapseScreen,
+)
 from collector.detect.trends import ZeroStreak
 
 
@@ -105,6 +112,7 @@ class RewardCollapse(Rule):
     roles = ("reward",)
     settings = RewardCollapseRule
     severities = (Severity.WARN,)
+    screen = RewardCollapseScreen()
     action = Action.NAME_STEP
     meaning = "the reward had collapsed there"
 
@@ -174,6 +182,7 @@ class RewardStdCollapse(ZeroStreak):
     roles = ("reward_std",)
     settings = RewardCollapseRule
     severities = (Severity.WARN,)
+    screen = ZeroStreakScreen("std_zero")
     action = Action.NAME_STEP
     meaning = RewardCollapse.meaning
 
@@ -203,6 +212,7 @@ class EntropyCollapse(Rule):
     roles = ("entropy",)
     settings = EntropyCollapseRule
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    screen = EntropyCollapseScreen()
     action = Action.NAME_STEP
     meaning = "the policy's entropy had collapsed or run away there"
 
@@ -259,6 +269,7 @@ class ResponseTruncation(Rule):
     roles = ("clip_ratio",)
     settings = ResponseTruncationRule
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    screen = ResponseTruncationScreen()
     meaning = "responses there are cut at the length limit, so the reward judged cut-off answers"
 
     def __init__(self, metric: str, cfg: ResponseTruncationRule) -> None:
@@ -295,6 +306,7 @@ class KlRise(Rule):
     roles = ("kl",)
     settings = KlRiseRule
     severities = (Severity.WARN,)
+    screen = KlRiseScreen()
     meaning = "the policy was drifting fast away from its reference there"
 
     def __init__(self, metric: str, cfg: KlRiseRule) -> None:
@@ -346,6 +358,7 @@ class KlSpike(Rule):
     roles = ("kl",)
     settings = KlSpikeRule
     severities = (Severity.WARN, Severity.ERROR)
+    screen = KlSpikeScreen()
     action = Action.REPLAY_FROM_BEFORE
     meaning = "the policy had jumped away from its reference there"
 

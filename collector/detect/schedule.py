@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Finding, Rule, Verdict, fmt
+from collector.detect.screens import LrAnomalyScreen
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class LrAnomaly(Rule):
     roles = ("lr",)
     settings = LrAnomalyRule
     severities = (Severity.WARN, Severity.ERROR)
+    screen = LrAnomalyScreen()
     meaning = "the learning rate was off its schedule there"
 
     def __init__(self, metric: str, cfg: LrAnomalyRule) -> None:

@@ -1,6 +1,8 @@
 """Screens: what lets the backlog path (`collector.detect.backlog`) skip the points where a rule cannot fire.
 
-A screen belongs to one rule class (`SCREENS`, filled here, in `screens_loss` and in `screens_rl`) and
+A screen belongs to one rule class, which declares it (`Rule.screen`; the screens of the spike, schedule,
+validation-score and zero-streak rules are here, the loss rules' in `screens_loss`, the RL rules' in
+`screens_rl`, a custom rule's in `custom`), and
 answers three things about one rule object, over numpy arrays of the finite points (steps, values scaled as
 the engine scales them) that would be fed to it next:
 
@@ -30,12 +32,6 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from collector.core.facts import RunFacts
 from collector.detect.base import Window, median_of_sorted
-from collector.detect.custom import _OPS, CustomThreshold
-from collector.detect.rl import ResponseTruncation, RewardStdCollapse
-from collector.detect.schedule import LrAnomaly
-from collector.detect.spikes import GradSpike, StepTimeSpike
-from collector.detect.trends import NoLearningGrad
-from collector.detect.val_scores import ValScoreDecline
 
 
 @dataclass
@@ -68,13 +64,9 @@ class Screen:
         raise NotImplementedError
 
 
-SCREENS: dict[type, Screen] = {}
-
-
 def screen_of(rule) -> Screen | None:
-    """The screen of a rule's class (a class may also declare its own as a `screen` attribute); None: fed in full."""
-    found = getattr(type(rule), "screen", None)
-    return found if isinstance(found, Screen) else SCREENS.get(type(rule))
+    """The screen its class declares (`Rule.screen`); None: the rule is fed every point in full."""
+    return getattr(type(rule), "screen", None)
 
 
 def first(hot: np.ndarray) -> int:
@@ -172,7 +164,7 @@ def excused(steps: np.ndarray, ctx: ScreenContext) -> np.ndarray:
 
 
 class GradSpikeScreen(Screen):
-    def ready(self, rule: GradSpike, ctx: ScreenContext) -> bool:
+    def ready(self, rule, ctx: ScreenContext) -> bool:
         w, cfg, facts = rule.window, rule.cfg, ctx.facts
         if len(w.vals) != w.vals.maxlen or len(w.vals) < cfg.min_history:
             return False
@@ -183,7 +175,7 @@ class GradSpikeScreen(Screen):
         # a window replaced by the recent points (a new level) happens only with spikes among them
         return 2 * sum(flag for _, _, flag in rule.recent) < rule.recent.maxlen
 
-    def quiet(self, rule: GradSpike, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         cfg = rule.cfg
         mids = scheduled_medians(rule.window, values)
         hot = (values > cfg.abs_max) | (values > cfg.ratio * mids)
@@ -193,7 +185,7 @@ class GradSpikeScreen(Screen):
             hot |= steps <= warmup
         return first(hot)
 
-    def advance(self, rule: GradSpike, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         extend_window(rule.window, steps, values, median=True, noise=False)
         recent = rule.recent
         m = recent.maxlen
@@ -208,18 +200,18 @@ class GradSpikeScreen(Screen):
 class StepTimeSpikeScreen(Screen):
     """Judged one step late: the point fed at i judges the one before it (the pending point)."""
 
-    def ready(self, rule: StepTimeSpike, ctx) -> bool:
+    def ready(self, rule, ctx) -> bool:
         w = rule.window
         return (
             rule.pending is not None and len(w.vals) == w.vals.maxlen and len(w.vals) >= rule.cfg.min_history
         )
 
-    def _judged(self, rule: StepTimeSpike, steps, values) -> tuple[np.ndarray, np.ndarray]:
+    def _judged(self, rule, steps, values) -> tuple[np.ndarray, np.ndarray]:
         s0, v0 = rule.pending
         return (np.concatenate([np.array([s0], dtype=np.int64), steps[:-1]]),
                 np.concatenate([np.array([v0], dtype=np.float64), values[:-1]]))  # fmt: skip
 
-    def quiet(self, rule: StepTimeSpike, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         cfg = rule.cfg
         j_steps, j_values = self._judged(rule, steps, values)
         mids = scheduled_medians(rule.window, j_values)
@@ -228,7 +220,7 @@ class StepTimeSpikeScreen(Screen):
         hot = (j_values > cfg.ratio * mids) | absolute | excused(j_steps, ctx)
         return first(hot)
 
-    def advance(self, rule: StepTimeSpike, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         if not len(values):
             return
         j_steps, j_values = self._judged(rule, steps, values)
@@ -237,14 +229,15 @@ class StepTimeSpikeScreen(Screen):
 
 
 class ZeroStreakScreen(Screen):
-    """`no_learning` on a gradient norm, `reward_collapse` on a reward spread: fires only at (about) zero."""
+    """`no_learning` on a gradient norm, `reward_collapse` on a reward spread: fires only at (about) zero, the
+    rule's setting `threshold` (of the absolute value with `absolute`)."""
+
+    def __init__(self, threshold: str, absolute: bool = False) -> None:
+        self.threshold, self.absolute = threshold, absolute
 
     def quiet(self, rule, steps, values, ctx) -> int:
-        if isinstance(rule, NoLearningGrad):
-            hot = ~(np.abs(values) > rule.cfg.zero_grad)
-        else:
-            hot = ~(values > rule.cfg.std_zero)
-        return first(hot)
+        level = getattr(rule.cfg, self.threshold)
+        return first(~((np.abs(values) if self.absolute else values) > level))
 
     def advance(self, rule, steps, values, ctx) -> None:
         if len(values):
@@ -252,33 +245,17 @@ class ZeroStreakScreen(Screen):
 
 
 class ResponseTruncationScreen(Screen):
-    def quiet(self, rule: ResponseTruncation, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         return first(~(values < rule.cfg.clip_ratio))
 
     def advance(self, rule, steps, values, ctx) -> None:
         pass
 
 
-class CustomScreen(Screen):
-    def quiet(self, rule: CustomThreshold, steps, values, ctx) -> int:
-        op = rule.rule.op
-        if op in ("falling", "rising"):
-            before = np.concatenate([[np.nan if rule.previous is None else rule.previous], values[:-1]])
-            hot = values < before if op == "falling" else values > before
-        else:
-            hot = np.asarray(_OPS[op](values, rule.rule.value), dtype=bool)
-        return first(hot)
-
-    def advance(self, rule: CustomThreshold, steps, values, ctx) -> None:
-        if len(values):
-            rule.count = 0
-            rule.previous = float(values[-1])
-
-
 class LrAnomalyScreen(Screen):
     """lr above zero and on its schedule (or no schedule known) is quiet."""
 
-    def _expected(self, rule: LrAnomaly, steps, values, ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _expected(self, rule, steps, values, ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(expected lr, base lr, whether both are known) per point, as `expected_lr` computes them."""
         settings = ctx.facts.settings
         total, warmup = settings.get("total_steps"), settings.get("warmup_steps", 0)
@@ -305,7 +282,7 @@ class LrAnomalyScreen(Screen):
                 expected = np.where(in_warmup, base * steps / warmup, expected)
         return expected, base, known & ~np.isnan(expected)
 
-    def quiet(self, rule: LrAnomaly, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         expected, base, known = self._expected(rule, steps, values, ctx)
         tol = rule.cfg.cosine_tolerance * base
         # off the curve, or within a hair of the tolerance (numpy's cos may differ from math's in the last bit)
@@ -313,7 +290,7 @@ class LrAnomalyScreen(Screen):
             off = np.abs(values - expected) > tol - 1e-9 * (np.abs(values) + np.abs(expected) + np.abs(tol))
         return first(~(values > 0) | (known & off))
 
-    def advance(self, rule: LrAnomaly, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         if not len(values):
             return
         _, _, known = self._expected(rule, steps, values, ctx)
@@ -327,22 +304,8 @@ class ValScoreDeclineScreen(Screen):
     """A score the rule does not judge (a training accuracy logged every step: TRL's `mean_token_accuracy`)
     always holds and keeps no state: taken in bulk. A validation score is fed in full (its evaluations are few)."""
 
-    def quiet(self, rule: ValScoreDecline, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         return 0 if rule.judged else len(values)
 
-    def advance(self, rule: ValScoreDecline, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         pass
-
-
-SCREENS.update(
-    {
-        ValScoreDecline: ValScoreDeclineScreen(),
-        GradSpike: GradSpikeScreen(),
-        StepTimeSpike: StepTimeSpikeScreen(),
-        NoLearningGrad: ZeroStreakScreen(),
-        RewardStdCollapse: ZeroStreakScreen(),
-        ResponseTruncation: ResponseTruncationScreen(),
-        CustomThreshold: CustomScreen(),
-        LrAnomaly: LrAnomalyScreen(),
-    }
-)

@@ -11,16 +11,14 @@ from itertools import islice
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from collector.detect.screens import SCREENS, Screen, block_medians, extend_window, first, floats
-from collector.detect.spikes import LossSpike
-from collector.detect.trends import LossPlateau, NoLearningLoss
+from collector.detect.screens import Screen, block_medians, extend_window, first, floats
 
 
 class LossSpikeScreen(Screen):
     """Quiet: no jump of `abs_jump` above the lowest of the level points (the level's median is no lower),
     and every trend check's newest block median within the divergence margin of the best so far."""
 
-    def ready(self, rule: LossSpike, ctx) -> bool:
+    def ready(self, rule, ctx) -> bool:
         if ctx.facts.is_rl:
             return True
         w = rule.window
@@ -31,7 +29,7 @@ class LossSpikeScreen(Screen):
             and rule.rising == 0
         )
 
-    def _checks(self, rule: LossSpike, values: np.ndarray):
+    def _checks(self, rule, values: np.ndarray):
         """(index of each trend check among `values`, its newest block median, the best median after it)."""
         n, m, block = len(values), rule.recent.maxlen, rule.block
         len0 = len(rule.recent)
@@ -45,7 +43,7 @@ class LossSpikeScreen(Screen):
         best = np.minimum.accumulate(np.concatenate([[start], latest]))[1:]
         return at, latest, best
 
-    def quiet(self, rule: LossSpike, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         if ctx.facts.is_rl:
             return len(values)
         cfg = rule.cfg
@@ -63,7 +61,7 @@ class LossSpikeScreen(Screen):
         hot[at[diverging]] = True
         return first(hot)
 
-    def advance(self, rule: LossSpike, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         if ctx.facts.is_rl or not len(values):
             return
         at, latest, best = self._checks(rule, values)
@@ -85,10 +83,10 @@ class NoLearningLossScreen(Screen):
     """Quiet: away from ln(vocab), and either fallen well below the highest loss or spread over the last
     points by more than `flat_rel` of their largest magnitude (which bounds the mean's)."""
 
-    def ready(self, rule: NoLearningLoss, ctx) -> bool:
+    def ready(self, rule, ctx) -> bool:
         return ctx.facts.is_rl or len(rule.recent) == rule.recent.maxlen
 
-    def quiet(self, rule: NoLearningLoss, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         if ctx.facts.is_rl:
             return len(values)
         cfg = rule.cfg
@@ -106,7 +104,7 @@ class NoLearningLossScreen(Screen):
         hot |= ~dropped & (spread <= bound)
         return first(hot)
 
-    def advance(self, rule: NoLearningLoss, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         if ctx.facts.is_rl or not len(values):
             return
         size = rule.recent.maxlen
@@ -126,7 +124,7 @@ class LossPlateauScreen(Screen):
 
     holds_between = True  # see `between`
 
-    def _checks(self, rule: LossPlateau, values: np.ndarray, medians: bool = True):
+    def _checks(self, rule, values: np.ndarray, medians: bool = True):
         """(index of each check among `values`, its window length, its window median)."""
         cfg, n = rule.cfg, len(values)
         i = np.arange(n)
@@ -144,7 +142,7 @@ class LossPlateauScreen(Screen):
                 now[a:b] = block_medians(arr, ends[a:b], int(halves[a]))
         return at, halves, now
 
-    def _walk(self, rule: LossPlateau, steps, at, halves, now, apply: bool) -> int:
+    def _walk(self, rule, steps, at, halves, now, apply: bool) -> int:
         """Replay the checks' bookkeeping (on copies unless `apply`); the number of leading checks whose verdict
         is None."""
         checks = rule.checks if apply else type(rule.checks)(rule.checks)
@@ -166,13 +164,13 @@ class LossPlateauScreen(Screen):
                 rule.best, rule.flat = best, 0
         return len(at)
 
-    def between(self, rule: LossPlateau, steps, values, ctx) -> int:
+    def between(self, rule, steps, values, ctx) -> int:
         if ctx.facts.is_rl:
             return len(values)
         at, _, _ = self._checks(rule, values, medians=False)
         return int(at[0]) if len(at) else len(values)
 
-    def _first_median(self, rule: LossPlateau, values: np.ndarray, c: int, half: int) -> float:
+    def _first_median(self, rule, values: np.ndarray, c: int, half: int) -> float:
         """The window median of a check at index `c` of `values` (the deque's tail read only as far as needed)."""
         end = c + 1
         if end >= half:
@@ -183,7 +181,7 @@ class LossPlateauScreen(Screen):
             window = np.concatenate([tail, values[:end]])
         return float(block_medians(window, np.array([half]), half)[0])
 
-    def quiet(self, rule: LossPlateau, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         if ctx.facts.is_rl:
             return len(values)
         at, halves, _ = self._checks(rule, values, medians=False)
@@ -197,7 +195,7 @@ class LossPlateauScreen(Screen):
         j = self._walk(rule, steps, at, halves, now, apply=False)
         return int(at[j]) if j < len(at) else len(values)
 
-    def advance(self, rule: LossPlateau, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         if ctx.facts.is_rl or not len(values):
             return
         at, halves, now = self._checks(rule, values)
@@ -206,8 +204,3 @@ class LossPlateauScreen(Screen):
         rule.steps.extend(steps[-size:].tolist())
         rule.values.extend(values[-size:].tolist())
         rule.seen += len(values)
-
-
-SCREENS.update(
-    {LossSpike: LossSpikeScreen(), NoLearningLoss: NoLearningLossScreen(), LossPlateau: LossPlateauScreen()}
-)

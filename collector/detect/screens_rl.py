@@ -16,9 +16,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from collector.detect.base import MAD_TO_SIGMA, median_of_sorted
-from collector.detect.rl import EntropyCollapse, KlRise, KlSpike, RewardCollapse
 from collector.detect.screens import (
-    SCREENS,
     Screen,
     block_medians,
     extend_window,
@@ -38,7 +36,7 @@ class RewardCollapseScreen(Screen):
     larger of that MAD and the longer run's deviation, so its drop is no smaller); only where that bound is
     not enough is the longer run's mean absolute deviation worked out too."""
 
-    def ready(self, rule: RewardCollapse, ctx) -> bool:
+    def ready(self, rule, ctx) -> bool:
         return (
             len(rule.recent) == rule.recent.maxlen
             and len(rule.long) == rule.long.maxlen
@@ -46,17 +44,17 @@ class RewardCollapseScreen(Screen):
             and rule.low is not None
         )
 
-    def _rolling(self, rule: RewardCollapse, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _rolling(self, rule, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the rolling windows, one row per point, and their medians)."""
         windows = sliding_window_view(np.concatenate([floats(rule.recent), values]), rule.recent.maxlen)[1:]
         return windows, row_medians(windows)
 
-    def _needed(self, rule: RewardCollapse, spread, best, low) -> np.ndarray:
+    def _needed(self, rule, spread, best, low) -> np.ndarray:
         cfg = rule.cfg
         noise = 1.25 * spread / math.sqrt(rule.recent.maxlen)
         return np.maximum(np.maximum(cfg.drop_sigma * noise, cfg.min_rel_drop * (best - low)), 1e-12)
 
-    def quiet(self, rule: RewardCollapse, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         windows, rolling = self._rolling(rule, values)
         best = np.maximum(rule.best, np.maximum.accumulate(rolling))  # the rule updates them before judging
         low = np.minimum(rule.low, np.minimum.accumulate(rolling))
@@ -79,7 +77,7 @@ class RewardCollapseScreen(Screen):
                     break
         return first(hot)
 
-    def advance(self, rule: RewardCollapse, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         if not len(values):
             return
         _, rolling = self._rolling(rule, values)
@@ -96,10 +94,10 @@ class EntropyCollapseScreen(Screen):
     """Quiet: not under the collapse fraction of the peak so far (the point's own value counted, as the rule
     counts it), nor above the explosion ratio of the starting level; ready once that level is known."""
 
-    def ready(self, rule: EntropyCollapse, ctx) -> bool:
+    def ready(self, rule, ctx) -> bool:
         return bool(rule.start) and len(rule.start) >= rule.cfg.start_points
 
-    def quiet(self, rule: EntropyCollapse, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         cfg = rule.cfg
         peak = np.maximum(rule.peak, np.maximum.accumulate(values))
         hot = (peak >= cfg.min_peak) & (values >= 0) & (values < cfg.collapse_fraction * peak)
@@ -108,7 +106,7 @@ class EntropyCollapseScreen(Screen):
             hot |= values > cfg.explode_ratio * start
         return first(hot)
 
-    def advance(self, rule: EntropyCollapse, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         if not len(values):
             return
         top = int(np.argmax(values))
@@ -124,20 +122,20 @@ class KlRiseScreen(Screen):
 
     holds_between = True
 
-    def ready(self, rule: KlRise, ctx) -> bool:
+    def ready(self, rule, ctx) -> bool:
         return rule.pending is None
 
-    def _checks(self, rule: KlRise, values: np.ndarray) -> np.ndarray:
+    def _checks(self, rule, values: np.ndarray) -> np.ndarray:
         """Index of each point among `values` that the rule judges (a full window, a block's end)."""
         i = np.arange(len(values))
         full = len(rule.recent) + i + 1 >= rule.recent.maxlen
         return i[full & ((rule.seen + i + 1) % max(1, rule.cfg.block) == 0)]
 
-    def between(self, rule: KlRise, steps, values, ctx) -> int:
+    def between(self, rule, steps, values, ctx) -> int:
         at = self._checks(rule, values)
         return int(at[0]) if len(at) else len(values)
 
-    def quiet(self, rule: KlRise, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         at = self._checks(rule, values)
         if not len(at):
             return len(values)
@@ -150,7 +148,7 @@ class KlRiseScreen(Screen):
         j = first(hot)
         return int(at[j]) if j < len(at) else len(values)
 
-    def advance(self, rule: KlRise, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         rule.recent.extend(values[-rule.recent.maxlen :].tolist())
         rule.seen += len(values)
 
@@ -160,7 +158,7 @@ class KlSpikeScreen(Screen):
     nor above `ratio` x the exact median the window's recomputation schedule gives at that point (the tail
     quantile and z only narrow that down: a point past this bound is fed to the rule)."""
 
-    def ready(self, rule: KlSpike, ctx) -> bool:
+    def ready(self, rule, ctx) -> bool:
         w, cfg = rule.window, rule.cfg
         return (
             len(w.vals) == w.vals.maxlen
@@ -168,7 +166,7 @@ class KlSpikeScreen(Screen):
             and len(rule.start) >= max(1, cfg.min_history)
         )
 
-    def quiet(self, rule: KlSpike, steps, values, ctx) -> int:
+    def quiet(self, rule, steps, values, ctx) -> int:
         cfg = rule.cfg
         start = median_of_sorted(sorted(rule.start))
         mids = scheduled_medians(rule.window, values)
@@ -176,15 +174,5 @@ class KlSpikeScreen(Screen):
         hot |= (mids > 0) & (values > cfg.ratio * mids) & (values >= cfg.min_level)
         return first(hot)
 
-    def advance(self, rule: KlSpike, steps, values, ctx) -> None:
+    def advance(self, rule, steps, values, ctx) -> None:
         extend_window(rule.window, steps, values, median=True, noise=False)
-
-
-SCREENS.update(
-    {
-        RewardCollapse: RewardCollapseScreen(),
-        EntropyCollapse: EntropyCollapseScreen(),
-        KlRise: KlRiseScreen(),
-        KlSpike: KlSpikeScreen(),
-    }
-)

@@ -24,6 +24,8 @@ from collector.detect.base import (
     median_of_sorted,
     robust_z,
 )
+from collector.detect.screens import GradSpikeScreen, StepTimeSpikeScreen
+from collector.detect.screens_loss import LossSpikeScreen
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class GradSpike(Rule):
     roles = ("grad_norm",)
     settings = GradSpikeRule
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    screen = GradSpikeScreen()
     unsafe_checkpoint = True
     action = Action.SKIP_BATCHES
     meaning = "the updates there followed a gradient spike"
@@ -279,6 +282,7 @@ class LossSpike(Rule):
     roles = ("loss",)
     settings = LossSpikeRule
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    screen = LossSpikeScreen()
     action = Action.SKIP_BATCHES
     meaning = "the loss had jumped there"
 
@@ -407,6 +411,7 @@ class StepTimeSpike(Rule):
     roles = ("step_time",)
     settings = StepTimeSpikeRule
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
+    screen = StepTimeSpikeScreen()
     about_weights = False  # a slow step judges the run, not the weights saved meanwhile
 
     def __init__(self, metric: str, cfg: StepTimeSpikeRule) -> None:

@@ -26,6 +26,8 @@ from collector.detect.base import (
     fmt,
     median_of_sorted,
 )
+from collector.detect.screens import ZeroStreakScreen
+from collector.detect.screens_loss import LossPlateauScreen, NoLearningLossScreen
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,7 @@ class LossPlateau(Rule):
     roles = ("loss",)
     settings = LossPlateauRule
     severities = (Severity.INFO,)
+    screen = LossPlateauScreen()
     meaning = "the loss had stopped improving there"
 
     def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
@@ -328,6 +331,7 @@ class NoLearningGrad(ZeroStreak):
     roles = ("grad_norm",)
     settings = NoLearningRule
     severities = (Severity.ERROR,)
+    screen = ZeroStreakScreen("zero_grad", absolute=True)
     meaning = "nothing was being learned there"
 
     def is_zero(self, value: float) -> bool:
@@ -356,6 +360,7 @@ class NoLearningLoss(Rule):
     roles = ("loss",)
     settings = NoLearningRule
     severities = (Severity.ERROR,)
+    screen = NoLearningLossScreen()
     meaning = NoLearningGrad.meaning
 
     def __init__(self, metric: str, cfg: NoLearningRule) -> None:

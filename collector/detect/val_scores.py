@@ -12,6 +12,7 @@ from collector.core.facts import RunFacts
 from collector.core.roles import role_of
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Action, Finding, Rule, Verdict, eval_wobble, fmt
+from collector.detect.screens import ValScoreDeclineScreen
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class ValScoreDecline(Rule):
     roles = ("val_score", "accuracy", "eval_metric")
     settings = ValScoreDeclineRule
     severities = (Severity.WARN, Severity.ERROR)
+    screen = ValScoreDeclineScreen()
     action = Action.KEEP_CHECKPOINT
     meaning = "the validation score had fallen below its best there"
 

@@ -4,12 +4,15 @@ Random runs (spikes, NaN and inf, plateaus, rises, zero stretches, resumes that 
 warm-up, several metrics, RL runs, custom rules, run settings) go through `RunDetector.update` and through
 `judge_backlog` (in random slices); every episode's final state must match, and so must what both detectors
 say about a live tail fed afterwards (the rules' state after the bulk path is the engine's). GRPO runs get a
-property test of their own, their metrics shaped to cross the RL rules' thresholds both ways.
+property test of their own, their metrics shaped to cross the RL rules' thresholds both ways. And each rule of
+the registry with a screen gets one alone (the other rules off): its screen against itself, on its roles'
+metrics; every episode reaches only the severities its class declares.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -17,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.core.model import Points
-from collector.detect import screens, screens_rl  # noqa: F401  (registers the RL screens)
+from collector.core.roles import RL_ROLES
+from collector.detect import registry, screens
 from collector.detect.backlog import judge_backlog
-from collector.detect.config import CustomRule, DetectConfig
+from collector.detect.config import CustomRule, DetectConfig, Rules
 from collector.detect.engine import RunDetector
 from collector.detect.rl import EntropyCollapse, KlSpike
 from collector.detect.spikes import GradSpike
@@ -46,6 +50,22 @@ GRPO = (
     "actor/pg_loss",
     "eval_accuracy",  # a validation score logged with every step (val_score_decline judges it in RL runs)
 )
+# a metric of each role the registered rules read: the per-rule property test feeds its rule these
+ROLE_METRICS = {
+    "grad_norm": "train/grad_norm",
+    "loss": "train/loss",
+    "val_loss": "val/loss",
+    "lr": "train/lr",
+    "step_time": "train/time(s)",
+    "kl": "actor/kl_loss",
+    "entropy": "actor/entropy",
+    "clip_ratio": "response_length/clip_ratio",
+    "reward": "critic/score/mean",
+    "reward_std": "critic/score/std",
+    "val_score": "val-core/gsm8k/reward/mean@1",
+    "accuracy": "eval_accuracy",
+    "eval_metric": "eval_rouge1",
+}
 RL_SHAPED = (
     "critic/score/mean",
     "critic/rewards/mean",
@@ -105,9 +125,10 @@ def _series(rng: np.random.Generator, metric: str, n: int) -> np.ndarray:
         v = np.abs(1.0 + 0.2 * noise)
     elif "lr" in metric:
         warm = max(1, int(n * rng.uniform(0, 0.1)))
-        v = np.where(
-            np.arange(n) < warm, 1e-4 * (np.arange(n) + 1) / warm, 1e-4 * 0.5 * (1 + np.cos(math.pi * t))
-        )
+        after = (
+            1e-4 * 0.5 * (1 + np.cos(math.pi * t)) if rng.random() < 0.7 else np.full(n, 1e-4)
+        )  # or constant
+        v = np.where(np.arange(n) < warm, 1e-4 * (np.arange(n) + 1) / warm, after)
     elif "time" in metric:
         v = 0.1 + 0.005 * np.abs(noise)
     elif "clip_ratio" in metric:
@@ -135,9 +156,11 @@ def _series(rng: np.random.Generator, metric: str, n: int) -> np.ndarray:
     return v
 
 
-def _run(seed: int, n: int, rl: bool = False) -> tuple[Points, dict, DetectConfig, list[int]]:
+def _run(
+    seed: int, n: int, rl: bool = False, must: tuple[str, ...] = ()
+) -> tuple[Points, dict, DetectConfig, list[int]]:
     """A whole run as the store would hand it out: rows in file order, resumes and re-reads included (`rl`: a
-    GRPO run's metrics only)."""
+    GRPO run's metrics only, besides the `must` metrics)."""
     rng = np.random.default_rng(seed)
     if rl:
         metrics = [str(m) for m in rng.choice(GRPO, size=int(rng.integers(1, len(GRPO) + 1)), replace=False)]
@@ -145,6 +168,7 @@ def _run(seed: int, n: int, rl: bool = False) -> tuple[Points, dict, DetectConfi
         metrics = [str(m) for m in rng.choice(SFT, size=int(rng.integers(1, len(SFT) + 1)), replace=False)]
     if not rl and rng.random() < 0.25:
         metrics += [str(m) for m in rng.choice(RL, size=int(rng.integers(1, len(RL) + 1)), replace=False)]
+    metrics += [m for m in must if m not in metrics]
     every = int(rng.choice([1, 1, 1, 2, 5]))
     steps = np.arange(1, n + 1) * every
     data = {m: _series(rng, m, n) for m in metrics}
@@ -171,6 +195,8 @@ def _run(seed: int, n: int, rl: bool = False) -> tuple[Points, dict, DetectConfi
     info: dict = {}
     if rng.random() < 0.5:
         info = {"trainer": {"total_training_steps": int(steps[-1]) * int(rng.choice([1, 2]))}}
+        if rng.random() < 0.3:  # a live run, or a config that leaves the length to the trainer
+            del info["trainer"]["total_training_steps"]
         if rng.random() < 0.5:
             info["trainer"]["warmup_steps"] = int(rng.integers(1, max(2, n // 10)))
         if rng.random() < 0.5:
@@ -214,6 +240,17 @@ def _both(points: Points, info: dict, config: DetectConfig, checkpoints: list[in
     return slow, fast, want, got
 
 
+def _declared(episodes: dict) -> list[tuple[str, str]]:
+    """The (rule, severity) of every episode whose severity no rule in it declares (an incident's episode
+    carries the severities of the rules it joined: a KL spike after a KL rise)."""
+    wrong = []
+    for e in episodes.values():
+        classes = [registry.get(r) for r in (e["evidence"].get("rules") or [e["rule"]])]
+        if all(classes) and not any(e["severity"] in cls.severities for cls in classes):
+            wrong.append((e["rule"], e["severity"]))
+    return wrong
+
+
 def _tail(points: Points, n: int = 120) -> Points:
     """Live points after the run: the same metrics a little later, a spike among them."""
     last = max(points.step)
@@ -246,6 +283,7 @@ def test_backlog_path_finds_what_the_engine_finds(seed: int, n: int, cuts: list[
     points, info, config, checkpoints = _run(seed, n)
     slow, fast, want, got = _both(points, info, config, checkpoints, [c for c in cuts if c < len(points)])
     assert got == want
+    assert not _declared(want)
     tail = _tail(points)
     assert _final(fast.update(tail)) == _final(slow.update(tail))
     assert _final(fast.open_episodes()) == _final(slow.open_episodes())
@@ -263,6 +301,39 @@ def test_backlog_path_finds_what_the_engine_finds_in_rl_runs(seed: int, n: int, 
     points, info, config, checkpoints = _run(seed, n, rl=True)
     slow, fast, want, got = _both(points, info, config, checkpoints, [c for c in cuts if c < len(points)])
     assert got == want
+    assert not _declared(want)
+    tail = _tail(points)
+    assert _final(fast.update(tail)) == _final(slow.update(tail))
+    assert _final(fast.open_episodes()) == _final(slow.open_episodes())
+
+
+SCREENED = [cls for cls in registry.RULES if cls.screen is not None]
+
+
+def _only(rule_id: str) -> Rules:
+    """Every rule off but `rule_id`."""
+    defaults = Rules()
+    return Rules(
+        **{f.name: replace(getattr(defaults, f.name), enabled=f.name == rule_id) for f in fields(Rules)}
+    )
+
+
+@pytest.mark.parametrize("rule", SCREENED, ids=lambda cls: cls.__name__)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(30, 2500),
+    cuts=st.lists(st.integers(0, 12000), max_size=3),
+)
+def test_each_registered_rule_alone_its_screen_finds_what_it_finds(
+    rule: type, seed: int, n: int, cuts: list[int]
+) -> None:
+    rl = bool(set(rule.roles) & RL_ROLES) or seed % 2 == 1
+    points, info, config, checkpoints = _run(seed, n, rl=rl, must=tuple(ROLE_METRICS[r] for r in rule.roles))
+    config = DetectConfig(rules=_only(rule.rule_id), custom=config.custom)
+    slow, fast, want, got = _both(points, info, config, checkpoints, [c for c in cuts if c < len(points)])
+    assert got == want
+    assert not _declared(want)
     tail = _tail(points)
     assert _final(fast.update(tail)) == _final(slow.update(tail))
     assert _final(fast.open_episodes()) == _final(slow.open_episodes())
@@ -324,5 +395,5 @@ def test_the_comparison_catches_a_screen_that_misses_a_finding(
     for s in range(1, 400):
         points.add(s, metric, trouble if s == 300 else usual * (1.0 + 0.01 * math.sin(s)))
     assert _same(points, {}, DetectConfig(), [], [])
-    monkeypatch.setitem(screens.SCREENS, rule, _Blind(screens.SCREENS[rule]))
+    monkeypatch.setattr(rule, "screen", _Blind(rule.screen))
     assert not _same(points, {}, DetectConfig(), [], [])
