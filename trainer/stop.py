@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from collector.core.stop_request import read_stop_request, stop_path
+from collector.core.stop_request import StopFileLink, read_stop_request, stop_path
 
 
 class StopPoll:
@@ -25,7 +25,10 @@ class StopPoll:
         return os.path.exists(self.path)
 
     def reason(self) -> str:
-        request = read_stop_request(self.run_dir) or {}
+        try:
+            request = read_stop_request(self.run_dir) or {}
+        except StopFileLink as e:  # a stop all the same: whoever could plant it could write one
+            return str(e)
         return str(request.get("reason") or "stop requested")
 
 

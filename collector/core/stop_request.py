@@ -13,16 +13,26 @@ A trainer checks for the file once per step (`os.stat`, a few microseconds), sav
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import secrets
+import stat
 import time
 from pathlib import Path
 
 STOP_FILE = "runwatch.stop"
+MAX_BYTES = 64 << 10  # what is read of a stop file: a request is one short JSON object
 
 
 def stop_path(run_dir: Path | str) -> Path:
     return Path(run_dir) / STOP_FILE
+
+
+class StopFileLink(ValueError):
+    """`RUN_DIR/runwatch.stop` is a symbolic link (or not a plain file): runwatch neither reads nor writes
+    through it, since it could point anywhere outside the watched roots."""
 
 
 def write_stop_request(
@@ -36,34 +46,68 @@ def write_stop_request(
 ) -> tuple[dict, bool]:
     """Ask the run in `run_dir` to stop; returns (the request in force, whether this call wrote it).
 
-    A request already there stands (it is returned, nothing is written). Raises OSError when the folder
-    cannot be written (the caller says so to the person or the log).
+    A request already there stands (it is returned, nothing is written). The request is written to a new
+    file of an unpredictable name in the run folder (created exclusively, never through a link) and renamed
+    over `runwatch.stop`, all relative to the folder opened once. Raises StopFileLink when `runwatch.stop`
+    is a link, OSError when the folder cannot be written (the caller says so to the person or the log).
     """
-    path = stop_path(run_dir)
-    existing = read_stop_request(run_dir)
-    if existing is not None:
-        return existing, False
-    request = {
-        "requested_at": time.time(),
-        "reason": reason,
-        "by": by,
-        "alert_id": alert_id,
-        "rule": rule,
-        "step": step,
-    }
-    tmp = path.with_name(f".{STOP_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(request) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return request, True
+    folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        existing = _read(folder, run_dir)
+        if existing is not None:
+            return existing, False
+        request = {
+            "requested_at": time.time(),
+            "reason": reason,
+            "by": by,
+            "alert_id": alert_id,
+            "rule": rule,
+            "step": step,
+        }
+        tmp = f".{STOP_FILE}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps(request) + "\n")
+            # rename() replaces a link planted meanwhile itself, never the file it points to
+            os.replace(tmp, STOP_FILE, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+        return request, True
+    finally:
+        os.close(folder)
 
 
 def read_stop_request(run_dir: Path | str) -> dict | None:
     """The stop request of the run, or None when there is none. A file that is not a JSON object (written by
-    hand) still asks for a stop: its text becomes the reason."""
+    hand) still asks for a stop: its text becomes the reason. Raises StopFileLink when `runwatch.stop` is a
+    link or not a plain file (never followed)."""
     try:
-        text = stop_path(run_dir).read_text(encoding="utf-8")
+        folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    try:
+        return _read(folder, run_dir)
+    finally:
+        os.close(folder)
+
+
+def _read(folder: int, run_dir: Path | str) -> dict | None:
+    """`read_stop_request` in the folder open as `folder`."""
+    try:
+        fd = os.open(STOP_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StopFileLink(_refusal(run_dir, "is a symbolic link")) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise StopFileLink(_refusal(run_dir, "is not a plain file"))
+        text = f.read(MAX_BYTES).decode("utf-8", errors="replace")
     try:
         request = json.loads(text)
     except json.JSONDecodeError:
@@ -71,3 +115,10 @@ def read_stop_request(run_dir: Path | str) -> dict | None:
     if not isinstance(request, dict):
         return {"reason": text.strip() or "stop requested", "by": "person", "alert_id": None, "rule": None}
     return request
+
+
+def _refusal(run_dir: Path | str, what: str) -> str:
+    return (
+        f"{stop_path(run_dir)} {what}: runwatch neither reads nor writes a stop request through it (it could"
+        " point outside the watched roots); remove it, then ask again"
+    )
