@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 from collector.advice.errors import error_episodes
-from collector.advice.recommend import RunContext, advice_for_run, checkpoint_step
+from collector.advice.evaluations import quality_direction
+from collector.advice.hf_saves import checkpoint_step
+from collector.advice.recommend import RunContext, advice_for_run
 from collector.core.roles import role_of
 from collector.detect.engine import AlertEvent, detect_series
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
@@ -46,7 +48,11 @@ def analyse(path: Path) -> dict:
     """Alerts (final state of every episode) and advice for one trainer_state.json."""
     series, info = load_trainer_state(path)
     alerts: list[AlertEvent] = detect_series(series, run_info=info, run_id=Path(path).stem)
-    evals = {m: list(zip(*series[m], strict=True)) for m in series if role_of(m) in EVAL_ROLES}
+    evals = {
+        m: list(zip(*series[m], strict=True))
+        for m in series
+        if role_of(m) in EVAL_ROLES or quality_direction(m)
+    }
     last_step = info.get("global_step") or max((max(s) for s, _ in series.values() if s), default=None)
     bad = [(a.first_step, a.last_step) for a in alerts if a.rule in UNSAFE_CHECKPOINT_RULES]
     stats = [

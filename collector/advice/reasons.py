@@ -41,6 +41,17 @@ def why_none(rows: list[dict], skipped_bad: list[dict]) -> str:
     return f"None of the {len(rows)} checkpoint(s) seen is complete ({broken})."
 
 
+def kept_incomplete_text(rows: list[dict], best_by: dict[int, str]) -> str:
+    """The incomplete checkpoints that are still the best by some evaluation: kept, with what they miss."""
+    kept = [r for r in rows if r["step"] in best_by and not r["complete"] and not r["inferred"]]
+    if not kept:
+        return ""
+    said = "; ".join(
+        f"step {r['step']} (best by {best_by[r['step']]}): {r['_problem'] or 'incomplete'}" for r in kept[:3]
+    )
+    return f" Kept though incomplete, never offered for deletion, as the best evaluated: {said}."
+
+
 def no_evaluation(metric: str, evals: list, rl: bool) -> str:
     """Why the latest checkpoint is the choice: no evaluation to go by, naming what was looked for."""
     if evals:
@@ -111,12 +122,23 @@ def scored_reason(
     # a checkpoint nobody has seen whole is not called complete
     kind = "complete " if all(r["complete"] for r in scored) else "saved "
     missed = ""
-    if sign * top_value < sign * best["value"]:
+    if sign * top_value < min(sign * r["value"] for r in scored):
         missed = f"; the best evaluation overall, {fmt(top_value)} at step {top_step}, has no {kind}checkpoint near it"
+    # a tie within the evaluations' noise is said as one (the tie's rule follows)
+    has = "has" if all(sign * r["value"] >= sign * best["value"] for r in scored) else "ties for"
     return (
-        f"Step {best['step']} has the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} {kind}"
+        f"Step {best['step']} {has} the {word} {metric}, {fmt(best['value'])}{where}, among {len(scored)} {kind}"
         f"checkpoint(s){alternatives}{missed}{skipped_text(skipped)}{inferred_text(rows)}"
         f"{weights_text(best, rows)}."
+    )
+
+
+def tie_text(noise: float, tied: list[dict], best: dict, rule: str) -> str:
+    """The stated rule that broke a tie: values closer than the evaluations' own noise are equal."""
+    steps = ", ".join(f"{r['step']} ({fmt(r['value'])})" for r in tied if r is not best)
+    return (
+        f"; step(s) {steps} are within the evaluations' own noise ({fmt(noise)}) of it, a tie, which goes to "
+        f"{rule}."
     )
 
 

@@ -3,40 +3,35 @@
 Stable interface:
 
 - `advice_for_run(checkpoints, evals_by_metric, bad_episodes, run_info, latest_step, metric=None,
-  direction=None, config=None, run=None) -> dict`: THE entry point (API, CLI, report): chooses the metric,
-  infers the saves nobody has seen (HF trainer_state, verl `trainer.save_freq`), maps each checkpoint to its
-  nearest evaluation and recommends, in `recommend_checkpoint`'s shape. `run` (`RunContext`) is what else
-  the advice weighs: the run's last logged step, its state, RL or not, its error episodes.
-- `recommend_checkpoint(checkpoints, evals, bad_episodes, metric="val_loss", direction="min",
-  latest_step=None, best_step=None, errors=None, rl=False, interrupted=None) -> dict` with exactly the keys
-  `recommended` ({step, path, reason} or None), `checkpoints` ([{step, path, complete, bytes, value, inferred,
-  inferred_from, evaluated_at}]: `evaluated_at` the step of the evaluation `value` comes from), `deletable`
-  ([steps]), `frees_bytes`, `metric`, `direction`, `no_recommendation` (why `recommended` is None, else None), `never_learned` (a `no_learning` error from the run's first steps covers
-  every checkpoint: none is better than the base model) and `interrupted_save` (the step whose save a failed
-  run most likely interrupted, else None). Input `checkpoints` items carry step, path, complete, bytes (and
-  optionally `inferred`, `inferred_from`); `evals` are (step, value) of the chosen metric; `bad_episodes` are
-  (first_step, last_step) of `nonfinite` and `grad_spike` episodes: a checkpoint saved inside one is never
-  recommended; `errors` are the run's error episodes (`collector.advice.errors.error_episodes`): a checkpoint
-  inside one is passed over for one outside every error episode when there is one, else kept with a caveat.
-- `choose_metric(run_info, available_metrics, evals_by_metric=None) -> (metric, direction)`: which
-  evaluation metric decides (validation loss, min, by default; the HF run's own best metric when known).
-- `hf_checkpoints_from_state(info, last_step) -> list[dict]` (from `hf_saves`): the checkpoints a Hugging Face run most
-  likely saved, for a lone trainer_state.json copy: INFERRED (multiples of save_steps, the best model
-  checkpoint, the final step), each marked `inferred: True`, completeness and bytes unknown (None).
-  An inferred checkpoint can be recommended (the run most likely saved it) but is never deletable: nobody
-  has seen its folder, so `frees_bytes` is None when every checkpoint is inferred.
+  direction=None, config=None, run=None) -> dict`: THE entry point (API, CLI, report): chooses the deciding
+  evaluation (`evaluations.choose_metric`, or `metric`, or the `[advice]` config), infers the saves nobody has
+  seen (HF trainer_state: `hf_saves`; verl `trainer.save_freq`: `verl_saves`) and recommends, in
+  `recommend_checkpoint`'s shape. `run` (`RunContext`) is what else the advice weighs: the run's last logged
+  step, its state, RL or not, its error episodes.
+- `recommend_checkpoint(AdviceInput) -> dict` with exactly the keys `recommended` ({step, path, reason} or
+  None), `checkpoints` ([{step, path, complete, bytes, value, inferred, inferred_from, evaluated_at}]: `value`
+  the evaluation at the checkpoint's step, else the latest one since the previous checkpoint, never a later
+  one; `evaluated_at` its step), `deletable` ([steps]), `frees_bytes`, `metric`, `direction`,
+  `no_recommendation` (why `recommended` is None, else None), `never_learned` (a `no_learning` error from the
+  run's first steps covers every checkpoint: none is better than the base model) and `interrupted_save` (the
+  step whose save a failed run most likely interrupted, else None). `AdviceInput` says what each input is.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from collector.advice import errors as errors_mod
 from collector.advice import reasons
+from collector.advice.evaluations import (
+    best_by_every_evaluation,
+    choose_metric,
+    eval_noise,
+    evaluation_of,
+)
 from collector.advice.hf_saves import (
-    checkpoint_step,
     hf_checkpoints_from_state,
     is_trainer_state,
     run_best_step,
@@ -111,17 +106,25 @@ def advice_for_run(
         implied, interrupted = verl_checkpoints_from_config(info, ctx.last_step, ctx.state)
         checkpoints = list(checkpoints) + implied
     advice = recommend_checkpoint(
-        checkpoints,
-        evals_by_metric.get(chosen, []),
-        bad_episodes,
-        chosen,
-        chosen_direction,
-        latest_step,
-        best_step=run_best_step(info),
-        errors=ctx.errors,
-        rl=ctx.rl,
-        interrupted=interrupted,
+        AdviceInput(
+            checkpoints,
+            evals_by_metric.get(chosen, []),
+            bad_episodes,
+            chosen,
+            chosen_direction,
+            latest_step,
+            best_step=run_best_step(info),
+            errors=ctx.errors,
+            rl=ctx.rl,
+            interrupted=interrupted,
+            all_evals=evals_by_metric,
+        )
     )
+    no_val = not any(role_of(n) in ("val_loss", "val_score") for n in evals_by_metric)
+    if not metric and no_val and evals_by_metric.get(chosen) and advice["recommended"]:
+        advice["recommended"]["reason"] += (
+            f" (The run logs no validation loss or score; its evaluation {chosen} decided.)"
+        )
     if unused and advice["recommended"]:
         advice["recommended"]["reason"] += (
             f" ({unused} (configured) has no evaluation in this run, so {chosen} decided.)"
@@ -138,46 +141,68 @@ def _stated_direction(info: dict, metric: str) -> str | None:
     return None
 
 
-def recommend_checkpoint(
-    checkpoints: list[dict],
-    evals: list[tuple[int, float]],
-    bad_episodes: list[tuple[int, int]],
-    metric: str = "val_loss",
-    direction: str = "min",
-    latest_step: int | None = None,
-    best_step: int | None = None,
-    errors: list[dict] | None = None,
-    rl: bool = False,
-    interrupted: int | None = None,
-) -> dict:
-    """The checkpoint to keep by `metric` (`direction` "min" or "max"), explained in one sentence.
+@dataclass(frozen=True)
+class AdviceInput:
+    """What `recommend_checkpoint` weighs for one run.
 
-    Each checkpoint takes the value of the evaluation nearest to its step (ties go to the earlier one).
-    Only complete checkpoints outside every bad episode are candidates; an inferred checkpoint (`inferred`
+    `checkpoints`: items with step, path, complete, bytes (optionally `inferred`, `inferred_from`,
+    `state_only`, `problem`); `evals`: (step, value) of the deciding `metric`, better in `direction` ("min" or
+    "max"); `bad_episodes`: (first_step, last_step) of `nonfinite` and `grad_spike` episodes; `latest_step`: what
+    a resume would load; `best_step`: the run's own best checkpoint (HF `best_model_checkpoint`); `errors`: the
+    run's error episodes (`errors.error_episodes`); `rl`: an RL run; `interrupted`: the save a failed run was
+    making; `all_evals`: every evaluation the run logs, by metric (loss or score: the best checkpoint by any of
+    them is never deletable)."""
+
+    checkpoints: list[dict]
+    evals: list[tuple[int, float]]
+    bad_episodes: list[tuple[int, int]] = field(default_factory=list)
+    metric: str = "val_loss"
+    direction: str = "min"
+    latest_step: int | None = None
+    best_step: int | None = None
+    errors: list[dict] = field(default_factory=list)
+    rl: bool = False
+    interrupted: int | None = None
+    all_evals: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+
+
+def recommend_checkpoint(given: AdviceInput) -> dict:
+    """The checkpoint to keep by `given.metric` (better in `given.direction`), explained in one sentence.
+
+    Candidates are the complete checkpoints outside every bad episode; an inferred checkpoint (`inferred`
     true, completeness unknown) and a seen one holding only its trainer_state.json (`state_only`: the run
     saved it, its weights are not here) count as one for the recommendation, are never deletable and free
-    nothing anyone has measured; the reason then says the weights are not here. Among equal values, a
-    checkpoint evaluated at its own step wins over one that only borrows a nearby evaluation, then the run's
-    own best (`best_step`), then the later one. With no recommendation, `no_recommendation` says why (else
-    it is None). Without any usable evaluation the
-    latest good checkpoint is recommended, and the reason says so. With no checkpoint at all (none seen, none
-    inferred) but two or more evaluations after step 0, the best one's step is recommended with path None.
-    `deletable` never holds the recommended
-    checkpoint, the latest one (resume needs it: `latest_step`, else the newest complete one) nor a newest
-    incomplete one (it may still be being written). When the choice lies inside an error episode (`errors`),
-    the best (or latest) checkpoint outside every error episode is recommended instead and the reason says
-    why; with none outside, the best-evaluated one (without evaluations the earliest, the least time in
-    the trouble) is kept and the reason says where it lies. A `no_learning` error from the run's first steps
-    over every checkpoint recommends none (`never_learned`). `rl`: the words for a missing evaluation name
-    the validation scores an RL run is judged by; `interrupted`: the save a failed run was making, named.
+    nothing anyone has measured; the reason then says the weights are not here. Values closer to the best
+    than the evaluations' own noise (`evaluations.eval_noise`) are a tie, which goes to a checkpoint evaluated
+    at its own step, then the run's own best (`best_step`), then the later one; the reason states the rule.
+    Without any usable evaluation the latest good checkpoint is recommended, and the reason says so. With no
+    checkpoint at all (none seen, none inferred) but two or more evaluations after step 0, the best one's step
+    is recommended with path None. `deletable` never holds the recommended checkpoint, the latest one (resume
+    needs it: `latest_step`, else the newest complete one), a newest incomplete one (it may still be being
+    written), nor a checkpoint that is the best by any evaluation the run logs (`all_evals`, complete or
+    not). When the choice lies inside an error episode (`errors`), the best (or latest) checkpoint outside
+    every error episode is recommended instead and the reason says why; with none outside, the best-evaluated
+    one (without evaluations the earliest, the least time in the trouble) is kept and the reason says where
+    it lies. A `no_learning` error from the run's first steps over every checkpoint recommends none
+    (`never_learned`). Raises ValueError for a direction other than "min" or "max".
     """
+    checkpoints, bad_episodes, metric, direction = (
+        given.checkpoints,
+        given.bad_episodes,
+        given.metric,
+        given.direction,
+    )
+    latest_step, best_step, rl, interrupted = given.latest_step, given.best_step, given.rl, given.interrupted
+    evals = given.evals
     if direction not in ("min", "max"):
         raise ValueError(f"direction must be 'min' or 'max', got {direction!r}")
     finite_evals = sorted((int(s), float(v)) for s, v in evals if v is not None and math.isfinite(v))
     rows = []
+    previous = None
     for item in sorted(checkpoints, key=lambda c: int(c["step"])):
         step = int(item["step"])
-        eval_step, value = _nearest(finite_evals, step)
+        eval_step, value = evaluation_of(finite_evals, step, previous)
+        previous = step
         inferred = bool(item.get("inferred"))
         rows.append(
             {
@@ -204,7 +229,7 @@ def recommend_checkpoint(
     good = [r for r in complete if r["_bad"] is None]
     skipped_bad = [r for r in complete if r["_bad"] is not None]
 
-    errs = errors or []
+    errs = given.errors or []
     never = errors_mod.never_learned(errs, good)
     recommended, no_rec = None, None
     if never is not None:
@@ -228,7 +253,8 @@ def recommend_checkpoint(
     if recommended is not None and interrupted is not None:
         recommended["reason"] += reasons.interrupted_text(interrupted, rows)
 
-    keep = {latest_step, recommended["step"] if recommended else None}
+    best_by_any = best_by_every_evaluation({metric: evals, **given.all_evals}, (r["step"] for r in rows))
+    keep = {latest_step, recommended["step"] if recommended else None} | set(best_by_any)
     if rows and not rows[-1]["complete"]:
         keep.add(newest)
     deletable = [
@@ -247,7 +273,10 @@ def recommend_checkpoint(
         "frees_bytes": frees,
         "metric": metric,
         "direction": direction,
-        "no_recommendation": None if recommended else no_rec or reasons.why_none(rows, skipped_bad),
+        "no_recommendation": None
+        if recommended
+        else (no_rec or reasons.why_none(rows, skipped_bad))
+        + reasons.kept_incomplete_text(rows, best_by_any),
         "never_learned": never is not None,
         "interrupted_save": interrupted,
     }
@@ -271,11 +300,23 @@ def _choose(
         why = reasons.no_evaluation(metric, evals, rl)
         return best, reasons.latest_reason(best, skipped_bad, rows, why)
     sign = 1 if direction == "min" else -1
-    best = min(
-        scored,
-        key=lambda r: (sign * r["value"], r["_eval_step"] != r["step"], r["step"] != best_step, -r["step"]),
-    )
-    return best, reasons.scored_reason(best, scored, skipped_bad, metric, direction, rows, evals)
+    top = min(sign * r["value"] for r in scored)
+    noise = eval_noise(evals)
+    # values closer to the best than the evaluations' own noise are a tie: evaluated at its own step first,
+    # then the run's own best, then the later checkpoint (more training for the same result)
+    tied = [r for r in scored if sign * r["value"] - top <= noise]
+    best = min(tied, key=lambda r: (r["_eval_step"] != r["step"], r["step"] != best_step, -r["step"]))
+    reason = reasons.scored_reason(best, scored, skipped_bad, metric, direction, rows, evals)
+    if len(tied) > 1:
+        own = [r for r in tied if r["_eval_step"] == r["step"]]
+        if best["step"] == best_step:
+            rule = "the run's own best checkpoint"
+        elif 0 < len(own) < len(tied):
+            rule = "the checkpoint evaluated at its own step, the latest such"
+        else:
+            rule = "the later checkpoint (more training, the same result)"
+        reason = reason[:-1] + reasons.tie_text(noise, tied, best, rule)
+    return best, reason
 
 
 def _outside_errors(
@@ -311,60 +352,8 @@ def _outside_errors(
     )
 
 
-def _nearest(evals: list[tuple[int, float]], step: int) -> tuple[int | None, float | None]:
-    if not evals:
-        return None, None
-    eval_step, value = min(evals, key=lambda e: (abs(e[0] - step), e[0]))
-    return eval_step, value
-
-
 def _inside(step: int, episodes: list[tuple[int, int]]) -> tuple[int, int] | None:
     for first, last in episodes:
         if first <= step <= last:
             return (first, last)
-    return None
-
-
-def choose_metric(
-    run_info: dict | None,
-    available_metrics: Iterable[str],
-    evals_by_metric: dict[str, list[tuple[int, float]]] | None = None,
-) -> tuple[str, str]:
-    """(metric, direction) that decides the best checkpoint.
-
-    The run's own `metric_for_best_model` (HF: "wer" is logged as "eval_wer"; `greater_is_better` when
-    given) wins; failing that, the evaluation metric whose value at the run's best step equals its
-    `best_metric` (a trainer_state.json copy has no TrainingArguments); failing that, the validation loss
-    (min), then a validation score (max). With none of these, ("val_loss", "min").
-    """
-    info = run_info or {}
-    names = list(available_metrics)
-    wanted = info.get("metric_for_best_model")
-    if isinstance(wanted, str) and wanted:
-        for name in (wanted, f"eval_{wanted}", f"val/{wanted}"):
-            if name in names:
-                greater = info.get("greater_is_better")
-                if isinstance(greater, bool):
-                    return name, "max" if greater else "min"
-                return name, eval_metric_direction(name)
-    inferred = _metric_matching_best(info, evals_by_metric or {})
-    if inferred:
-        return inferred, eval_metric_direction(inferred)
-    for role, direction in (("val_loss", "min"), ("val_score", "max")):
-        candidates = [n for n in names if role_of(n) == role]
-        if candidates:
-            preferred = [n for n in candidates if n in ("val/loss", "eval_loss")]
-            return (preferred or sorted(candidates))[0], direction
-    return "val_loss", "min"
-
-
-def _metric_matching_best(info: dict, evals_by_metric: dict[str, list[tuple[int, float]]]) -> str | None:
-    best_metric = info.get("best_metric")
-    best_step = info.get("best_global_step") or checkpoint_step(info.get("best_model_checkpoint"))
-    if not isinstance(best_metric, int | float) or best_step is None:
-        return None
-    for name in sorted(evals_by_metric, key=lambda n: (role_of(n) != "val_loss", n)):
-        for step, value in evals_by_metric[name]:
-            if step == best_step and value is not None and math.isclose(value, best_metric, rel_tol=1e-6):
-                return name
     return None

@@ -4,6 +4,7 @@ step the overview shows, rebuilt only when something the advice reads has change
 from __future__ import annotations
 
 from collector.advice.errors import error_episodes
+from collector.advice.evaluations import quality_direction
 from collector.api.run_state import run_status
 from collector.core.roles import RL_ROLES, role_of
 from collector.detect.config import DetectConfig
@@ -20,6 +21,12 @@ BAD_RULES = tuple(sorted(UNSAFE_CHECKPOINT_RULES))
 # (database, run) -> (what the recommendation was built from, the recommended step): the overview would
 # otherwise rebuild every run's advice (every evaluation series, a TOML read) on every refresh.
 _RECOMMENDED: dict[tuple[str, str], tuple[tuple, int | None]] = {}
+
+
+def is_evaluation(metric: str) -> bool:
+    """Whether the advice reads this metric's series: a validation loss or score, another evaluation, or one
+    that judges the weights (eval_accuracy, ROUGE, BLEU; `evaluations.quality_direction`)."""
+    return role_of(metric) in EVAL_ROLES or quality_direction(metric) is not None
 
 
 def detect_config(store: Store, run_path: str | None) -> DetectConfig:
@@ -40,7 +47,7 @@ def recommended_step(store: Store, r: dict, stats: list[dict], signature: tuple 
         tuple(
             (s["metric"], s["points"], s["last_step"], repr(s["last_value"]))
             for s in stats
-            if role_of(s["metric"]) in EVAL_ROLES
+            if is_evaluation(s["metric"])
         ),
         detect_config(store, r["path"]),  # the resolver re-reads a changed runwatch.toml
     )
@@ -68,7 +75,7 @@ def checkpoints(store: Store, run_id: str, metric: str | None = None, direction:
     stats = store_read.metric_stats(store, run_id)
     evals_by_metric: dict[str, list[tuple[int, float]]] = {}
     for s in stats:
-        if role_of(s["metric"]) in EVAL_ROLES or s["metric"] == metric:
+        if is_evaluation(s["metric"]) or s["metric"] == metric:
             series = store_read.series(store, run_id, s["metric"], points=10**9)
             evals_by_metric[s["metric"]] = list(zip(series["steps"], series["values"], strict=True))
     alerts = store_alerts.list_alerts(store, run=run_id)

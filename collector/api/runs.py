@@ -96,7 +96,7 @@ def _run_summary(
     if (
         has_checkpoints
         or r["format"] == "hf_trainer_state"
-        or any(role_of(s["metric"]) in api_checkpoints.EVAL_ROLES for s in stats)
+        or any(api_checkpoints.is_evaluation(s["metric"]) for s in stats)
         or _save_freq(r["config"]) is not None
     ):
         recommended = api_checkpoints.recommended_step(store, r, stats, signature)

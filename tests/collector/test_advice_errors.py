@@ -15,7 +15,7 @@ from pathlib import Path
 
 from collector.advice.action import Trainer, action_for_alert
 from collector.advice.errors import error_episodes, never_learned
-from collector.advice.recommend import RunContext, advice_for_run, recommend_checkpoint
+from collector.advice.recommend import AdviceInput, RunContext, advice_for_run, recommend_checkpoint
 from collector.advice.verl_saves import verl_checkpoints_from_config, verl_save_freq
 from tests.collector.test_daemon_support import cli
 
@@ -33,7 +33,9 @@ TRUNCATION = episode("response_truncation", 75, 250)
 
 
 def test_a_checkpoint_inside_an_error_episode_is_passed_over_for_an_earlier_one_outside_it():
-    out = recommend_checkpoint([inferred(s) for s in (50, 100, 200)], [], [], errors=[TRUNCATION])
+    out = recommend_checkpoint(
+        AdviceInput([inferred(s) for s in (50, 100, 200)], [], [], errors=[TRUNCATION])
+    )
     rec = out["recommended"]
     assert rec["step"] == 50
     assert "step 200 lies inside the response_truncation error (steps 75-250)" in rec["reason"]
@@ -41,8 +43,8 @@ def test_a_checkpoint_inside_an_error_episode_is_passed_over_for_an_earlier_one_
     assert "an earlier checkpoint outside every error episode is kept instead" in rec["reason"]
     # by evaluation too: the best-evaluated one inside the trouble gives way to the best one outside it
     evals = [(50, 0.05), (100, 0.1), (200, 0.2)]
-    scored = recommend_checkpoint([inferred(s) for s in (50, 100, 200)], evals, [], "eval_reward", "max",
-                                  errors=[episode("reward_collapse", 90, 250)])  # fmt: skip
+    scored = recommend_checkpoint(AdviceInput([inferred(s) for s in (50, 100, 200)], evals, [], "eval_reward", "max",
+                                  errors=[episode("reward_collapse", 90, 250)]))  # fmt: skip
     assert (
         scored["recommended"]["step"] == 50
         and "Passed over: step 200 lies inside" in scored["recommended"]["reason"]
@@ -50,25 +52,25 @@ def test_a_checkpoint_inside_an_error_episode_is_passed_over_for_an_earlier_one_
 
 
 def test_with_no_checkpoint_outside_every_error_episode_one_is_kept_with_its_caveat():
-    out = recommend_checkpoint([inferred(s) for s in (100, 200)], [], [], errors=[TRUNCATION])
+    out = recommend_checkpoint(AdviceInput([inferred(s) for s in (100, 200)], [], [], errors=[TRUNCATION]))
     rec = out["recommended"]
     # no evaluation to go by: the earliest spent the least time in the trouble
     assert rec["step"] == 100 and "the earliest saved checkpoint" in rec["reason"]
     assert "Keep it only with a caveat: step 100 lies inside the response_truncation error" in rec["reason"]
-    scored = recommend_checkpoint([inferred(s) for s in (100, 200)], [(100, 0.3), (200, 0.1)], [], "val/loss",
-                                  errors=[TRUNCATION])  # fmt: skip
+    scored = recommend_checkpoint(AdviceInput([inferred(s) for s in (100, 200)], [(100, 0.3), (200, 0.1)], [], "val/loss",
+                                  errors=[TRUNCATION]))  # fmt: skip
     assert (
         scored["recommended"]["step"] == 200
         and "Keep it only with a caveat: step 200" in scored["recommended"]["reason"]
     )
     # a checkpoint after the episode ended is outside it: nothing to say
-    after = recommend_checkpoint([inferred(s) for s in (100, 300)], [], [], errors=[TRUNCATION])
+    after = recommend_checkpoint(AdviceInput([inferred(s) for s in (100, 300)], [], [], errors=[TRUNCATION]))
     assert after["recommended"]["step"] == 300 and "error" not in after["recommended"]["reason"]
 
 
 def test_a_run_that_never_learned_recommends_no_checkpoint():
     stuck = episode("no_learning", 1, 100, from_start=True)
-    out = recommend_checkpoint([inferred(50), inferred(100)], [], [], errors=[stuck])
+    out = recommend_checkpoint(AdviceInput([inferred(50), inferred(100)], [], [], errors=[stuck]))
     assert out["recommended"] is None and out["never_learned"] is True
     assert out["no_recommendation"].startswith(
         "The run never learned: no checkpoint is better than the base model"
@@ -77,7 +79,7 @@ def test_a_run_that_never_learned_recommends_no_checkpoint():
     assert never_learned([episode("no_learning", 500, 900)], [{"step": 600}]) is None
     assert never_learned([stuck], [{"step": 50}, {"step": 150}]) is None
     late = recommend_checkpoint(
-        [inferred(s) for s in (400, 800)], [], [], errors=[episode("no_learning", 500, 900)]
+        AdviceInput([inferred(s) for s in (400, 800)], [], [], errors=[episode("no_learning", 500, 900)])
     )
     assert late["recommended"]["step"] == 400 and late["never_learned"] is False
 
@@ -145,7 +147,7 @@ def test_advice_for_a_failed_verl_run_resumes_from_the_last_implied_save_not_the
 
 def test_the_action_never_contradicts_advice_that_found_no_checkpoint_worth_keeping():
     stuck = episode("no_learning", 1, 100, from_start=True)
-    advice = recommend_checkpoint([inferred(50), inferred(100)], [], [], errors=[stuck])
+    advice = recommend_checkpoint(AdviceInput([inferred(50), inferred(100)], [], [], errors=[stuck]))
     alert = {
         "rule": "no_learning",
         "severity": "error",
@@ -156,7 +158,7 @@ def test_the_action_never_contradicts_advice_that_found_no_checkpoint_worth_keep
     act = action_for_alert(alert, advice, Trainer("hf", "a trainer_state.json"), None, [])
     assert act["checkpoint"] is None and act["text"] == advice["no_recommendation"]
     # no checkpoint before the trouble, but the advice keeps one after it with a caveat: the action says so
-    kept = recommend_checkpoint([inferred(100), inferred(200)], [], [], errors=[TRUNCATION])
+    kept = recommend_checkpoint(AdviceInput([inferred(100), inferred(200)], [], [], errors=[TRUNCATION]))
     cut = {
         "rule": "response_truncation",
         "severity": "error",
@@ -260,15 +262,16 @@ def test_check_a_dpo_run_that_never_learned_keeps_no_checkpoint_and_its_action_a
 
 
 def test_an_action_says_whose_evaluation_a_checkpoint_borrows():
-    # verl evaluates only at the end (test_freq = total steps): the save at 350 borrows step 700's score
+    # verl evaluates only at the end (test_freq = total steps): the save at 350 carries no score (700's judged
+    # weights trained 350 steps further)
     info = {"trainer": {"save_freq": 350}}
     evals = {"val-core/econ/reward/mean@1": [(700, 0.252)]}
     advice = advice_for_run(
         [], evals, [], info, None, run=RunContext(last_step=700, state="completed", rl=True)
     )
-    assert [(c["step"], c["evaluated_at"]) for c in advice["checkpoints"]] == [(350, 700), (700, 700)]
+    assert [(c["step"], c["evaluated_at"]) for c in advice["checkpoints"]] == [(350, None), (700, 700)]
     assert advice["recommended"]["step"] == 700
     rise = {"rule": "entropy_collapse", "severity": "warn", "metric": "actor/entropy", "first_step": 562,
             "last_step": 562, "evidence": {}}  # fmt: skip
     act = action_for_alert(rise, advice, Trainer("verl", "a verl console log"), None, [])
-    assert act["restart_step"] == 350 and "(evaluation 0.252, at step 700, the nearest)" in act["text"]
+    assert act["restart_step"] == 350 and "evaluation" not in act["text"].split("Go back to step 350")[1][:20]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collector.advice.recommend import advice_for_run, recommend_checkpoint
+from collector.advice.recommend import AdviceInput, advice_for_run, recommend_checkpoint
 from collector.ingest.checkpoints import scan_checkpoints
 from tests.collector.test_daemon_support import cli
 
@@ -66,7 +66,7 @@ def test_check_recommends_the_inferred_best_and_says_its_weights_are_not_here(tm
 
 def test_an_exactly_evaluated_save_and_the_runs_own_best_win_a_tie(tmp_path):
     # one evaluation at 500 (the run's best_model_checkpoint, written with a Windows path); the final save at
-    # 630 borrows that same evaluation: 500 is the one evaluated
+    # 630 has none of its own (an evaluation is never carried to a later save past another): 500 is kept
     state = _state(630, 500, {500: 1.6889}, best="./outputs\\checkpoint-500")
     folder = _write(tmp_path, 630, state)
     index = scan_checkpoints(folder.parent)
@@ -76,7 +76,8 @@ def test_an_exactly_evaluated_save_and_the_runs_own_best_win_a_tie(tmp_path):
     advice = advice_for_run(seen, {"eval_loss": [(500, 1.6889)]}, [], info, 630)
     assert advice["recommended"]["step"] == 500
     assert "evaluated at step" not in advice["recommended"]["reason"]
-    assert "among 2 saved checkpoint(s)" in advice["recommended"]["reason"]
+    # 630 carries no evaluation (none since 500): it does not borrow 500's
+    assert "among 1 saved checkpoint(s)" in advice["recommended"]["reason"]
     assert advice["deletable"] == [] and advice["no_recommendation"] is None
 
 
@@ -95,10 +96,10 @@ def test_without_evaluations_the_state_only_final_save_is_kept(tmp_path):
 
 
 def test_no_recommendation_always_says_why():
-    none = recommend_checkpoint([], [(100, 1.0)], [], "eval_loss", "min")
+    none = recommend_checkpoint(AdviceInput([], [(100, 1.0)], [], "eval_loss", "min"))
     assert none["recommended"] is None and "No checkpoint was seen on disk" in none["no_recommendation"]
-    broken = recommend_checkpoint(
+    broken = recommend_checkpoint(AdviceInput(
         [{"step": 100, "path": "checkpoint-100", "complete": False, "bytes": 10, "problem": "no config.json"}],
         [(100, 1.0)], [], "eval_loss", "min",
-    )  # fmt: skip
+    ))  # fmt: skip
     assert "checkpoint at step 100: no config.json" in broken["no_recommendation"]
