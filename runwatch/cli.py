@@ -106,5 +106,7 @@ def ui(argv: list[str]) -> int:
         app_args += ["--refresh", args.refresh]
     from app.__main__ import main as app_main
 
-    app_main(["--host", args.host, "--port", str(args.port), "--", *app_args])  # replaces this process
-    return 0
+    started = info.get("pid") if connection.started_here else None
+    return app_main(
+        ["--host", args.host, "--port", str(args.port), "--", *app_args], started_collector=started
+    )

@@ -5,7 +5,9 @@
     python scripts/demo.py --rl         # the same with a verl GRPO run (preset grpo_demo) instead of SFT
 
 The run overfits on purpose and hits a gradient spike, so within a few minutes the alerts appear and the
-checkpoint advice names the step before the validation loss turned. Ctrl-C stops everything it started.
+checkpoint advice names the step before the validation loss turned. Ctrl-C (or SIGTERM) stops everything it
+started; further signals while it stops are ignored. It starts its own collector: when one already serves the
+database it stops and names it (`--use-running-collector` uses that one, saying its alerts print on its console).
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
+def read_marker(db: Path) -> dict | None:
+    """The live collector's marker for `db`, or None (collector.core.runtime's: run as `python scripts/demo.py`,
+    the repository is put on the path first)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from collector.core.runtime import read_marker as live_marker
+
+    return live_marker(db)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -40,7 +52,15 @@ def start(cmd: list[str], log: Path | None = None) -> subprocess.Popen:
     )
 
 
+def ignore_signals() -> None:
+    """From here on the demo is stopping: a second Ctrl-C, or the SIGTERM `make` forwards to its group, must not
+    cut the cleanup short (and leave a collector running)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def stop(procs: list[subprocess.Popen]) -> None:
+    """Stop each child's process group (SIGTERM, then SIGKILL after 20 s), the last started first."""
     for p in reversed(procs):
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -55,16 +75,15 @@ def stop(procs: list[subprocess.Popen]) -> None:
 
 
 def wait_for_collector(db: Path, proc: subprocess.Popen, timeout: float = 60) -> dict:
+    """The marker of the collector `proc` (not of another one that serves the same database)."""
     marker = Path(str(db) + ".collector.json")
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
             sys.exit(f"demo: the collector exited with code {proc.returncode}; see its log above")
-        if marker.exists():
-            try:
-                return json.loads(marker.read_text())
-            except ValueError:
-                pass  # being written
+        info = read_marker(db)
+        if info is not None and info.get("pid") == proc.pid:
+            return info
         time.sleep(0.2)
     sys.exit(f"demo: the collector did not start within {timeout:.0f} s ({marker} never appeared)")
 
@@ -120,6 +139,11 @@ def main() -> None:
         "--db", type=Path, default=REPO / ".runwatch" / "runwatch.duckdb", help="collector database"
     )
     ap.add_argument("--steps", type=int, help="stop the run after N steps (default: the preset's)")
+    ap.add_argument(
+        "--use-running-collector",
+        action="store_true",
+        help="use a collector that already serves --db (its alerts print on its own console, not here)",
+    )
     args = ap.parse_args()
     args.preset = args.preset or ("grpo_demo" if args.rl else "demo")
     kind = "GRPO (verl main_ppo)" if args.preset.startswith("grpo") else "SFT"
@@ -133,13 +157,31 @@ def main() -> None:
     run_dir = root / run_id
     env_note = os.environ.setdefault("WANDB_MODE", "offline")
 
+    running = read_marker(db)
+    if running is not None and not args.use_running_collector:
+        sys.exit(
+            f"demo: a collector this demo did not start (pid {running['pid']}) already serves {db}; its alerts"
+            f" would print on its own console, not here. Stop it (`kill {running['pid']}`) and run the demo"
+            " again, or give --use-running-collector to use it, or --db another database."
+        )
+
     procs: list[subprocess.Popen] = []
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        print(f"demo: collector watching {root} (database {db})")
-        procs.append(start([PY, "-m", "collector", "serve", "--db", str(db), str(root), "--port", "0"]))
-        info = wait_for_collector(db, procs[0])
-        print(f"demo: collector API on http://127.0.0.1:{info['port']} (pid {info['pid']})")
+        if running is not None:
+            print(
+                f"demo: using the collector already running (pid {running['pid']}, not started by this demo;"
+                f" it keeps running after it): its alerts print on its own console, not here"
+            )
+            if str(root) not in (running.get("roots") or []):
+                print(
+                    f"demo: that collector does not watch {root}: the run will not show up", file=sys.stderr
+                )
+        else:
+            print(f"demo: collector watching {root} (database {db})")
+            procs.append(start([PY, "-m", "collector", "serve", "--db", str(db), str(root), "--port", "0"]))
+            info = wait_for_collector(db, procs[0])
+            print(f"demo: collector API on http://127.0.0.1:{info['port']} (pid {info['pid']})")
 
         print(
             f"demo: starting verl {kind} on CPU, preset {args.preset!r}, run {run_id} (WANDB_MODE={env_note})"
@@ -203,8 +245,10 @@ def main() -> None:
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:
+        ignore_signals()
         print("\ndemo: stopping")
     finally:
+        ignore_signals()
         stop(procs)
         print("demo: everything it started has stopped")
 

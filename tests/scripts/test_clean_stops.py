@@ -1,0 +1,150 @@
+"""Stopping the demo and the dashboard as people do (Ctrl-C, or `make`'s SIGTERM to its process group, twice):
+everything they started stops, cleanup is not cut short by the second signal, and a collector they did not
+start is named, never used in silence. Real subprocesses, a real collector, a real browser session."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from urllib.request import urlopen
+
+from collector.core.runtime import read_marker
+from tests.app.browser_support import chromium_page, free_port, wait_idle
+from tests.app.conftest import start_collector, stop_process
+from tests.conftest import REPO
+from tests.waiting import wait_for
+
+
+def _left_running(mark: Path) -> list[str]:
+    """Command lines of live processes that name `mark` (a temp folder only this test's processes use)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if str(mark) in cmdline and state != "Z":
+            found.append(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie left for its reaper is not: it has exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _signal_twice(proc: subprocess.Popen, out: Path) -> None:
+    """SIGTERM to the process group twice at once (as `make` forwards it), then once more while it stops."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)
+    wait_for(lambda: "stopping" in out.read_text() or proc.poll() is not None, "the cleanup to begin", 60)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+
+
+def test_the_demo_stops_everything_it_started_on_repeated_sigterm(tmp_path):
+    root, db, out = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb", tmp_path / "demo.out"
+    with open(out, "wb") as sink:
+        demo = subprocess.Popen(
+            [
+                sys.executable,
+                "scripts/demo.py",
+                "--headless",
+                "--root",
+                str(root),
+                "--db",
+                str(db),
+                "--steps",
+                "40",
+            ],
+            cwd=REPO,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        collector = wait_for(lambda: read_marker(db), "the demo's collector", 120, proc=demo, log=out)
+        # the trainer is training (verl's workers spawned): its first metrics are written
+        wait_for(
+            lambda: any(root.glob("*/metrics.jsonl")), "the trainer's first metrics", 600, proc=demo, log=out
+        )
+        _signal_twice(demo, out)
+        demo.wait(timeout=120)
+    finally:
+        stop_process(demo)
+    said = out.read_text()
+    assert "Traceback" not in said, said[-3000:]
+    assert "demo: everything it started has stopped" in said
+    assert not _running(collector["pid"]) and read_marker(db) is None, "the demo left its collector running"
+    assert not _left_running(tmp_path), _left_running(tmp_path)
+
+
+def test_the_demo_names_a_collector_it_did_not_start(tmp_path):
+    root, db = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb"
+    root.mkdir()
+    db.parent.mkdir()
+    other = start_collector(db, [root], tmp_path / "other.log")
+    try:
+        demo = subprocess.run(
+            [sys.executable, "scripts/demo.py", "--headless", "--root", str(root), "--db", str(db)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert demo.returncode == 1, demo.stdout + demo.stderr
+        assert f"a collector this demo did not start (pid {other.proc.pid})" in demo.stderr
+        assert f"kill {other.proc.pid}" in demo.stderr and "--use-running-collector" in demo.stderr
+        assert not list(root.iterdir()), "the demo started a run anyway"
+        assert read_marker(db)["pid"] == other.proc.pid  # left alone
+    finally:
+        stop_process(other.proc)
+
+
+def test_the_dashboard_stops_the_collector_it_started(tmp_path):
+    root, db, out = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb", tmp_path / "app.out"
+    root.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWATCH_")} | {"HOME": str(tmp_path)}
+    with open(out, "wb") as sink:
+        app = subprocess.Popen(
+            [sys.executable, "-m", "app", "--port", str(port), "--", "--db", str(db), "--root", str(root)],
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    collector = None
+    try:
+        with chromium_page() as page:  # the collector starts with the first session
+            wait_for(
+                lambda: urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2),
+                "the dashboard",
+                120,
+                proc=app,
+            )
+            page.goto(f"http://127.0.0.1:{port}/")
+            wait_idle(page)
+            collector = wait_for(lambda: read_marker(db), "the collector the dashboard starts", 120, proc=app)
+        _signal_twice(app, out)
+        app.wait(timeout=120)
+    finally:
+        stop_process(app)
+        if collector is not None and _running(collector["pid"]):
+            os.kill(collector["pid"], signal.SIGTERM)
+    said = out.read_text()
+    assert f"runwatch: stopped the collector this dashboard started (pid {collector['pid']})" in said, said[
+        -2000:
+    ]
+    assert "Traceback" not in said, said[-3000:]
+    assert read_marker(db) is None and not _running(collector["pid"])
