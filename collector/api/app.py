@@ -17,14 +17,23 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from collector.api.http import Collector, JSONWithNaN
-from collector.api.routes import advice, alerts, files, health, runs, series
+from collector.api.routes import advice, alerts, files, health, monitoring, runs, series
 from collector.api.run_state import VERSION
 from collector.runs.lookup import NotFound
 from collector.store.db import Store
 
 # Every router of the API, in the order their routes are matched: `runs` last, since its
 # `GET /api/runs/{run:path}` would take any deeper path of a run (`/api/runs/a/checkpoints`) listed after it.
-ROUTERS = (health.router, files.router, series.router, advice.router, alerts.router, runs.router)
+ROUTERS = (
+    health.router,
+    files.router,
+    series.router,
+    advice.router,
+    alerts.router,
+    monitoring.router,
+    monitoring.sockets,
+    runs.router,
+)
 
 
 def create_app(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from itertools import groupby
 
 from fastapi import Request
@@ -69,6 +69,47 @@ def _event(name: str, body: dict) -> bytes:
     return f"event: {name}\ndata: {json.dumps({'event': name, **body}, allow_nan=True, default=str)}\n\n".encode()
 
 
+async def paced_steps(
+    gone: Callable[[], Awaitable[bool]],
+    store: Store,
+    run: str,
+    metrics: list[str] | None,
+    start_step: int,
+    end_step: int,
+    speed: float,
+    timed: bool,
+) -> AsyncIterator[tuple[int, list[tuple]]]:
+    """Each step of the range with its points `(step, metric, value, wall_time)`, in step order, each one
+    when its time comes (see `advance`; `timed`: the range's points all have wall times). Ends early once
+    `gone()` says the client went away."""
+    sent = 0
+    started = time.monotonic()
+    run_clock = 0.0  # seconds of the run played so far (gaps capped at MAX_GAP_S)
+    last_wall: float | None = None
+    after = start_step - 1
+    while after < end_step:
+        if await gone():
+            return
+        rows = await run_in_threadpool(store_read.points_from, store, run, metrics, after, BATCH, True)
+        rows = [r for r in rows if r[0] <= end_step]
+        if len(rows) == BATCH and rows[0][0] != rows[-1][0]:
+            rows = [r for r in rows if r[0] != rows[-1][0]]  # the last step may go on in the next read
+        if not rows:
+            return
+        for step, group in groupby(rows, key=lambda r: r[0]):
+            points = list(group)
+            wall = min(p[3] for p in points) if timed else None
+            run_clock, last_wall = advance(run_clock, last_wall, wall, first=not sent)
+            wait = started + run_clock / speed - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                if await gone():
+                    return
+            yield step, points
+            sent += 1
+            after = step
+
+
 async def playback_events(
     request: Request,
     store: Store,
@@ -101,39 +142,20 @@ async def playback_events(
         key=lambda a: (a["first_step"], a["id"]),
     )
     sent_steps = sent_alerts = 0
-    started = time.monotonic()
-    run_clock = 0.0  # seconds of the run played so far (gaps capped at MAX_GAP_S)
-    last_wall: float | None = None
-    after = start_step - 1
-    while after < end_step:
-        if await request.is_disconnected():
-            return
-        rows = await run_in_threadpool(store_read.points_from, store, run, metrics, after, BATCH, True)
-        rows = [r for r in rows if r[0] <= end_step]
-        if len(rows) == BATCH and rows[0][0] != rows[-1][0]:
-            rows = [r for r in rows if r[0] != rows[-1][0]]  # the last step may go on in the next read
-        if not rows:
-            break
-        for step, group in groupby(rows, key=lambda r: r[0]):
-            points = list(group)
-            wall = min(p[3] for p in points) if timed else None
-            run_clock, last_wall = advance(run_clock, last_wall, wall, first=not sent_steps)
-            wait = started + run_clock / speed - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-                if await request.is_disconnected():
-                    return
-            chunk = [
-                _event("point", {"step": s, "metric": m, "value": v, "wall_time": w}) for s, m, v, w in points
-            ]
-            while pending and pending[0]["first_step"] <= step:
-                chunk.append(_event("alert", pending.pop(0)))
-                sent_alerts += 1
-            sent_steps += 1
-            progress = sent_steps / plan["steps"] if plan["steps"] else 1.0
-            chunk.append(_event("progress", {"step": step, "progress": round(min(progress, 1.0), 6)}))
-            yield b"".join(chunk)
-            after = step
+    steps = paced_steps(request.is_disconnected, store, run, metrics, start_step, end_step, speed, timed)
+    async for step, points in steps:
+        chunk = [
+            _event("point", {"step": s, "metric": m, "value": v, "wall_time": w}) for s, m, v, w in points
+        ]
+        while pending and pending[0]["first_step"] <= step:
+            chunk.append(_event("alert", pending.pop(0)))
+            sent_alerts += 1
+        sent_steps += 1
+        progress = sent_steps / plan["steps"] if plan["steps"] else 1.0
+        chunk.append(_event("progress", {"step": step, "progress": round(min(progress, 1.0), 6)}))
+        yield b"".join(chunk)
+    if await request.is_disconnected():
+        return
     for alert in pending:  # raised at a step with no point of the chosen metrics
         yield _event("alert", alert)
         sent_alerts += 1
