@@ -9,6 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+# a step before (after) every step a run logs: "no step yet" / "no upper bound" in comparisons and queries
+# (steps are 64-bit; 2**62 leaves room to add to it without overflow)
+BEFORE_ALL_STEPS = -(2**62)
+AFTER_ALL_STEPS = 2**62
+
 
 @dataclass(slots=True)
 class Points:

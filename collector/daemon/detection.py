@@ -15,7 +15,7 @@ from pathlib import Path
 
 from collector.advice import action as action_mod
 from collector.api import alerts as api_alerts
-from collector.core.model import Points, RunInfo
+from collector.core.model import BEFORE_ALL_STEPS, Points, RunInfo
 from collector.core.runtime import alerts_log_path
 from collector.core.stop_request import STOP_FILE, stop_path
 from collector.daemon.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, deliver
@@ -118,7 +118,7 @@ class Detection:
     def backlog_added(self, run: str) -> None:
         """A bulk commit stored points the detector has not seen; `catch_up` will feed them."""
         if run not in self.behind:
-            self.behind[run] = self.fed_to.get(run, -(2**62))
+            self.behind[run] = self.fed_to.get(run, BEFORE_ALL_STEPS)
 
     def catch_up(self, budget: int = CATCH_UP_POINTS) -> bool:
         """Judge about `budget` stored points of a run with a backlog, in step order; True while any is left.

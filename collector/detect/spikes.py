@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from collector.core.facts import RunFacts
+from collector.core.model import BEFORE_ALL_STEPS
 from collector.core.severity import Severity
 from collector.detect.base import (
     HOLD,
@@ -138,7 +139,8 @@ class GradSpike(Rule):
         self.spikes = 0  # spike points among `recent`
         self.consecutive = 0  # spike points in a row up to the last one
         self.history: deque[tuple[int, float]] = deque(maxlen=max(2, cfg.tail_points))  # spikes included
-        self.settled_after = -(2**62)  # the last step held back as start-up: the noise model starts after it
+        # the last step held back as start-up: the noise model starts after it
+        self.settled_after = BEFORE_ALL_STEPS
 
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
@@ -229,8 +231,8 @@ class GradSpike(Rule):
             if len(self.window) < cfg.settle_points or facts.settling(step, cfg.settle_warmup_factor):
                 self.settled_after = step
                 return HOLD  # start-up and warmup: grad norms are still finding their level
-            # one point is a notice; a second in the episode, or one far above the median, is trouble
-            # one point is a notice; points in a row, or one far above both the median and the noise, trouble
+            # one point is a notice; points in a row, or one far above the median, the noise and the normal
+            # band, a warning (unless the run often reaches that size); `sustained_points` in a row, an error
             tail, run = self._tail(), self.consecutive + 1
             if run >= cfg.sustained_points:
                 severity = Severity.ERROR

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from collector import formats
-from collector.core.model import Format, Points, RunInfo
+from collector.core.model import BEFORE_ALL_STEPS, Format, Points, RunInfo
 from collector.formats import discover
 from collector.ingest import segments
 from collector.ingest.attribution import place_source
@@ -137,7 +137,9 @@ class Ingestor:
                     self.store, self.sources.get(key), run.id, key, source.format
                 )
                 if moved is not None:
-                    self.max_step[moved.run_id] = moved.last_step if moved.last_step is not None else -(2**62)
+                    self.max_step[moved.run_id] = (
+                        moved.last_step if moved.last_step is not None else BEFORE_ALL_STEPS
+                    )
                     self._event(
                         key, f"belongs to run {run.id}: its points left run {moved.run_id}, read again"
                     )
@@ -253,7 +255,7 @@ class Ingestor:
             if st is None or st.st_size == s.offset:
                 self.sources[s.path] = s
                 return False
-        done = self.bulk_readers[s.format].read(s, st, self.max_step.get(s.run_id, -(2**62)))
+        done = self.bulk_readers[s.format].read(s, st, self.max_step.get(s.run_id, BEFORE_ALL_STEPS))
         if done is None:
             # Not plain records or rows (a bad line there): the Python parser finds and quarantines them.
             pending: set[str] = set()
@@ -351,7 +353,9 @@ class Ingestor:
         if st is None or fmt is None:
             return False
         # Points of this run already read in this transaction count as stored (one value per step).
-        after = max(self.max_step.get(s.run_id, -(2**62)), cycle.last_steps.get(s.run_id, -(2**62)))
+        after = max(
+            self.max_step.get(s.run_id, BEFORE_ALL_STEPS), cycle.last_steps.get(s.run_id, BEFORE_ALL_STEPS)
+        )
         context = self.contexts.get(s.path)
         return read_chunk(cur, self.store, fmt, s, st, cycle, after, self.chunk_bytes, self._event, context)
 

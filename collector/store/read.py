@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from collector.core.model import Points
+from collector.core.model import AFTER_ALL_STEPS, BEFORE_ALL_STEPS, Points
 from collector.store.db import Store
 
 
@@ -103,8 +103,8 @@ def series(
     reports NaN (else an infinity it holds), so neither a NaN nor a spike beside it is ever sampled away.
     """
     whole = start is None and end is None and after is None
-    low = -(2**62) if start is None else start
-    high = 2**62 if end is None else end
+    low = BEFORE_ALL_STEPS if start is None else start
+    high = AFTER_ALL_STEPS if end is None else end
     if after is not None:
         low = max(low, after + 1)
     if whole:
@@ -219,7 +219,7 @@ def points_from(
         rows = store.rows(sql, [run, after_step, after_step + span, *params, limit])
         if rows or after_step + span >= last:
             return rows
-    return store.rows(sql, [run, after_step, 2**62, *params, limit])  # a gap in the steps
+    return store.rows(sql, [run, after_step, AFTER_ALL_STEPS, *params, limit])  # a gap in the steps
 
 
 def point_columns(
@@ -237,11 +237,11 @@ def point_columns(
     total, first, last = store.rows(
         "SELECT sum(points), min(first_step), max(last_step) FROM metric_stats WHERE run_id = ?", [run]
     )[0]
-    upto = 2**62
+    upto = AFTER_ALL_STEPS
     if total:  # a window of steps holding about `limit` points (whole steps, however dense the run)
         upto = after_step + max(1, math.ceil(limit * (last - first + 1) / total))
     table = store.cursor().execute(sql, [run, after_step, upto]).fetchnumpy()
-    if not len(table["step"]) and upto < 2**62:  # a gap in the steps: the next stored step on
+    if not len(table["step"]) and upto < AFTER_ALL_STEPS:  # a gap in the steps: the next stored step on
         nxt = store.rows("SELECT min(step) FROM points WHERE run_id = ? AND step > ?", [run, after_step])[0][
             0
         ]
@@ -285,7 +285,7 @@ def recent_points(store: Store, run: str, per_metric: int, up_to: int | None = N
             """SELECT step, metric, value, wall_time FROM points WHERE run_id = ? AND step <= ?
                QUALIFY row_number() OVER (PARTITION BY metric ORDER BY step DESC) <= ?
                ORDER BY step, metric""",
-            [run, 2**62 if up_to is None else up_to, per_metric],
+            [run, AFTER_ALL_STEPS if up_to is None else up_to, per_metric],
         )
         .fetchnumpy()
     )
