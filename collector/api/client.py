@@ -12,7 +12,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from collector.core.runtime import read_marker, read_token, token_path
+from collector.core.runtime import (
+    PROOF_TIMEOUT_S,
+    marker_path,
+    marker_state,
+    read_marker,
+    read_token,
+    token_path,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -45,9 +52,11 @@ class Client:
 
     @classmethod
     def for_db(cls, db: Path, timeout: float = 30.0) -> Client | None:
-        """A client for the live collector of `db`, or None when none is running (no marker, or a dead pid)."""
+        """A client for the live collector of `db`, or None when none is running (no marker, a dead pid, or a
+        stale marker: what answers on its port cannot prove it holds the token). The token is sent only to a
+        collector that proved itself (`runtime.marker_state`); one that does not answer in time is an error."""
         db = Path(db).resolve()
-        info = read_marker(db)
+        info = read_marker(db, prove=False)
         if info is None:
             return None
         token = read_token(db)
@@ -57,6 +66,17 @@ class Client:
                 f"a collector runs for {db} (pid {info['pid']}) but its token {token_path(db)} is unreadable",
             )
         host = info.get("host") or "127.0.0.1"
+        state = marker_state(db, info)
+        if state == "stale":
+            return None
+        if state == "unanswered":
+            raise ApiError(
+                0,
+                f"{marker_path(db)} names pid {info['pid']} on http://{host}:{info['port']}, which did not prove"
+                f" to be this database's collector within {PROOF_TIMEOUT_S:.0f} s (busy, or another program"
+                " holds the port); the token was not sent. Try again; if that pid is not a runwatch collector,"
+                " delete the marker",
+            )
         return cls(f"http://{host}:{info['port']}", token, timeout)
 
     def close(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -23,6 +25,8 @@ API_THREADS = 8
 # glibc gives each thread its own malloc arena (up to 8 a core), each keeping what it freed: ~70 MB of the
 # same benchmark's peak. Two arenas serve the ingest thread and the API threads.
 MALLOC_ARENAS = 2
+# How long a marker's collector has to prove itself before a command takes the marker for unanswered.
+PROOF_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -106,8 +110,10 @@ def command_of(pid: int) -> str | None:
     return " ".join(" ".join(words).split()) or None
 
 
-def read_marker(db: Path) -> dict | None:
-    """The live daemon's marker for `db`, or None when there is none, it is half-written, or its pid is dead."""
+def read_marker(db: Path, prove: bool = True) -> dict | None:
+    """The live daemon's marker for `db`, or None when there is none, it is half-written, its pid is dead,
+    or (with `prove`) what answers on its port cannot prove it holds the database's token: a stale marker
+    whose pid and port were taken by other programs after a kill -9 (see `marker_state`)."""
     try:
         info = json.loads(marker_path(db).read_text())
     except (OSError, ValueError):
@@ -115,7 +121,44 @@ def read_marker(db: Path) -> dict | None:
     pid = info.get("pid") if isinstance(info, dict) else None
     if not isinstance(pid, int) or not pid_alive(pid) or not info.get("port"):
         return None
+    if prove and marker_state(db, info) != "proven":
+        return None
     return info
+
+
+def marker_state(db: Path, info: dict, timeout_s: float = PROOF_TIMEOUT_S) -> str:
+    """Whether the collector a marker names is the one answering on its port, asked before any token is
+    sent: `GET /api/identity?challenge=C` must answer the marker's pid and HMAC(token, C), which only a
+    process that read `DB.token` can give. "proven"; "stale" when something else answers (another server,
+    an old collector of another database) or nothing listens; "unanswered" when it accepts but does not
+    answer in `timeout_s` (a busy collector, or a program that holds the port) or the token is unreadable."""
+    import urllib.error
+    import urllib.request
+
+    token = read_token(db)
+    if token is None:
+        return "unanswered"
+    challenge = secrets.token_hex(16)
+    url = f"http://{info.get('host') or '127.0.0.1'}:{info['port']}/api/identity?challenge={challenge}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
+    try:
+        with opener.open(url, timeout=timeout_s) as response:
+            answer = json.loads(response.read(4096))
+    except TimeoutError:
+        return "unanswered"
+    except urllib.error.URLError as e:
+        return "unanswered" if isinstance(e.reason, TimeoutError) else "stale"
+    except (OSError, ValueError):  # refused, reset, or an answer that is not our JSON
+        return "stale"
+    if not isinstance(answer, dict) or answer.get("pid") != info.get("pid"):
+        return "stale"
+    proof = str(answer.get("proof", ""))
+    return "proven" if secrets.compare_digest(proof, identity_proof(token, challenge)) else "stale"
+
+
+def identity_proof(token: str, challenge: str) -> str:
+    """What `GET /api/identity` answers to `challenge`: proof of holding the token without sending it."""
+    return hmac.new(token.encode(), f"runwatch-identity:{challenge}".encode(), hashlib.sha256).hexdigest()
 
 
 def write_marker(db: Path, info: dict) -> None:

@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING
 
 from collector.core.runtime import (
     Settings,
+    command_of,
     ensure_token,
     keep_private,
     limit_malloc_arenas,
+    marker_path,
+    marker_state,
     read_marker,
     remove_marker,
     write_marker,
@@ -264,13 +267,33 @@ def root_text(root) -> str:
 
 
 def check_not_running(db: Path) -> None:
-    """Raise AlreadyRunning when a live collector's marker names `db` (a stale marker is ignored)."""
-    info = read_marker(Path(db).resolve())
-    if info is not None and info.get("pid") != os.getpid():
-        raise AlreadyRunning(
-            f"a collector is already serving {db} (pid {info['pid']}, http://{info.get('host')}:{info['port']}); "
-            f"use it (the CLI and the app find it by themselves) or stop it first"
+    """Raise AlreadyRunning when a live collector's marker names `db`. A marker that is provably stale (its
+    pid dead, or what answers on its port is not this database's collector: the pid and port were reused
+    after a kill -9) is replaced by this daemon's; one whose process does not answer in time stands."""
+    db = Path(db).resolve()
+    info = read_marker(db, prove=False)
+    if info is None or info.get("pid") == os.getpid():
+        return
+    where = f"pid {info['pid']}, http://{info.get('host')}:{info['port']}"
+    state = marker_state(db, info)
+    if state == "stale":
+        log.warning(
+            "replacing the stale marker %s (%s): that process is now `%s`, not this database's collector",
+            marker_path(db),
+            where,
+            command_of(info["pid"]) or "unknown",
         )
+        return
+    if state == "unanswered":
+        raise AlreadyRunning(
+            f"{marker_path(db)} names a collector serving {db} ({where}) that did not prove itself in time"
+            f" (busy, or another program: `{command_of(info['pid']) or 'unknown'}`); if that is not a runwatch"
+            " collector, delete the marker and start again"
+        )
+    raise AlreadyRunning(
+        f"a collector is already serving {db} ({where}); "
+        f"use it (the CLI and the app find it by themselves) or stop it first"
+    )
 
 
 def run_daemon(settings: Settings) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import anyio.to_thread
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
@@ -9,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from collector.api import run_files
 from collector.api.http import CollectorDep, JSONWithNaN
 from collector.api.run_state import VERSION, health_info
+from collector.core.runtime import identity_proof
 from collector.store import read as store_read
 
 router = APIRouter()
@@ -29,3 +32,10 @@ async def health(c: CollectorDep) -> JSONWithNaN:
     # (read here, in the event loop: the pool's size in force)
     api_threads = anyio.to_thread.current_default_thread_limiter().total_tokens
     return JSONWithNaN(body | {"api_threads": int(api_threads)})
+
+
+@router.get("/api/identity")
+async def identity(c: CollectorDep, challenge: str) -> dict:
+    """This collector's pid and HMAC(token, challenge): a command proves the marker names this process
+    before it sends the token (no token needed; the answer does not reveal it)."""
+    return {"pid": os.getpid(), "proof": identity_proof(c.token, challenge[:128])}
