@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from collector.api import alerts as api_alerts
 from collector.api import checkpoints as api_checkpoints
+from collector.api import incidents as api_incidents
 from collector.api import run_files
 from collector.api import runs as api_runs
 from collector.api import series as api_series
@@ -101,11 +102,15 @@ def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
     metrics.add_argument("--start", type=int)
     metrics.add_argument("--end", type=int)
 
-    alerts = sub.add_parser("alerts", parents=[common], help="list alerts")
-    alerts.add_argument("--run")
-    alerts.add_argument("--rule")
-    alerts.add_argument("--severity", choices=["info", "warn", "error"])
-    alerts.add_argument("--state", default="all", choices=["open", "acked", "resolved", "all"])
+    for name, what in (
+        ("alerts", "list alerts (as incidents, with their alert count; --json: every alert)"),
+        ("incidents", "list incidents (alerts grouped by trouble)"),
+    ):
+        listing = sub.add_parser(name, parents=[common], help=what)
+        listing.add_argument("--run")
+        listing.add_argument("--rule")
+        listing.add_argument("--severity", choices=["info", "warn", "error"])
+        listing.add_argument("--state", default="all", choices=["open", "acked", "resolved", "all"])
 
     for name, what in (("ack", "acknowledge an alert"), ("resolve", "resolve an alert")):
         p = sub.add_parser(name, parents=[common], help=what)
@@ -368,6 +373,17 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
             lambda s: api_series.metrics(s, args.run, [args.metric], args.points, args.start, args.end)[
                 "series"
             ][0],
+        )
+    if c == "incidents" or (c == "alerts" and not getattr(args, "json", True)):
+        # people read incidents: `alerts` prints each with its alert count (`--json` keeps every alert's row)
+        rule = getattr(args, "rule", None)
+        params = {"state": args.state} | {
+            k: v for k, v in (("run", args.run), ("rule", rule), ("severity", args.severity)) if v
+        }
+        return (
+            "/api/incidents",
+            params,
+            lambda s: api_incidents.incidents(s, args.run, args.severity, args.state, rule),
         )
     if c == "alerts":
         params = {"state": args.state} | {

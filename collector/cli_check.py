@@ -3,7 +3,8 @@
 For CI, scripts and agents: prints the count first (`N runs: E errors, W warnings, H healthy`), then each
 troubled run (errors first: its alerts with the action of each, the checkpoint to keep), then one line per healthy
 run. Exits 2 when an error alert (open or since cleared) was found, 3 when only warnings were and `--fail-on warn`,
-1 on a usage error, 0 otherwise. The reading and the queries are the CLI's own (`ingest`, then `runs` and `alerts`).
+1 on a usage error, 0 otherwise. The reading and the queries are the CLI's own (`ingest`, then `runs`, `alerts` and
+`incidents`): each troubled run lists its incidents (each with its alert count); `--json` has both per run.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def check(
         for r in runs:
             alerts = query(argparse.Namespace(db=db, command="alerts", run=r["id"], rule=None, severity=None,
                                                state="all"))  # fmt: skip
+            incidents = query(argparse.Namespace(db=db, command="incidents", run=r["id"], severity=None,
+                                                 state="all", json=True))  # fmt: skip
             worst = max((a["severity"] for a in alerts), key=_RANK.__getitem__, default=None)
             verdicts.append(
                 {
@@ -83,6 +86,8 @@ def check(
                         }
                         for a in sorted(alerts, key=lambda a: (-_RANK[a["severity"]], a["first_step"]))
                     ],
+                    # what a person reads: the alerts grouped by trouble (each names its alerts, `alert_ids`)
+                    "incidents": sorted(incidents, key=lambda i: (-_RANK[i["severity"]], i["first_step"])),
                 }
             )
     counts = {level: sum(v["verdict"] == level for v in verdicts) for level in ("error", "warn", "ok")}
@@ -108,7 +113,7 @@ def exit_code(counts: dict[str, int], fail_on: str) -> int:
 
 def report(verdicts: list[dict], counts: dict[str, int], target: Path) -> list[str]:
     """The verdict for people, fitted to the terminal: the count first, then each troubled run (errors
-    first) with its alerts, their actions and the checkpoint to keep, then one line per healthy run."""
+    first) with its incidents, their actions and the checkpoint to keep, then one line per healthy run."""
     n = len(verdicts)
     lines = [f"{n} run{'s' * (n != 1)}: {_count(counts['error'], 'error')}, {_count(counts['warn'], 'warning')},"
              f" {counts['ok']} healthy"]  # fmt: skip
@@ -123,13 +128,17 @@ def report(verdicts: list[dict], counts: dict[str, int], target: Path) -> list[s
         lines.append(f"{label}  {shorten(printable(v['run']), max(room, MIN_NAME))}  {said}")
         if v["verdict"] == "ok":
             continue
-        for a in v["alerts"]:
-            where = steps(a["first_step"], a["last_step"])
-            lines += wrap(
-                f"[{a['severity']}] {a['rule']} {a['metric']} @{where}: {a['message']}", indent="  "
+        for i in v["incidents"]:  # what a person reads: the alerts grouped by trouble
+            where = steps(i["first_step"], i["last_step"])
+            count = (
+                f" ({i['alert_count']} alerts at steps {_steps(i['steps'])})" if i["alert_count"] > 1 else ""
             )
-            if a.get("action"):  # what to do: the checkpoint to go back to and the resume command
-                lines += wrap(f"action: {a['action']['text']}", indent="    ")
+            rules = " -> ".join(i["rules"])
+            lines += wrap(
+                f"[{i['severity']}] {rules} {i['metric']} @{where}{count}: {i['message']}", indent="  "
+            )
+            if i.get("action"):  # what to do: the checkpoint to go back to and the resume command
+                lines += wrap(f"action: {i['action']['text']}", indent="    ")
         if v.get("recommendation_reason"):
             lines += wrap(f"checkpoint: {v['recommendation_reason']}", indent="  ")
     return lines
@@ -137,6 +146,10 @@ def report(verdicts: list[dict], counts: dict[str, int], target: Path) -> list[s
 
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' * (n != 1)}"
+
+
+def _steps(steps: list[int]) -> str:
+    return ", ".join(str(s) for s in steps[:6]) + (", ..." if len(steps) > 6 else "")
 
 
 def _recommendation_reason(db: Path, run: dict, query: Callable[[argparse.Namespace], Any]) -> str:

@@ -146,9 +146,23 @@ def runs_table(rows: list[dict]) -> str:
     return table(shown, ["id", "status", "steps", "train_loss", "val_loss", "alerts", "format"], keep="id")
 
 
-def alerts_table(rows: list[dict]) -> str:
-    shown = [a | {"steps": steps(a.get("first_step"), a.get("last_step"))} for a in rows]
-    return table(shown, ["id", "run", "rule", "severity", "steps", "state"], under="message", keep="run")
+def incidents_table(rows: list[dict]) -> str:
+    """One row per incident (its cause first, the troubles it explains, how many alerts it holds), its message
+    under it; then the count of incidents and alerts."""
+    shown = [
+        i
+        | {
+            "rule": " -> ".join(i["rules"]),
+            "steps": steps(i["first_step"], i["last_step"]),
+            "alerts": i["alert_count"],
+        }
+        for i in rows
+    ]
+    body = table(
+        shown, ["id", "run", "rule", "severity", "steps", "alerts", "state"], under="message", keep="run"
+    )
+    total = sum(i["alert_count"] for i in rows)
+    return "\n".join([body, *wrap(f"{len(rows)} incident(s) holding {total} alert(s) (every alert: --json)")])
 
 
 def metrics_table(series: dict) -> str:
@@ -187,7 +201,8 @@ def stop_line(r: dict) -> str:
 TABLES: dict[str, Callable[[Any], str]] = {
     "runs": runs_table,
     "metrics": metrics_table,
-    "alerts": alerts_table,
+    "alerts": incidents_table,  # people read incidents; `alerts --json` lists every alert
+    "incidents": incidents_table,
     "ack": alert_line,
     "resolve": alert_line,
     "checkpoints": checkpoints_table,

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from collector.api.http import Collector, JSONWithNaN
-from collector.api.routes import advice, alerts, files, health, monitoring, runs, series
+from collector.api.routes import advice, alerts, files, health, incidents, monitoring, runs, series
 from collector.api.run_state import VERSION
 from collector.runs.lookup import NotFound
 from collector.store.db import Store
@@ -30,6 +30,7 @@ ROUTERS = (
     series.router,
     advice.router,
     alerts.router,
+    incidents.router,
     monitoring.router,
     monitoring.sockets,
     runs.router,

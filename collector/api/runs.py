@@ -9,6 +9,7 @@ import functools
 from collector.advice.verl_saves import verl_save_freq
 from collector.api import alerts as api_alerts
 from collector.api import checkpoints as api_checkpoints
+from collector.api import incidents as api_incidents
 from collector.api import run_files
 from collector.api.run_state import run_status
 from collector.api.series import metrics
@@ -163,7 +164,8 @@ def run_view(
 ) -> dict:
     """What a run page draws first, in one answer: `run`'s fields plus `series` (every metric over
     [start, end], at most `points` buckets each; empty without `with_series`), `alerts` (all states, newest
-    first) and `checkpoint_steps` (the indexed checkpoints' steps, without computing advice)."""
+    first), `incidents` (as `GET /api/runs/{run}/incidents`) and `checkpoint_steps` (the indexed checkpoints'
+    steps, without computing advice)."""
     out = run(store, run_id)
     names = [m["metric"] for m in out["metrics"]]
     series = metrics(store, run_id, names, points, start, end)["series"] if with_series and names else []
@@ -171,6 +173,7 @@ def run_view(
     return out | {
         "series": series,
         "alerts": api_alerts.alerts_with_actions(store, store_alerts.list_alerts(store, run=run_id)),
+        "incidents": api_incidents.incidents(store, run_id),
         "checkpoint_steps": sorted(c["step"] for c in index),
     }
 

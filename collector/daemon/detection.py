@@ -2,8 +2,15 @@
 each commit adds; its events are upserted as alerts (and their history) and new, escalated or cleared alerts go
 to the sinks (console, `DB.alerts.jsonl`, webhook), each event of an alert that needs an action (error alerts,
 the alerts that name a checkpoint) with the `action` the API gives that alert at that moment; every change goes
-to the stop sink, which writes the run's stop request when the run's `[stop]` settings say so. After a restart
-a detector's state is rebuilt from a bounded tail of the run's stored points, never from its whole history.
+to the stop sink, which writes the run's stop request when the run's `[stop]` settings say so.
+
+The same answer on every path: after a restart (and before `ingest` adds to a database) every stored run is
+judged again from its first stored point through the backlog path, exactly as a first reading judged it, so a
+restarted collector holds the same episodes as the one before it (a bounded tail replayed through windows cut
+short found episodes the whole history never showed: loss plateaus, grad spikes). While a run is judged again
+its events are held and merged, one per episode, and stored once the judging has passed the step it was judged
+to before: an episode unchanged is not written, told or stopped on again; one found in points the collector had
+not judged yet opens as new.
 """
 
 from __future__ import annotations
@@ -17,11 +24,14 @@ from collector.advice import action as action_mod
 from collector.api import alerts as api_alerts
 from collector.core.model import BEFORE_ALL_STEPS, Points, RunInfo
 from collector.core.runtime import alerts_log_path
+from collector.core.severity import Severity
 from collector.core.stop_request import STOP_FILE, stop_path
 from collector.daemon.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, deliver
+from collector.detect import incidents as inc
 from collector.detect.backlog import judge_columns
 from collector.detect.config import DetectConfig
 from collector.detect.engine import AlertEvent, RunDetector
+from collector.detect.runlevel import RUN_FAILED, STALLED
 from collector.detect.thresholds import thresholds_for
 from collector.ingest.checkpoints import scan_checkpoints
 from collector.store import alerts as store_alerts
@@ -30,10 +40,9 @@ from collector.store.db import Store
 
 log = logging.getLogger("collector.detect")
 
-REBUILD_POINTS_PER_METRIC = 256  # enough history for every rule's window, bounded whatever the run's length
 # points judged per catch-up slice: about a quarter second of the backlog path, so live runs keep flowing
 CATCH_UP_POINTS = 500_000
-TELL_SINKS = ("opened", "escalated", "auto_resolved")
+RUN_LEVEL_EPISODES = (RUN_FAILED, STALLED)  # episodes judged from the run's facts and time, not its points
 
 
 class Detection:
@@ -53,6 +62,14 @@ class Detection:
         # Runs whose newest stored points the detector has not seen (a bulk backlog): step fed up to.
         self.behind: dict[str, int] = {}
         self.fed_to: dict[str, int] = {}
+        # Runs judged again after a restart: the step they were judged to before, and their events held till then
+        self.rejudging: dict[str, int] = {}
+        self._held: dict[str, dict[tuple[str, str, int], AlertEvent]] = {}
+        self._outcome: dict[str, tuple[str | None, dict | None]] = {}  # status word and info, judged after
+        # Per run: its incidents as last told to the sinks, and whether one only keeps firing (its alerts all
+        # resolved, the keep-firing window not passed yet: the run's next points may resolve it)
+        self._told: dict[str, inc.Told] = {}
+        self._waiting: dict[str, bool] = {}
         self._checkpoints_seen: dict[str, list[dict]] = {}
         self._markers_seen: dict[str, int | None] = {}
         # Told every change of an alert (after_points is reached while an episode goes on), not only openings.
@@ -64,8 +81,9 @@ class Detection:
         return self.thresholds.for_run(self.run_dirs.get(run))
 
     def warm_up(self) -> None:
-        """Rebuild every stored run's detector from the last points of each metric (after a restart); a run
-        whose bulk backlog was not all judged resumes where its judging stopped."""
+        """Judge every stored run again from its first stored point (after a restart, before an `ingest`): the
+        catch-up slices go through the backlog path; the run's outcome (`run_failed`) and its open run-level
+        episodes (`stalled`, `run_failed`) are taken up once its stored points are judged."""
         backlogs = self.store.detection_backlogs()
         for r in store_read.runs(self.store):
             run = r["id"]
@@ -75,22 +93,31 @@ class Detection:
                 self.run_info[run] = info
             if status:
                 self.status[run] = status
-            det = self.detector(run)
-            # Episodes still open in the store continue (same alert, same peak) instead of opening twice.
-            det.resume_episodes(
-                [a for a in store_alerts.list_alerts(self.store, run=run) if a["state"] != "resolved"]
-            )
-            if status or r["status"]:
-                self._handle(run, det.note_outcome(r["status"], status))
-            up_to = backlogs.get(run)
-            recent = store_read.recent_points(self.store, run, REBUILD_POINTS_PER_METRIC, up_to)
-            # Replay only refills the windows (a cut-short baseline would call normal points spikes); an
-            # episode the store never saw (found while the collector was down) is still new.
-            self._handle(run, det.update(recent, replay=True))
-            if recent:
-                self.fed_to[run] = max(recent.step)
-            if up_to is not None:
-                self.behind[run] = up_to
+            self.detector(run)
+            self._told[run] = inc.told(inc.stored_incidents(self.store, run))
+            self._outcome[run] = (r["status"], status)
+            judged = backlogs.get(run, r["last_step"])
+            if judged is None:  # nothing stored yet: the outcome alone
+                self._judged_again(run)
+                continue
+            self.rejudging[run] = int(judged)
+            self._held[run] = {}
+            self.behind[run] = -(2**62)
+
+    def _judged_again(self, run: str) -> None:
+        """The run's stored points are judged again: store its held events (one per episode, the latest),
+        reattach its open run-level episodes and judge its outcome."""
+        self.rejudging.pop(run, None)
+        held = self._held.pop(run, {})
+        det = self.detector(run)
+        self._handle(run, list(held.values()))
+        det.resume_episodes(
+            [a for a in store_alerts.list_alerts(self.store, run=run)
+             if a["state"] != "resolved" and a["rule"] in RUN_LEVEL_EPISODES]
+        )  # fmt: skip
+        status, info = self._outcome.pop(run, (None, None))
+        if status or info:
+            self._handle(run, det.note_outcome(status, info))
 
     def detector(self, run: str) -> RunDetector:
         """The run's detector (created empty on first use), judging with the run's current thresholds (a
@@ -112,8 +139,9 @@ class Detection:
             # the detector learns the usual pace and `stalled` can tell a hung run from a slow one.
             now = time.time()
             points = Points(points.step, points.metric, points.value, [now] * len(points.step))
-        self._handle(run, self.detector(run).update(points))
+        self._handle(run, self.detector(run).update(_by_step_and_name(points)))
         self.fed_to[run] = max(self.fed_to.get(run, points.step[0]), max(points.step))
+        self._keep_firing(run)
 
     def backlog_added(self, run: str) -> None:
         """A bulk commit stored points the detector has not seen; `catch_up` will feed them."""
@@ -132,13 +160,31 @@ class Detection:
             steps, codes, names, values = store_read.point_columns(self.store, run, after, budget)
             if not len(steps):
                 del self.behind[run]
+                if run in self.rejudging:
+                    self._judged_again(run)
                 self.store.set_detected_to(run, None)
                 continue
-            self._handle(run, judge_columns(self.detector(run), steps, codes, names, values))
-            self.behind[run] = self.fed_to[run] = int(steps[-1])
-            self.store.set_detected_to(run, int(steps[-1]))
+            events = judge_columns(self.detector(run), steps, codes, names, values)
+            last = int(steps[-1])
+            self.behind[run] = self.fed_to[run] = last
+            if run in self.rejudging:
+                held = self._held[run]
+                for ev in events:
+                    held[(ev.rule, ev.metric, ev.first_step)] = ev
+                if last < self.rejudging[run]:
+                    return True  # still inside what was judged before: nothing new to store or tell yet
+                self._judged_again(run)
+            else:
+                self._handle(run, events)
+                self._keep_firing(run)
+            self.store.set_detected_to(run, last)
             return True
         return bool(self.behind)
+
+    def _keep_firing(self, run: str) -> None:
+        """The run went on: an incident that only kept firing may have resolved."""
+        if self._waiting.get(run):
+            self._tell(run, {})
 
     def run_info_changed(self, run: str, facts: RunInfo) -> None:
         """A file with run facts changed: keep the status for time-based rules, judge the run's outcome
@@ -147,7 +193,10 @@ class Detection:
         if facts.status_info is not None:
             self.status[run] = facts.status_info
         if facts.status_info is not None or facts.status is not None:
-            self._handle(run, self.detector(run).note_outcome(facts.status, facts.status_info))
+            if run in self.rejudging:  # judged once its stored points are (its last step is not known yet)
+                self._outcome[run] = (facts.status, facts.status_info)
+            else:
+                self._handle(run, self.detector(run).note_outcome(facts.status, facts.status_info))
         if facts.config is not None:
             self.run_info[run] = facts.config
             if run in self.detectors:
@@ -191,8 +240,8 @@ class Detection:
         now = time.time() if now is None else now
         last_point = {r["id"]: r["last_point_at"] for r in store_read.runs(self.store)}
         for run, status in self.status.items():
-            if not self.reachable(run):
-                continue  # its host is out of reach: the run is "unreachable", not stalled
+            if not self.reachable(run) or run in self.rejudging:
+                continue  # its host is out of reach: "unreachable", not stalled; or its points are not judged yet
             self._handle(run, self.detector(run).tick(now, status, last_point.get(run)))
 
     def _handle(self, run: str, events: list[AlertEvent]) -> None:
@@ -201,22 +250,35 @@ class Detection:
         for ev in events:
             ev.run = run
         changed = store_alerts.upsert_events(self.store, run, events)
-        if not changed:
-            return
-        by_key = {(e.rule, e.metric or "", e.first_step): e for e in events}
+        if changed:
+            self._tell(run, {c["id"]: c["event"] for c in changed})
+
+    def _tell(self, run: str, kinds: dict[int, str]) -> None:
+        """Give the sinks one event per incident opened, escalated, re-opened or resolved (the alert that did
+        it, with its `incident`), and the stop sink every changed alert with its incident."""
+        alerts = store_alerts.list_alerts(self.store, run=run)
+        found = inc.incidents(
+            alerts, inc.run_steps(store_read.runs(self.store, run), store_read.metric_stats(self.store, run))
+        )
+        by_id = {a["id"]: a for a in alerts}
+        self._waiting[run] = any(
+            i.state != "resolved" and all(by_id[a]["state"] == "resolved" for a in i.alert_ids) for i in found
+        )
+        of_alert = {a: i for i in found for a in i.alert_ids}
+        if (
+            str(self.status.get(run, {}).get("state", "running")) == "running"
+        ):  # an ended run: nothing to stop
+            for alert_id, kind in kinds.items():
+                if alert_id in by_id:
+                    deliver([self.stopper], _body(by_id[alert_id], kind, of_alert.get(alert_id)))
         told: list[tuple[dict, dict]] = []  # (the stored alert, the event body) for the sinks
-        for alert in store_alerts.list_alerts(self.store, ids=[c["id"] for c in changed]):
-            kind = next(c["event"] for c in changed if c["id"] == alert["id"])
-            ev = by_key.get((alert["rule"], alert["metric"], alert["first_step"]))
-            if ev is None:
-                continue
-            body = ev.to_dict() | {"id": alert["id"], "state": alert["state"], "event": kind}
-            if kind in TELL_SINKS:
-                told.append((alert, body))
-            if (
-                str(self.status.get(run, {}).get("state", "running")) == "running"
-            ):  # an ended run: nothing to stop
-                deliver([self.stopper], body)
+        for incident, event in inc.changes(self._told.get(run, {}), found):
+            # the alert that did it: the most severe changed now (the latest among equals), else its worst
+            mine = [by_id[a] for a in incident.alert_ids if a in by_id]
+            moved = [a for a in mine if a["id"] in kinds] or mine
+            alert = max(moved, key=lambda a: (Severity(a["severity"]).rank, a["first_step"]))
+            told.append((alert, _body(alert, event, incident)))
+        self._told[run] = inc.told(found)
         actions = self._actions(run, [alert for alert, _ in told])
         for alert, body in told:
             deliver(self.sinks, body | {"action": actions.get(alert["id"])})
@@ -251,6 +313,32 @@ class Detection:
                 sink.close()
             except Exception as e:  # a sink failing at shutdown must not stop the final commit
                 log.warning("alert sink %s did not close cleanly: %s", type(sink).__name__, e)
+
+
+def _by_step_and_name(points: Points) -> Points:
+    """A batch whose steps only go forward as the store holds it and a collector started again reads it back
+    (`store.read.point_columns`): one value per (step, metric), the later one, and each step's points in the
+    order of their metric names; so a rule that reads another metric's latest value at the same step (the
+    training loss at an evaluation) or counts a step written twice judges the same on both paths. A batch
+    that goes back (a resumed run rewriting its steps) keeps its file order."""
+    steps, names = points.step, points.metric
+    if not all(a <= b for a, b in zip(steps, steps[1:], strict=False)):
+        return points
+    last = {(s, m): i for i, (s, m) in enumerate(zip(steps, names, strict=True))}
+    if len(last) == len(steps) and all(
+        a < b or m <= n for a, b, m, n in zip(steps, steps[1:], names, names[1:], strict=False)
+    ):
+        return points  # already so (most batches: one metric a step, or names in order)
+    order = [last[key] for key in sorted(last)]
+    return Points(*([column[i] for i in order] for column in (steps, names, points.value, points.wall_time)))
+
+
+def _body(alert: dict, event: str, incident: inc.Incident | None) -> dict:
+    """What the sinks get: the alert's documented fields, the `event`, and its `incident`."""
+    body = {k: alert.get(k) for k in ("run", "rule", "severity", "metric", "first_step", "last_step", "value",
+                                       "message", "active", "evidence", "id", "state")}  # fmt: skip
+    body["metric"] = body["metric"] or ""
+    return body | {"event": event, "incident": incident.to_dict() if incident is not None else None}
 
 
 def default_sinks(db: Path, webhook: str | None) -> list:

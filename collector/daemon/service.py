@@ -85,9 +85,11 @@ class Collector:
         self.detection.warm_up()
         # Checkpoints first, as `serve` does: an alert found while reading names the checkpoint to go back to.
         self._scan_all_checkpoints()
-        # Points DuckDB read in bulk are judged later by the daemon (Python detectors are far slower than
-        # bulk ingest): their runs keep `detected_to` so a collector resumes judging them in step order.
+        # Points DuckDB read in bulk (and every stored run, judged again by `warm_up`) are judged in step order
+        # before the command ends: `ingest` and `check` say what `serve` says of the same files.
         self.ingestor.ingest_all(paths)
+        while self.detection.catch_up():
+            pass
         # Time-based rules once: a run whose status says running but whose files were last written hours
         # ago is stalled when first seen (its last point's time is the file's modification time).
         self.detection.tick()

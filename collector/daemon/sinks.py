@@ -12,8 +12,9 @@
 - `deliver(sinks, alert)`: send one alert to every sink; a failing sink is logged, never raised.
 
 `alert` is `AlertEvent.to_dict()`: run, rule, severity, metric, first_step, last_step, value, message,
-active, evidence; from the collector also id, state, event and `action` (the API's `action` for the alert, or
-null: `collector.daemon.detection`).
+active, evidence; from the collector also id, state, event, `incident` (the incident the alert belongs to, as
+`GET /api/incidents` gives it: one event per incident opened, escalated, re-opened or resolved) and `action`
+(the API's `action` for the alert, or null: `collector.daemon.detection`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,20 @@ def alert_line(alert: dict) -> str:
     where = f" on {alert['metric']}," if alert.get("metric") else ","
     return (
         f"[{str(alert.get('severity', '?')).upper()}] run {alert.get('run')}: {alert.get('rule')}{state}"
-        f"{where} {steps}: {alert.get('message')}"
+        f"{where} {steps}: {alert.get('message')}{incident_note(alert.get('incident'))}"
+    )
+
+
+def incident_note(incident: object) -> str:
+    """` (incident N: ...)` after an event's line when its incident holds more than this alert."""
+    if not isinstance(incident, dict) or int(incident.get("alert_count") or 1) <= 1:
+        return ""
+    steps = incident.get("steps") or []
+    shown = ", ".join(str(s) for s in steps[:5]) + (", ..." if len(steps) > 5 else "")
+    return (
+        f" (incident {incident.get('id')}: {' -> '.join(incident.get('rules') or [])}, "
+        f"{incident.get('alert_count')} alerts at steps {shown}; worst {incident.get('worst_value')} "
+        f"at step {incident.get('worst_step')})"
     )
 
 
@@ -112,7 +126,8 @@ class JsonlSink:
 
 def slack_body(alert: dict) -> dict:
     """A Slack incoming-webhook body: `text` (the fallback line; with an action, a second line with its text)
-    and one markdown section block per line; with an action also `action`, the object as the API gives it."""
+    and one markdown section block per line; with an action also `action`, the object as the API gives it, and
+    the event's `incident` as the API gives it."""
     lines = [alert_line(alert)]
     action = action_text(alert)
     if action:
@@ -121,6 +136,8 @@ def slack_body(alert: dict) -> dict:
     body: dict = {"text": "\n".join(lines), "blocks": blocks}
     if isinstance(alert.get("action"), dict):
         body["action"] = alert["action"]
+    if isinstance(alert.get("incident"), dict):
+        body["incident"] = alert["incident"]
     return body
 
 

@@ -319,7 +319,7 @@ class _Segment:
                     if r.key in open_:
                         det.episodes.miss(r.key, r.rule.clear_after)
                 elif verdict is not HOLD:
-                    det._found(r.key, verdict, step, t.metric)
+                    det._found(r.rule, r.key, verdict, step, t.metric)
                 r.pos = q + 1
             for r in hot:
                 self._screen(t, r)

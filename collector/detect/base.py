@@ -94,6 +94,18 @@ class Rule:
     # its backlog screen (a `collector.detect.screens.Screen`: which points surely give a quiet verdict, taken
     # in bulk); None: the backlog path feeds it every point (correct, slower)
     screen: ClassVar[Any] = None
+    # One alert (the engine, `collector.detect.episodes`): a finding within a few logged points after an
+    # episode of one of `follows` (on the same metric when `follows_same_metric`) joins that episode; with
+    # `one_alert_across_metrics` its findings on several metrics from one step are one alert.
+    follows: ClassVar[tuple[str, ...]] = ()
+    follows_same_metric: ClassVar[bool] = False
+    one_alert_across_metrics: ClassVar[bool] = False
+    # One incident (`collector.detect.incidents`): `recurs`: its episodes come back (spikes, NaN), all of them
+    # on one metric are one incident of the run; `caused_by`: rules whose incident explains its alerts
+    # (inhibition); `keep_firing_points`: logged points after which its return is a new incident.
+    recurs: ClassVar[bool] = False
+    caused_by: ClassVar[tuple[str, ...]] = ()
+    keep_firing_points: ClassVar[int] = 20
     clear_after: int  # verdicts of None in a row that close an open episode
 
     @classmethod

@@ -18,8 +18,9 @@ Stable interface (the collector calls this; see docs/architecture.md):
   - `tick(now, status, last_point_wall) -> list[AlertEvent]`: time-based rules (`stalled`).
   - `note_outcome(status, status_info) -> list[AlertEvent]`: `run_failed` while the run's files say it failed.
   - `open_episodes() -> list[AlertEvent]`: the episodes open now.
-  - `resume_episodes(alerts)` and `update(points, replay=True)`: rebuild after a restart from the stored open
-    alerts and a tail of stored points (see their docstrings).
+  - `resume_episodes(alerts)`: reattach stored open episodes (the daemon does so for `run_failed` and
+    `stalled` once it has judged a run's stored points again after a restart); `update(points, replay=True)`
+    fills the windows from a tail of points without reporting their first ones (see their docstrings).
   Pure: no I/O, no clock; time is passed in.
 - `detect_series(series, config=None, run_info=None) -> list[AlertEvent]`: every episode (open or closed) of a
   run given as plain lists, `{metric: (steps, values)}`; for tests and one-off reports.
@@ -50,14 +51,6 @@ from collector.detect.runlevel import (
 
 __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
-_INCIDENT_RULES = ("no_learning",)  # rules whose findings on several metrics from one step are one alert
-# A finding of the key's rule that follows an episode of one of these rules (on the same metric when True)
-# within a few logged points is the same incident: one alert names both.
-_FOLLOWS: dict[str, tuple[tuple[str, ...], bool]] = {
-    "loss_spike": (("grad_spike",), False),  # a gradient spike, then the loss jumps
-    "kl_spike": (("kl_rise",), True),  # the KL accelerating, then above its ceiling
-    "kl_rise": (("kl_spike",), True),
-}
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
 _RECENT_LIMIT = 2 * _RECENT
 REPLAY_WARMUP = 50  # points per metric that only fill windows when replaying stored points
@@ -277,17 +270,21 @@ class RunDetector:
                 if key in is_open:
                     episodes.miss(key, clear_after)
                 continue
-            self._found(key, verdict, step, metric)
+            self._found(rule, key, verdict, step, metric)
 
-    def _found(self, key: tuple[str, str], verdict: Finding, step: int, metric: str) -> None:
-        """A rule's finding at `step` becomes (part of) an episode."""
+    def _found(self, rule: Rule, key: tuple[str, str], verdict: Finding, step: int, metric: str) -> None:
+        """A rule's finding at `step` becomes (part of) an episode. What joins one alert is declared on the
+        rule's class: `one_alert_across_metrics` (its findings on several metrics from one step are one alert)
+        and `follows` (a finding within a few logged points after an episode of those rules, on the same
+        metric when `follows_same_metric`, joins it: one alert names both)."""
         episodes = self.episodes
-        if key[0] in _INCIDENT_RULES and episodes.join_incident(key, verdict, step):
+        # a user's custom rule declares none of these (it is no `Rule` subclass): the defaults
+        if getattr(rule, "one_alert_across_metrics", False) and episodes.join_incident(key, verdict, step):
             return  # the same condition on another metric from the same step: one alert names both
-        follows = _FOLLOWS.get(key[0])
-        if follows is not None:
+        heads = getattr(rule, "follows", ())
+        if heads:
             horizon = self.config.rules.grad_spike.loss_jump_window * max(1, self._log_interval())
-            heads, same_metric = follows
+            same_metric = getattr(rule, "follows_same_metric", False)
             joined = episodes.join_related(
                 key, verdict, step, heads, metric if same_metric else None, horizon
             )

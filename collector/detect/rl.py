@@ -271,6 +271,7 @@ class ResponseTruncation(Rule):
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
     screen = ResponseTruncationScreen()
     meaning = "responses there are cut at the length limit, so the reward judged cut-off answers"
+    recurs = True
 
     def __init__(self, metric: str, cfg: ResponseTruncationRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -308,6 +309,9 @@ class KlRise(Rule):
     severities = (Severity.WARN,)
     screen = KlRiseScreen()
     meaning = "the policy was drifting fast away from its reference there"
+    caused_by = ("kl_spike",)
+    follows = ("kl_spike",)
+    follows_same_metric = True
 
     def __init__(self, metric: str, cfg: KlRiseRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -361,6 +365,10 @@ class KlSpike(Rule):
     screen = KlSpikeScreen()
     action = Action.REPLAY_FROM_BEFORE
     meaning = "the policy had jumped away from its reference there"
+    recurs = True
+    caused_by = ("kl_rise",)  # incidents: spikes during a KL climb are the climb's incident
+    follows = ("kl_rise",)  # one alert: the KL accelerating, then above its ceiling
+    follows_same_metric = True
 
     def __init__(self, metric: str, cfg: KlSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg

@@ -43,6 +43,7 @@ class Nonfinite(Rule):
     settings = NonfiniteRule
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
     unsafe_checkpoint = True
+    recurs = True  # incidents: NaN that comes back on a metric is one trouble
     meaning = "values there were NaN or infinite"
 
 

@@ -115,6 +115,7 @@ class GradSpike(Rule):
     settings = GradSpikeRule
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
     screen = GradSpikeScreen()
+    recurs = True  # incidents: its spikes come back; one incident per metric per run, with a count
     unsafe_checkpoint = True
     action = Action.SKIP_BATCHES
     meaning = "the updates there followed a gradient spike"
@@ -287,6 +288,10 @@ class LossSpike(Rule):
     screen = LossSpikeScreen()
     action = Action.SKIP_BATCHES
     meaning = "the loss had jumped there"
+    recurs = True
+    caused_by = ("grad_spike",)  # incidents: a loss jump after a gradient spike is that spike's incident
+    follows = ("grad_spike",)  # one alert: a finding within a few points after a grad spike joins it
+    follows_same_metric = False
 
     def __init__(self, metric: str, cfg: LossSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -415,6 +420,7 @@ class StepTimeSpike(Rule):
     severities = (Severity.INFO, Severity.WARN, Severity.ERROR)
     screen = StepTimeSpikeScreen()
     about_weights = False  # a slow step judges the run, not the weights saved meanwhile
+    recurs = True
 
     def __init__(self, metric: str, cfg: StepTimeSpikeRule) -> None:
         self.metric, self.cfg = metric, cfg

@@ -45,16 +45,18 @@ def parse_stop(current: StopSettings, values: object, where: str) -> StopSetting
 
 
 def stops_run(settings: StopSettings, alert: dict) -> bool:
-    """Whether this alert (an open episode: `rule`, `severity`, `evidence.points`) asks for the run to stop."""
+    """Whether this alert (an open episode: `rule`, `severity`, `evidence.points`) asks for the run to stop. With
+    its `incident` (as the collector sends it) the incident decides: any of its rules, its severity, the points
+    its alerts lasted together (a no_learning error inside a reward collapse's incident stops on
+    "reward_collapse"; recurring spikes count together)."""
     if not settings.on or not alert.get("active", True):
         return False
-    rule = str(alert.get("rule") or "")
-    if rule not in settings.on and not (rule.startswith("custom:") and rule[7:] in settings.on):
+    incident = alert.get("incident") if isinstance(alert.get("incident"), dict) else {}
+    rules = [str(r) for r in incident.get("rules") or [alert.get("rule") or ""]]
+    if not any(r in settings.on or (r.startswith("custom:") and r[7:] in settings.on) for r in rules):
         return False
-    if (
-        alert.get("severity") not in SEVERITIES
-        or Severity(alert["severity"]).rank < Severity(settings.severity).rank
-    ):
+    severity = incident.get("severity") or alert.get("severity")
+    if severity not in SEVERITIES or Severity(severity).rank < Severity(settings.severity).rank:
         return False
-    points = (alert.get("evidence") or {}).get("points", 1)
+    points = incident.get("points") or (alert.get("evidence") or {}).get("points", 1)
     return int(points or 1) >= settings.after_points

@@ -199,6 +199,7 @@ class LossPlateau(Rule):
     severities = (Severity.INFO,)
     screen = LossPlateauScreen()
     meaning = "the loss had stopped improving there"
+    recurs = True  # incidents: a loss that keeps levelling off is one trouble, one incident per metric
 
     def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
         self.metric, self.cfg = metric, cfg
@@ -333,6 +334,8 @@ class NoLearningGrad(ZeroStreak):
     severities = (Severity.ERROR,)
     screen = ZeroStreakScreen("zero_grad", absolute=True)
     meaning = "nothing was being learned there"
+    caused_by = ("reward_collapse",)  # incidents: an RL reward with no spread gives zero gradients
+    one_alert_across_metrics = True  # findings on several metrics from one step are one alert
 
     def is_zero(self, value: float) -> bool:
         return not abs(value) > self.cfg.zero_grad  # written so, a NaN counts as before
@@ -362,6 +365,8 @@ class NoLearningLoss(Rule):
     severities = (Severity.ERROR,)
     screen = NoLearningLossScreen()
     meaning = NoLearningGrad.meaning
+    caused_by = ("reward_collapse",)  # incidents: an RL reward with no spread gives zero gradients
+    one_alert_across_metrics = True  # findings on several metrics from one step are one alert
 
     def __init__(self, metric: str, cfg: NoLearningRule) -> None:
         self.metric, self.cfg = metric, cfg

@@ -35,7 +35,8 @@ def upsert_events(store: Store, run: str, events: list[Any]) -> list[dict]:
             metric = ev.metric or ""
             evidence = json.dumps(ev.evidence or {}, default=str)
             row = cur.execute(
-                "SELECT id, state, severity FROM alerts WHERE run_id = ? AND rule = ? AND metric = ? AND first_step = ?",
+                """SELECT id, state, severity, last_step, value, message, evidence, active FROM alerts
+                   WHERE run_id = ? AND rule = ? AND metric = ? AND first_step = ?""",
                 [run, ev.rule, metric, ev.first_step],
             ).fetchall()
             if not row:
@@ -74,7 +75,12 @@ def upsert_events(store: Store, run: str, events: list[Any]) -> list[dict]:
                     )
                 changed.append({"id": alert_id, "event": kind})
                 continue
-            alert_id, state, severity = row[0]
+            alert_id, state, severity, *stored = row[0]
+            if (
+                _same(stored, [ev.last_step, ev.value, ev.message, evidence, ev.active])
+                and severity == ev.severity
+            ):
+                continue  # the episode as stored (judged again after a restart): nothing changed, nothing to tell
             kind = "escalated" if ev.severity != severity and ev.severity == "error" else "updated"
             if not ev.active and state != "resolved":
                 kind, state = "auto_resolved", "resolved"
@@ -100,6 +106,12 @@ def upsert_events(store: Store, run: str, events: list[Any]) -> list[dict]:
                 )
             changed.append({"id": alert_id, "event": kind})
     return changed
+
+
+def _same(stored: list, new: list) -> bool:
+    # NaN equals NaN here: a NaN episode's value judged again is the same value
+    return all(a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+               for a, b in zip(stored, new, strict=True))  # fmt: skip
 
 
 def list_alerts(

@@ -1,6 +1,6 @@
-"""A bulk backlog stored by `collector ingest` and judged by the daemon's detection (`Detection.catch_up`, in
-slices read from a real DuckDB file through the backlog path) gives the alerts of feeding every stored point to
-the incremental engine."""
+"""A bulk backlog stored by `collector ingest` and judged by detection (`Detection.catch_up`, in slices read from
+a real DuckDB file through the backlog path) gives the alerts of feeding every stored point to the incremental
+engine; a collector started again on the database judges it all again, in slices, and stores nothing new."""
 
 from __future__ import annotations
 
@@ -19,11 +19,21 @@ from collector.store.db import Store
 from tests.conftest import REPO
 
 
+class Told(list):
+    """A sink that keeps what it is told."""
+
+    def send(self, alert: dict) -> None:
+        self.append(alert)
+
+    def close(self) -> None:
+        pass
+
+
 def test_a_stored_backlog_judged_in_slices_gives_the_engines_alerts(tmp_path):
     run = tmp_path / "root" / "big"
     run.mkdir(parents=True)
     rng = random.Random(3)
-    with (run / "metrics.jsonl").open("w") as f:  # ~3 MiB: stored in bulk, left to the daemon to judge
+    with (run / "metrics.jsonl").open("w") as f:  # ~3 MiB: stored in bulk, judged after in slices
         for s in range(1, 30_001):
             loss = 0.6 + 3.0 * math.exp(-s / 6000) + 0.02 * rng.gauss(0, 1)
             grad = 40.0 if s in (4_000, 17_000, 17_001) else abs(1.0 + 0.1 * rng.gauss(0, 1))
@@ -36,14 +46,18 @@ def test_a_stored_backlog_judged_in_slices_gives_the_engines_alerts(tmp_path):
     )  # fmt: skip
     store = Store(db)
     try:
-        assert "big" in store.detection_backlogs()  # the CLI left judging the bulk backlog to the daemon
-        detection = Detection(store, db, sinks=[])
+        assert store.detection_backlogs() == {}  # `ingest` judged what it stored before it ended
+        stored = store_alerts.list_alerts(store, run="big")
+        told = Told()
+        detection = Detection(store, db, sinks=[told])  # a collector started again on the database
         detection.warm_up()
         slices = 0
         while detection.catch_up(budget=7_000):
             slices += 1
-        assert slices > 5  # judged in slices, each resuming where the last stopped
-        assert store.detection_backlogs() == {}
+        assert slices > 5  # judged again in slices, each resuming where the last stopped
+        assert store.detection_backlogs() == {} and told == []  # nothing new to tell
+        again = store_alerts.list_alerts(store, run="big")
+        assert json.dumps(again) == json.dumps(stored)  # not one row rewritten (NaN values compared as text)
         got = {
             (a["rule"], a["metric"], a["first_step"]): (
                 a["last_step"],
