@@ -1,6 +1,6 @@
 """`runwatch mcp [--db DB] [--root ROOT...]`: runwatch for coding agents, over the Model Context Protocol (stdio).
 
-Tools: `list_runs` (each run with its verdict), `run_incidents` (a run's alerts with their actions),
+Tools: `list_runs` (each run with its verdict), `run_incidents` (a run's incidents with their actions),
 `checkpoint_advice`, `list_metrics`, `metric_history` (downsampled, min/max per bucket so spikes stay
 visible) and `request_stop` (a reason is required; the stop is refused without one).
 
@@ -25,8 +25,8 @@ from urllib.parse import quote
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from collector.api import alerts as api_alerts
 from collector.api import checkpoints as api_checkpoints
+from collector.api import incidents as api_incidents
 from collector.api import runs as api_runs
 from collector.api import series as api_series
 from collector.api import stop as api_stop
@@ -129,18 +129,18 @@ def build(source: Runwatch) -> MCPServer:
 
     @server.tool()
     def run_incidents(run: str, state: str = "open") -> dict[str, Any]:
-        """A run's incidents (its alerts): rule, severity, metric, steps, message, and the action to take (the
-        checkpoint to go back to, the command that resumes from it, the steps to skip). `state`: open, acked,
-        resolved or all."""
+        """A run's incidents (its alerts grouped by trouble, the cause first): rule, rules, severity, metric,
+        steps, alert count, worst value, message, and the action to take (the checkpoint to go back to, the
+        command that resumes from it, the steps to skip). `state`: open, acked, resolved or all."""
         if state not in ("open", "acked", "resolved", "all"):
             raise ToolError(f"state {state!r} is not one of open, acked, resolved, all")
-        alerts = source.ask(
+        found = source.ask(
             "GET",
-            "/api/alerts",
-            {"run": run, "state": state},
-            lambda s: api_alerts.alerts(s, run, None, None, state),
+            f"/api/runs/{quote(run, safe='/')}/incidents",
+            {"state": state},
+            lambda s: api_incidents.incidents(s, run, None, state),
         )
-        return strict({"run": run, "state": state, "incidents": alerts})
+        return strict({"run": run, "state": state, "incidents": found})
 
     @server.tool()
     def checkpoint_advice(
