@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from collector.detect.base import Rule
+from collector.detect.lr_decay import LrNotDecaying
 from collector.detect.rl import (
     EntropyCollapse,
     KlRise,
@@ -49,6 +50,7 @@ RULES: tuple[type[Rule], ...] = (
     LossPlateau,
     ValLossRise,
     LrAnomaly,
+    LrNotDecaying,
     StepTimeSpike,
     KlSpike,
     KlRise,
