@@ -94,6 +94,8 @@ def read_chunk(
         store_points.add_points(cur, s, result.points, may_overlap=True)
     else:
         cycle.plain.append((s, result.points))
+    if whole:  # read whole again: what was bad in its earlier text (written half, then whole) is gone
+        store.clear_quarantine(cur, s)
     _quarantine(cur, store, s, result, report)
     if whole:
         s.offset, s.lines = st.st_size, result.lines

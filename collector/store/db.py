@@ -297,6 +297,10 @@ class Store:
         finally:
             cur.unregister("rw_runs")
 
+    def clear_quarantine(self, cur: duckdb.DuckDBPyConnection, s: SourceState) -> None:
+        """Forget the bad lines kept for `s` (a whole document read again whole: its old lines are gone)."""
+        cur.execute("DELETE FROM quarantine WHERE source_id = ?", [s.id])
+
     def quarantine(self, cur: duckdb.DuckDBPyConnection, s: SourceState, bad: list[BadLine]) -> None:
         """Keep bad lines with their file line number and reason, inside the caller's transaction."""
         if not bad:
