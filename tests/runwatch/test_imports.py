@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REAL_RUNS, REPO
 
 TRAINING_STACK = ("torch", "verl", "transformers", "ray")
@@ -31,9 +33,10 @@ def test_runwatch_help_imports_no_training_stack():
     assert training_modules(imported_modules("-m", "runwatch", "--help")) == []
 
 
-def test_check_of_a_real_run_imports_no_training_stack():
+@pytest.mark.parametrize("command", ["runwatch", "collector"])
+def test_check_of_a_real_run_imports_no_training_stack(command: str):
     run = REAL_RUNS / "Miguel-Alessio__qwen-chess-lora__logs.json"
-    modules = imported_modules("-m", "runwatch", "check", str(run), "--json")
+    modules = imported_modules("-m", command, "check", str(run), "--json")
     assert "collector.formats.discover" in modules  # it did read the run
     assert training_modules(modules) == []
 

@@ -91,6 +91,14 @@ def test_the_wheel_holds_the_monitor_without_the_training_stack(venv: Path, tmp_
         env=clean_env(tmp_path),
     )
     assert str(venv) in where.stdout, "the installed package was not the one imported"
+    mcp = subprocess.run(
+        [str(venv / "bin" / "runwatch"), "mcp", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=clean_env(tmp_path),
+    )
+    assert mcp.returncode == 0 and "--db" in mcp.stdout, mcp.stderr  # the MCP SDK came with the monitor
     config = venv.glob("lib/python*/site-packages/app/.streamlit/config.toml")
     assert next(config).read_text().count('address = "127.0.0.1"') == 1
 
