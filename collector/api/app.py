@@ -16,6 +16,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from collector.api.host_check import HostCheck
 from collector.api.http import Collector, JSONWithNaN
 from collector.api.routes import advice, alerts, files, health, incidents, monitoring, runs, series
 from collector.api.run_state import VERSION
@@ -43,8 +44,10 @@ def create_app(
     roots: list[Path],
     token: str,
     request_ingest: Callable[[list[Path]], None] | None = None,
+    bind_address: str = "127.0.0.1",
 ) -> FastAPI:
-    """The API over `store`. `request_ingest(paths)` queues files or folders (inside the roots) for ingest."""
+    """The API over `store`. `request_ingest(paths)` queues files or folders (inside the roots) for ingest;
+    `bind_address` is where it listens (on loopback, requests must name it by a loopback name: HostCheck)."""
     app = FastAPI(
         title="runwatch collector",
         version=VERSION,
@@ -54,6 +57,7 @@ def create_app(
     app.state.collector = Collector(store, Path(db), list(roots), token, request_ingest)
     for router in ROUTERS:
         app.include_router(router)
+    app.add_middleware(HostCheck, bind_address=bind_address)
     # What a view raises, as the HTTP answer: an unknown run or alert is a 404, a bad argument a 400.
     app.add_exception_handler(NotFound, _answer(404))
     app.add_exception_handler(ValueError, _answer(400))

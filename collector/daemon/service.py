@@ -132,7 +132,14 @@ class Collector:
         from collector.ingest.tail import Tailer
 
         token = ensure_token(self.db)
-        app = create_app(self.store, self.db, self.roots, token, request_ingest=self.request_ingest)
+        app = create_app(
+            self.store,
+            self.db,
+            self.roots,
+            token,
+            request_ingest=self.request_ingest,
+            bind_address=self.settings.host,
+        )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.settings.host, self.settings.port))
