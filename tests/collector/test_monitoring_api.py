@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from pathlib import Path
 
@@ -88,23 +89,26 @@ def test_rest_routes_as_the_seed_document_calls_them(served):
     assert httpx.get(f"http://{where}/api/monitoring/{JOB}/metrics").status_code == 401
 
 
-def test_a_nan_is_kept_in_the_history(served):
+def test_a_nan_is_kept_in_the_history_and_is_an_anomaly(served):
     run, where, token = served
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 21, "data": {"train/loss": NaN}}\n')
-    url = f"http://{where}/api/monitoring/{JOB}/metrics"
-    text = wait_for(
-        lambda: (
-            (
-                r := httpx.get(
-                    url, params={"start_step": 21}, headers={"Authorization": f"Bearer {token}"}
-                ).text
-            ).count("NaN")
-            and r
-        ),
-        "step 21 stored",
-    )
-    assert json.loads(text)["metrics"][0]["train/loss"] != json.loads(text)["metrics"][0]["train/loss"]
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=f"http://{where}", headers=auth) as http:
+        record = wait_for(
+            lambda: json.loads(http.get(f"/api/monitoring/{JOB}/metrics", params={"start_step": 21}).text)[
+                "metrics"
+            ][0],
+            "step 21 stored",
+        )
+        assert math.isnan(record["train/loss"])  # sent as a bare NaN, as the rest of the API
+        anomalies = wait_for(
+            lambda: json.loads(http.get(f"/api/monitoring/{JOB}/metrics/anomalies").text)["anomalies"],
+            "the NaN's incident",
+        )
+    (incident,) = anomalies
+    assert incident["rule"] == "nonfinite" and incident["first_step"] == 21
+    assert incident["severity"] == "error" and incident["action"] is not None
 
 
 def test_live_socket_pushes_metrics_status_and_finished(served):

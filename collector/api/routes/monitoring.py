@@ -9,8 +9,8 @@ origin, the collector's own, or one listed in `RUNWATCH_ALLOWED_ORIGINS` (comma-
 - `GET /api/monitoring/{job_id}/metrics?start_step=&end_step=&limit=`: `job_id`, `start_step`, `end_step`,
   `metrics` (one record per step: `step`, `timestamp` (ISO 8601, UTC; null without a wall time), and the
   step's metrics), `total` (records), `truncated` and `next_start_step` (past `limit` steps, 10,000 by default).
-- `GET /api/monitoring/{job_id}/metrics/anomalies`: `job_id`, `anomalies` (the run's alerts, with actions,
-  as `GET /api/alerts` lists them).
+- `GET /api/monitoring/{job_id}/metrics/anomalies`: `job_id`, `anomalies` (the run's incidents, every state,
+  with their actions, as `GET /api/runs/{run}/incidents` lists them).
 - `POST /api/monitoring/{job_id}/metrics/sync`: the run's files are read again now (queued for the next
   ingest cycle): `job_id`, `queued`.
 - WebSocket `/api/monitoring/{job_id}/live`: `{"type": "metric", "data": {"step", "timestamp", ...metrics}}`
@@ -37,7 +37,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, WebSocket, WebSocketDisconnect
 from starlette.concurrency import run_in_threadpool
 
-from collector.api import alerts as api_alerts
+from collector.api import incidents as api_incidents
 from collector.api import monitoring, playback
 from collector.api.http import TOKEN, Collector, CollectorDep, JSONWithNaN, StoreDep
 from collector.store import read as store_read
@@ -62,7 +62,7 @@ def job(store: Store, job_id: str) -> str:
 @router.get("/{job_id:path}/metrics/anomalies")
 def anomalies(store: StoreDep, job_id: str) -> JSONWithNaN:
     run = job(store, job_id)
-    return JSONWithNaN({"job_id": run, "anomalies": api_alerts.alerts(store, run)})
+    return JSONWithNaN({"job_id": run, "anomalies": api_incidents.incidents(store, run)})
 
 
 @router.post("/{job_id:path}/metrics/sync")
