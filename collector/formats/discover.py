@@ -251,6 +251,12 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
     # verl's default): one run per file, whatever the count, so ids stay put when the next experiment
     # arrives. A folder with other files beside its JSONL (runwatch's layout, logs, CSVs) is one run.
     hf_file_runs = {p for p, fmt in files if fmt == "hf_trainer_state" and p.name != HF_STATE_NAME}
+    run_folder = (
+        hf_checkpoints or layouts.is_mlflow_run(folder) or any(p.name == "metrics.jsonl" for p, _ in files)
+    )
+    if not run_folder and layouts.unrelated_files(files):
+        # A flat folder of several runs' files (logs gathered side by side): one run per file.
+        hf_file_runs |= {p for p, fmt in files if not _is_meta(fmt)}
     jsonl_are_runs = not hf_checkpoints and all(fmt == "jsonl" or p in hf_file_runs for p, fmt in files)
     jsonl_are_runs = jsonl_are_runs and not any(p.name == "metrics.jsonl" for p, _ in files)
     file_runs: dict[str, Run] = {}
@@ -259,6 +265,8 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             # `<experiment>.jsonl.1`, a rotated earlier life, belongs to the run of `<experiment>.jsonl`.
             base = Path(formats.unrotated(path))
             run_id = rel_id(base.with_suffix(""), root)
+            if run_id in file_runs and formats.unrotated(file_runs[run_id].path) != base:
+                run_id = rel_id(base, root)  # `x.log` beside `x.jsonl`: each keeps its whole name
             if run_id in file_runs:
                 file_runs[run_id].sources.append(Source(path, fmt, "metrics"))
                 continue
@@ -322,8 +330,12 @@ def _folder_run(folder: Path, root: Path, files: list[tuple[Path, str]], claimed
     # Every metrics file of a run is read (one value per (metric, step) is the store's rule), except copies
     # (console logs, CSV exports) when the run has another metrics file: they would repeat its values.
     # Without another metrics file, the best-ranked copy format is read (a CSV history over a console log).
+    # A copy is one only of a file that holds points: a progress-only trainer_log.jsonl (no loss in it) does
+    # not make the console log beside it a copy.
     metrics = {fmt for _, fmt in files if not _is_meta(fmt)}
     read = {fmt for fmt in metrics if not formats.get(fmt).copy}
+    if read and not any(peek.holds_points(p, fmt) for p, fmt in files if fmt in read):
+        read |= {fmt for fmt in metrics if formats.get(fmt).copy}
     if not read and metrics:
         read = {min(metrics, key=formats.rank)}
     sources = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from collector import formats
 from collector.formats import peek
 
 HF_STATE_NAME = "trainer_state.json"
@@ -86,3 +87,33 @@ def platform_jobs(files: list[tuple[Path, str]]) -> dict[str, list[tuple[Path, s
             if metrics is not None and metrics[1] == "jsonl":
                 jobs[job] = [(path, fmt), metrics]
     return jobs
+
+
+def unrelated_files(files: list[tuple[Path, str]]) -> bool:
+    """Whether a folder's metrics files are several runs' gathered side by side, not one run's: a format
+    comes in two files or more that are not one log's lives or splits (`train.log` and its rotated
+    `train.log.1`, TensorBoard's `events.out.tfevents.*` of one logging folder, `training_history.csv` and
+    `validation_history.csv`), as in a flat folder of collected logs
+    (`sft.log` beside `dpo.log`, nine `*trainer_log.jsonl`). A folder holding a run's own status or config
+    (runwatch's `status.json`, `run.json`) is one run whatever it holds."""
+    families: dict[str, set[str]] = {}
+    for path, fmt in files:
+        described = formats.get(fmt)
+        if described.role == "meta":
+            if fmt != "checkpoint_marker":
+                return False
+            continue
+        families.setdefault(fmt, set()).add(_family(path))
+    return any(len(lives) > 1 for lives in families.values())
+
+
+# Words that name a split of one run's logs (`training_history.csv` beside `validation_history.csv`).
+_SPLIT_WORDS = re.compile(r"train(ing)?|val(idation|id)?|eval(uation)?|test")
+
+
+def _family(path: Path) -> str:
+    """The log a file is part of: its name without a rotation suffix or split words; TensorBoard's event
+    files of one folder are one run's lives."""
+    if path.name.startswith("events.out.tfevents."):
+        return "events"
+    return _SPLIT_WORDS.sub("", formats.unrotated(path).name.lower())

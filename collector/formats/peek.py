@@ -53,3 +53,31 @@ def classify(path: Path) -> str | None:
         return fmt.name if fmt is not None else None
     sniffed = next((f.name for f in maybe if f.sniff is not None and f.sniff(first)), None)
     return sniffed or (fmt.name if fmt is not None else None)
+
+
+# Files seen to hold a point, by (path, device, inode): an appended log that held one always does.
+_HOLDS_POINTS: set[tuple[str, int, int]] = set()
+
+
+def holds_points(path: Path, fmt: str) -> bool:
+    """Whether the file's first 64 KiB hold a point in format `fmt`; False only when they hold whole records
+    and none gave a point (a whole document, which only parses whole, and a file with no whole record yet
+    are taken to hold points). Discovery asks before calling another file a copy of this one."""
+    described = formats.get(fmt)
+    if described.whole_document:
+        return True
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    key = (str(path), st.st_dev, st.st_ino)
+    if key in _HOLDS_POINTS:
+        return True
+    data = head(path)
+    read = described.parse(data or b"", path=str(path))
+    if not read.lines:
+        return True  # not one whole record yet (a run just started): nothing says it holds no points
+    if not len(read.points):
+        return False
+    _HOLDS_POINTS.add(key)
+    return True
