@@ -121,7 +121,7 @@ def test_live_socket_pushes_metrics_status_and_finished(served):
             assert ws.subprotocol == "runwatch"
             got.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))  # the status now
             append(run, 21, 22)
-            while len(got) < 3:
+            while sum(m["type"] == "metric" for m in got) < 2:
                 got.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
             write_status(run, "completed", 22)
             async for message in ws:
@@ -139,11 +139,13 @@ def test_live_socket_pushes_metrics_status_and_finished(served):
             "anomaly_detected": False,
         },
     }
-    assert [m["data"]["step"] for m in messages[1:3]] == [21, 22]
-    assert messages[1]["type"] == "metric" and messages[1]["data"]["train/loss"] == pytest.approx(2.0 / 21)
-    assert "timestamp" in messages[1]["data"]
-    assert messages[-2]["type"] == "status" and messages[-2]["data"]["status"] == "completed"
+    metrics = [m for m in messages if m["type"] == "metric"]
+    assert [m["data"]["step"] for m in metrics] == [21, 22]
+    assert metrics[0]["data"]["train/loss"] == pytest.approx(2.0 / 21) and "timestamp" in metrics[0]["data"]
+    statuses = [m["data"] for m in messages if m["type"] == "status"]
+    assert statuses[-1]["status"] == "completed" and statuses[-1]["current_step"] == 22
     assert messages[-1] == {"type": "finished", "status": "completed"}
+    assert {m["type"] for m in messages} == {"status", "metric", "finished"}
 
 
 def test_playback_socket_sends_info_metrics_with_progress_and_complete(served):

@@ -135,18 +135,18 @@ async def live(ws: WebSocket, job_id: str) -> None:
             for record in monitoring.records(rows):
                 await send(ws, {"type": "metric", "data": record})
                 after = record["step"]
-            if rows:
-                continue  # more may be stored: read on before judging the end
-            if time.monotonic() - checked >= STATUS_EVERY_S:
-                checked = time.monotonic()
+            if time.monotonic() - checked >= STATUS_EVERY_S:  # (also while lines keep coming)
                 now = await run_in_threadpool(monitoring.job_status, store, run)
                 if now != status:
                     status = now
                     await send(ws, {"type": "status", "data": now})
-                if now["status"] in monitoring.FINISHED:
+                if now["status"] in monitoring.FINISHED and not rows:  # every stored step sent first
                     await send(ws, {"type": "finished", "status": now["status"]})
                     await ws.close()
                     return
+                checked = time.monotonic()
+            if rows:
+                continue  # more may be stored: read on at once
             await asyncio.sleep(LIVE_POLL_S)
     except (WebSocketDisconnect, RuntimeError):
         return  # the client went away mid-send
