@@ -57,7 +57,9 @@ class LossSpikeScreen(Screen):
             jump = values[maybe] - mid
             hot[maybe] = (jump >= cfg.rel_jump * np.abs(mid)) & (jump >= cfg.abs_jump)
         at, latest, best = self._checks(rule, values)
-        diverging = latest > best + np.maximum(cfg.diverge_rel * np.abs(best), cfg.abs_jump)
+        # far above the best by the smaller of the divergence's and the level shift's margins
+        rel = min(cfg.diverge_rel, cfg.shift_rel)
+        diverging = latest > best + np.maximum(rel * np.abs(best), cfg.abs_jump)
         hot[at[diverging]] = True
         return first(hot)
 

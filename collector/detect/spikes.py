@@ -82,6 +82,11 @@ class LossSpikeRule:
     diverge_error_points: int = (
         4  # a divergence found at this many trend checks (every half block) is an error
     )
+    # a level shift: every one of the three blocks this much above the best (relative, and abs_jump) without
+    # climbing: the loss jumped to a new level and stayed there; a warning at once, an error after this many
+    # more trend checks (every half block)
+    shift_rel: float = 1.0
+    shift_error_points: int = 6
     tail_ratio: float = 1.5  # and a jump above this many times the `tail_quantile` of the window's own jumps
     tail_quantile: float = 0.95
     settle_points: int = 10  # the first logged points only fill the baseline
@@ -279,7 +284,7 @@ class GradSpike(Rule):
 
 class LossSpike(Rule):
     """The training loss far above its recent robust baseline, or diverging: rising block after block while
-    far above its best."""
+    far above its best, or jumped to a new level far above its best and staying there (a level shift)."""
 
     rule_id = "loss_spike"
     roles = ("loss",)
@@ -383,10 +388,17 @@ class LossSpike(Rule):
             # each block above the one before by more than a block median's own wobble (~1.25 sigma / sqrt(k)):
             # three noisy medians fall in rising order by chance one time in six
             wobble = 1.25 * self.window.diff_noise() / math.sqrt(k)
-            if not (blocks[1] - blocks[0] > wobble and blocks[2] - blocks[1] > wobble):
+            climbing = blocks[1] - blocks[0] > wobble and blocks[2] - blocks[1] > wobble
+            # jumped to a new level and stayed: every block far above the best and not falling back (a spike's
+            # recovery drops by a good part of its excess over two blocks; a level only wobbles)
+            falling = blocks[0] - blocks[2] > max(2 * wobble, 0.1 * (blocks[0] - best))
+            shifted = not falling and min(blocks) > best + max(cfg.shift_rel * abs(best), cfg.abs_jump)
+            if not (climbing or shifted):
                 self.rising = 0
                 return HOLD  # far above its best but not climbing: recovering from a spike, not diverging
             self.rising += stride
+            if self.rising >= cfg.diverge_for and not climbing:
+                return self._level_shift(step, value, blocks)
             if self.rising >= cfg.diverge_for:
                 return Finding(
                     Severity.INFO,
@@ -409,6 +421,28 @@ class LossSpike(Rule):
             return HOLD  # between trend checks: keep the verdict of the last one
         self.rising = 0
         return None
+
+    def _level_shift(self, step: int, value: float, blocks: tuple[float, float, float]) -> Finding:
+        """The loss jumped to a new level, far above its best, and stays there: a divergence told once, a
+        warning that becomes an error as it lasts."""
+        best = self.best_rolling or 0.0
+        times = f"{fmt(blocks[2] / best)}x " if best > 0 else ""
+        return Finding(
+            Severity.WARN,
+            value,
+            f"{self.metric} jumped to a new level and stays there: block medians {fmt(blocks[0])} -> "
+            f"{fmt(blocks[1])} -> {fmt(blocks[2])} to step {step}, {times}its best {fmt(best)} at step "
+            f"{self.best_step}. A loss that jumps and stays far above its best is a divergence (an update wrecked "
+            f"the weights: lr too high, optimizer state corrupted after a spike, a broken data shard), not a "
+            f"spike. Stop the run and resume from the checkpoint near step {self.best_step} with a lower lr.",
+            {
+                "best_median": best,
+                "best_step": self.best_step,
+                "block_medians": list(blocks),
+                "kind": "level_shift",
+            },
+            error_after_points=self.cfg.shift_error_points,
+        )
 
 
 class StepTimeSpike(Rule):

@@ -78,7 +78,8 @@ class NoLearningRule:
 
 
 class ValLossRise(Rule):
-    """Validation loss above its best for `patience` evaluations in a row while the training loss still falls."""
+    """Validation loss above its best for `patience` evaluations in a row: overfitting while the training loss
+    still falls, a divergence when it rose too (said here either way)."""
 
     rule_id = "val_loss_rise"
     roles = ("val_loss",)
@@ -129,20 +130,30 @@ class ValLossRise(Rule):
         if value - self.best < self.cfg.noise_sigmas * wobble:
             return HOLD
         train_falls = train_now is None or self.train_at_best is None or train_now < self.train_at_best
-        if not train_falls:
-            return HOLD  # both rising is divergence (loss_spike), not overfitting
         rise = (value - self.best) / abs(self.best) if self.best else float("inf")
         train_text = (
             f"while the training loss fell from {fmt(self.train_at_best)} to {fmt(train_now)}"
             if train_now is not None and self.train_at_best is not None
             else "(no training loss to compare)"
         )
+        # a validation rise is never silenced: with the training loss rising too it is a divergence, said here
+        # (the training loss's own rule may not call it: a loss that jumps and stays is no spike)
+        what = "the model is overfitting"
+        if not train_falls:
+            train_text = f"and the training loss rose too, from {fmt(self.train_at_best)} to {fmt(train_now)}"
+            what = "the run is diverging, not overfitting (lr too high, a bad update, a broken data shard)"
         # one voice with the checkpoint advice: a run that picks checkpoints by another metric still at its
         # best keeps that choice, and this rise is a notice
         chosen = facts.chosen_metric_at_best()
         best_metric = facts.settings.get("best_metric")
         by_this = best_metric is not None and math.isclose(best_metric, self.best, rel_tol=1e-6)
-        if chosen is not None and chosen[0] != self.metric and chosen[1] > self.best_step and not by_this:
+        if (
+            train_falls
+            and chosen is not None
+            and chosen[0] != self.metric
+            and chosen[1] > self.best_step
+            and not by_this
+        ):
             severity = Severity.INFO
             keep = (
                 f"The run picks checkpoints by {chosen[0]}, which is at its best at step {chosen[1]}: that "
@@ -154,6 +165,9 @@ class ValLossRise(Rule):
             keep = (
                 f"Keep the checkpoint nearest step {self.best_step}; consider stopping, more data, fewer epochs, "
                 f"a lower lr or more regularisation (dropout, weight decay, LoRA rank)."
+                if train_falls
+                else f"Keep the checkpoint nearest step {self.best_step}; stop the run and resume from it with a "
+                f"lower lr."
             )
             # lasting, large and far beyond the evaluations' wobble: every further step makes it worse
             if (
@@ -170,8 +184,8 @@ class ValLossRise(Rule):
             severity,
             value,
             f"{self.metric} has been above its best {fmt(self.best)} (step {self.best_step}) for "
-            f"{self.above} evaluations, now {fmt(value)} at step {step} (+{rise:.1%}) {train_text}: the model "
-            f"is overfitting. {keep}",
+            f"{self.above} evaluations, now {fmt(value)} at step {step} (+{rise:.1%}) {train_text}: {what}. "
+            f"{keep}",
             {
                 "best_step": self.best_step,
                 "best_value": self.best,

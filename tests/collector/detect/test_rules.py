@@ -164,7 +164,7 @@ def test_single_eval_bump_is_not_overfitting():
     assert "val_loss_rise" not in rules_of(detect_series(series))
 
 
-def test_val_rise_while_train_loss_also_rises_is_not_called_overfitting():
+def test_val_rise_while_train_loss_also_rises_is_a_divergence_said_not_silenced():
     series = healthy_sft(seed=14)
     for name in ("val/loss", "train/loss"):
         steps, values = series[name]
@@ -172,7 +172,53 @@ def test_val_rise_while_train_loss_also_rises_is_not_called_overfitting():
             steps,
             [v if s <= 1000 else v + (s - 1000) / 500 for s, v in zip(steps, values, strict=True)],
         )
-    assert "val_loss_rise" not in rules_of(detect_series(series))
+    alert = only(detect_series(series), "val_loss_rise")
+    assert "the training loss rose too" in alert.message and "diverging, not overfitting" in alert.message
+    assert "is overfitting" not in alert.message and alert.severity in ("warn", "error")
+
+
+def level_shift(seed: int, at: int, factor: float, series=None) -> dict:
+    """The QLoRA SFT shape: the training loss jumps to `factor` x its level at `at` and stays there; the eval
+    loss goes up with it."""
+    series = series or healthy_sft(seed=seed)
+    rng = random.Random(seed)
+    for name, times in (("train/loss", factor), ("val/loss", factor * 1.2)):
+        steps, values = series[name]
+        level = values[max(i for i, s in enumerate(steps) if s < at)]
+        series[name] = (
+            steps,
+            [
+                v if s < at else level * times * (1 + rng.uniform(-0.03, 0.03))
+                for s, v in zip(steps, values, strict=True)
+            ],
+        )
+    return series
+
+
+def test_a_loss_that_jumps_to_a_new_level_and_stays_is_a_divergence_told_once():
+    events = detect_series(level_shift(seed=15, at=1000, factor=4.0))
+    shifts = [e for e in events if e.rule == "loss_spike" and e.evidence.get("kind") == "level_shift"]
+    assert len(shifts) == 1, [(e.rule, e.first_step, e.severity) for e in events]
+    shift = shifts[0]
+    # a warning within a few blocks of the jump, an error once it lasts; names the best step before the jump
+    assert 1000 < shift.first_step <= 1000 + 60 * 10 and shift.severity == "error" and shift.active
+    assert f"step {shift.evidence['best_step']}" in shift.message and shift.evidence["best_step"] < 1000
+    assert "jumped to a new level and stays there" in shift.message
+    # the validation loss that rose with it is said too, as a divergence
+    val = only(events, "val_loss_rise")
+    assert "diverging" in val.message
+
+
+def test_a_jump_that_comes_back_down_is_no_level_shift():
+    # 25 points at 3x, then back: a spike episode, not a new level (a level holds three blocks of 10 points)
+    series = healthy_sft(seed=16)
+    steps, values = series["train/loss"]
+    series["train/loss"] = (
+        steps,
+        [v if s < 1000 or s >= 1025 else v * 3 for s, v in zip(steps, values, strict=True)],
+    )
+    events = detect_series(series)
+    assert not [e for e in events if e.evidence.get("kind") == "level_shift"]
 
 
 # ----- loss_plateau -----
