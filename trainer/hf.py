@@ -8,12 +8,15 @@ end) and `run.json` (the TrainingArguments, the schedule, versions) into the out
 Trainer writes itself (trainer_state.json at each save, TensorBoard events when reported), which runwatch
 reads as the run's metrics. It honours stop requests (`RUN_DIR/runwatch.stop`, written by `runwatch stop`, the
 dashboard or a stop rule): at the end of the step that sees one it saves a checkpoint of that step, stops
-training and records `stopped` with the request's reason. A run that dies on an exception keeps `running`
-(the Trainer calls no hook then); runwatch's `stalled` rule tells it.
+training and records `stopped` with the request's reason. The Trainer calls no hook when training raises, so
+the callback also chains `sys.excepthook` (as our verl seam does): a script that dies of the exception records
+`failed` with its error (a Ctrl-C, `stopped`); an exception the script catches leaves `running`.
 """
 
 from __future__ import annotations
 
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +62,25 @@ class RunwatchCallback(TrainerCallback):
         RunJsonWriter(run_dir).on_train_begin(info)
         self.status = StatusWriter(run_dir)
         self.status.on_train_begin(info)
+        self._record_a_crash()
         return control
+
+    def _record_a_crash(self) -> None:
+        """Chain sys.excepthook: an exception that ends the script is the run's `failed` (Ctrl-C: `stopped`)."""
+        previous = sys.excepthook
+
+        def excepthook(kind, exc, tb):
+            status = self.status
+            if status is not None and status.doc.get("state") == "running":
+                step = status.doc.get("step") or 0
+                if issubclass(kind, KeyboardInterrupt):
+                    status.on_stopped(step, "interrupted (KeyboardInterrupt)")
+                else:
+                    lines = traceback.format_exception(kind, exc, tb)
+                    status.on_exception(step, f"{kind.__name__}: {exc}".strip() + "\n" + "".join(lines[-6:]))
+            previous(kind, exc, tb)
+
+        sys.excepthook = excepthook
 
     def on_step_end(self, args, state, control, **kwargs: Any):
         if self.status is not None:

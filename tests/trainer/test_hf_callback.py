@@ -140,3 +140,46 @@ def test_runwatch_callback_runs_and_stops_a_real_hf_trainer(built_data, tmp_path
         client.close()
     finally:
         daemon.stop()
+
+
+CRASHING_SCRIPT = """
+import sys
+sys.path.insert(0, {repo!r})
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
+from tests.trainer.test_hf_callback import Rows
+from trainer.hf import RunwatchCallback
+
+class Crash(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            raise RuntimeError("CUDA out of memory (test)")
+
+tokenizer = AutoTokenizer.from_pretrained({data!r} + "/tokenizer")
+tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+args = TrainingArguments(output_dir={out!r}, max_steps=40, per_device_train_batch_size=4, logging_steps=1,
+                         save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True)
+model = AutoModelForCausalLM.from_pretrained({data!r} + "/model")
+Trainer(model=model, args=args, train_dataset=Rows(tokenizer), callbacks=[RunwatchCallback(), Crash()]).train()
+"""
+
+
+def test_a_script_that_dies_records_failed_with_its_error(built_data, tmp_path):
+    out = tmp_path / "crash-run"
+    script = tmp_path / "train.py"
+    script.write_text(CRASHING_SCRIPT.format(repo=str(REPO), data=str(DATA_BUILD), out=str(out)))
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 1 and "CUDA out of memory (test)" in proc.stderr  # the traceback still prints
+    status = json.loads((out / "status.json").read_text())
+    assert (status["state"], status["step"]) == ("failed", 2)
+    assert status["error"].startswith("RuntimeError: CUDA out of memory (test)\n")
+    check = subprocess.run(
+        [sys.executable, "-m", "runwatch", "check", str(out), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    (verdict,) = json.loads(check.stdout)["runs"]
+    assert verdict["status"] == "failed"
