@@ -3,15 +3,24 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-8)
+TEAM_VENV ?= .venv-team
+TEAM_STAMP := $(TEAM_VENV)/.installed-$(shell cat requirements-team.txt | md5sum | cut -c1-8)
 DATA := data/build/.done
 
-.PHONY: demo demo-headless demo-rl demo-rl-headless test test-fast lint format bench venv data browser sshd clean
+.PHONY: demo demo-headless demo-rl demo-rl-headless test test-fast lint format bench venv team-venv data browser sshd postgres clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements.txt
 	rm -f $(VENV)/.installed-*; touch $@
+
+# Team mode's own venv: DuckDB 1.4.4 with the DuckLake and Postgres extensions (requirements-team.txt).
+team-venv: $(TEAM_STAMP)
+$(TEAM_STAMP): requirements-team.txt
+	test -x $(TEAM_VENV)/bin/python || python3 -m venv $(TEAM_VENV)
+	$(TEAM_VENV)/bin/pip install --disable-pip-version-check -q -r requirements-team.txt
+	rm -f $(TEAM_VENV)/.installed-*; touch $@
 
 data: $(DATA)
 $(DATA): $(STAMP) data/*.py
@@ -29,6 +38,12 @@ sshd:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 
+# Debian's PostgreSQL for the team-mode tests (a throwaway cluster on 127.0.0.1, made by the tests).
+postgres:
+	@test -x /usr/lib/postgresql/15/bin/initdb || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+
 demo: $(DATA)
 	$(PY) scripts/demo.py
 
@@ -42,10 +57,10 @@ demo-rl: $(DATA)
 demo-rl-headless: $(DATA)
 	$(PY) scripts/demo.py --rl --headless
 
-test: $(DATA) browser sshd
+test: $(DATA) browser sshd postgres team-venv
 	$(PY) -m pytest
 
-test-fast: $(DATA) sshd
+test-fast: $(DATA) sshd postgres team-venv
 	$(PY) -m pytest -m "not slow and not browser"
 
 lint: $(STAMP)

@@ -63,8 +63,18 @@ def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "roots",
-        nargs="+",
-        help="folders (or files) holding runs; ssh://[user@]host[:port]/path for another machine",
+        nargs="*",
+        help="folders (or files) holding runs; ssh://[user@]host[:port]/path for another machine "
+        "(none with --store: serve the team's lake, every collector's runs)",
+    )
+    serve.add_argument(
+        "--store",
+        help="team mode: also publish into this shared lake, ducklake:postgres:dbname=... host=... user=... "
+        "(needs the team venv: make team-venv)",
+    )
+    serve.add_argument("--data-path", help="team mode: the lake's shared data folder (Parquet files)")
+    serve.add_argument(
+        "--collector", help="team mode: this collector's unique name in the lake (default: the host name)"
     )
     serve.add_argument("--port", type=int, default=0, help="API port on 127.0.0.1 (0 = a free one)")
     serve.add_argument(
@@ -203,9 +213,19 @@ def _serve(args: argparse.Namespace) -> int:
         webhook=args.webhook,
         memory_mb=args.memory_mb,
         api_threads=args.api_threads,
+        store=args.store,
+        data_path=args.data_path,
+        collector_name=args.collector,
     )
     if args.memory_mb < 16 or args.api_threads < 1:
         raise CliError("--memory-mb must be at least 16 and --api-threads at least 1")
+    if not args.roots:
+        if not args.store:
+            raise CliError("serve needs at least one root (or --store, to serve a team's lake)")
+        from collector.daemon.team import serve_lake_reader
+
+        check_not_running(args.db)
+        return serve_lake_reader(settings)
     settings.roots = _roots(args.roots, wait=args.once)
     try:
         check_not_running(args.db)

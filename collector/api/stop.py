@@ -7,6 +7,7 @@ from pathlib import Path
 
 from collector.core.stop_request import stop_path, write_stop_request
 from collector.runs.lookup import find_run
+from collector.store import lake as store_lake
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -17,6 +18,10 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
     an earlier request stands) and `written`. NotFound for an unknown run; ValueError for a run that has no
     folder of its own or has ended."""
     r = find_run(store, run_id)
+    if store.lake_reader:  # team mode: the collector owning the run writes its stop file (store/lake.py)
+        reason = reason.strip() or "stop requested from runwatch"
+        store_lake.ask_stop(store.cursor(), run_id, reason, by="person")
+        return {"run": run_id, "path": None, "request": {"reason": reason, "by": "person"}, "written": True}
     folder = Path(r["path"])
     if not folder.is_dir():
         raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")

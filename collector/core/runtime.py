@@ -12,6 +12,8 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Team mode: a batch into the shared lake at most this often (each is a catalog commit in Postgres).
+PUBLISH_INTERVAL_S = 1.0
 COMMIT_INTERVAL_S = 0.2  # the store commits at most this often while files change (batching, not per event)
 RESCAN_INTERVAL_S = 5.0  # a full look at the roots, for events a filesystem did not deliver
 POLL_INTERVAL_S = 0.25  # the polling observer's period (network filesystems)
@@ -43,6 +45,11 @@ class Settings:
     rescan_interval_s: float = RESCAN_INTERVAL_S
     memory_mb: int = MEMORY_MB  # DuckDB's memory limit
     api_threads: int = API_THREADS  # API requests answered at once
+    # Team mode (collector.store.lake): the shared lake, its data folder, this collector's name in it.
+    store: str | None = None
+    data_path: str | None = None
+    collector_name: str | None = None
+    publish_interval_s: float = PUBLISH_INTERVAL_S
 
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:

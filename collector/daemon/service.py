@@ -73,6 +73,11 @@ class Collector:
         self.detection.run_dirs = self.ingestor.run_dirs
         self.detection.hf_own_state = self.ingestor.hf_own_state
         self.detection.reachable = self._reachable
+        self.team = None
+        if settings.store:  # team mode: the file is published into the shared lake (daemon/team.py)
+            from collector.daemon.team import TeamPublishing
+
+            self.team = TeamPublishing(self.store, settings, self.ingestor.run_dirs)
         self._stop = threading.Event()
         self._requests: list[Path] = []
         self._requests_lock = threading.Lock()
@@ -95,6 +100,8 @@ class Collector:
         self.detection.tick()
 
     def close(self) -> None:
+        if self.team is not None:
+            self.team.close()  # the last batch, after the final commit
         self.detection.close()
         self.ingestor.close()
         self.store.close()
@@ -171,6 +178,8 @@ class Collector:
             "db": str(self.db),
         }
         write_marker(self.db, info)
+        if self.team is not None:
+            self.team.start()
         log.info(
             "collector pid %d serving %s on http://%s:%d", os.getpid(), self.db, self.settings.host, port
         )

@@ -72,6 +72,22 @@ class Store:
         self._write_lock = threading.RLock()
         migrate(self._con)
 
+    @classmethod
+    def on_connection(cls, con: duckdb.DuckDBPyConnection, path: str | Path) -> Store:
+        """A store over a connection already open, not migrated: team mode's reader, whose default database
+        is the shared lake (`collector.store.lake`); `path` names it in messages and beside-files."""
+        self = cls.__new__(cls)
+        self.path, self._con = Path(path), con
+        self._local, self._write_lock = threading.local(), threading.RLock()
+        self.lake_reader = True
+        return self
+
+    lake_reader = False  # True: reading a team's lake (stops go through it, not to a run folder)
+
+    def cursor_for_lake(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own for team mode's publisher thread (it attaches the lake beside the file)."""
+        return self._con.cursor()
+
     def close(self) -> None:
         """Checkpoint and close; the store is unusable afterwards."""
         with self._write_lock:
@@ -82,6 +98,8 @@ class Store:
         cur = getattr(self._local, "cur", None)
         if cur is None:
             cur = self._con.cursor()
+            if self.lake_reader:  # each cursor is a connection of its own: the lake is its default too
+                cur.execute("USE lake")
             self._local.cur = cur
         return cur
 

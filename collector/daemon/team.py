@@ -1,0 +1,124 @@
+"""Team mode in the daemon: a collector's publishing thread, and a reader serving the whole team's lake.
+
+`serve --store ducklake:postgres:... --data-path DIR --collector NAME ROOT...` runs the usual collector on its
+own file and a `TeamPublishing` thread beside it: every `publish_interval_s` one batch into the lake
+(`collector.store.lake.LakePublisher`), then the stop requests asked anywhere for its runs become their stop
+files. `serve --store ... --data-path DIR` without roots serves the API over the lake (`serve_lake_reader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+
+from collector.core.runtime import Settings, ensure_token, remove_marker, write_marker
+from collector.core.stop_request import write_stop_request
+from collector.store import lake
+from collector.store.db import Store
+
+log = logging.getLogger("collector")
+
+
+class TeamPublishing:
+    """Publishes the collector's file into the lake in batches, on a thread of its own."""
+
+    def __init__(self, store: Store, settings: Settings, run_dirs: dict) -> None:
+        spec = lake.LakeSpec.parse(settings.store, settings.data_path)
+        self.publisher = lake.LakePublisher(store, spec, settings.collector_name or socket.gethostname())
+        self.interval = settings.publish_interval_s
+        self.run_dirs = run_dirs  # run -> its folder (the ingestor's, live)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lake", daemon=True)
+        self._failing_since: float | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread, then one last batch (what the final commit stored goes out too)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+        self.once()
+
+    def once(self) -> bool:
+        """One batch and the stops asked; False when the lake could not be reached (retried next time)."""
+        try:
+            written = self.publisher.publish()
+            self._carry_out_stops()
+        except Exception as e:  # Postgres restarting, a network drop: the file keeps everything meanwhile
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
+                log.warning("team lake: publishing failed (%s); the collector keeps its file and retries", e)
+            return False
+        if self._failing_since is not None:
+            log.info("team lake: publishing again after %.0f s", time.monotonic() - self._failing_since)
+            self._failing_since = None
+        if written["points"] or written["rows"] or written["deleted"]:
+            log.debug("team lake: published %s", written)
+        return True
+
+    def _carry_out_stops(self) -> None:
+        for run, reason, asked_at in self.publisher.stops_asked():
+            folder = self.run_dirs.get(run)
+            if folder is None or not folder.is_dir():
+                outcome = f"run {run!r} has no folder this collector can write to"
+            else:
+                request, written = write_stop_request(
+                    folder, reason or "stop requested from runwatch", by="person"
+                )
+                outcome = "written" if written else "a request was already there"
+            self.publisher.stop_done(run, asked_at, outcome)
+            log.info("team lake: stop of %s asked through the lake: %s", run, outcome)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.once()
+
+
+def serve_lake_reader(settings: Settings) -> int:
+    """`serve --store ... --data-path ...` without roots: the API over every collector's runs in the lake,
+    until SIGTERM/SIGINT. Stops asked here are written to the lake for the owning collector."""
+    import signal
+
+    import uvicorn
+
+    from collector.api.app import create_app
+
+    spec = lake.LakeSpec.parse(settings.store, settings.data_path)
+    store = Store.on_connection(lake.open_lake_reader(spec, settings.memory_mb), settings.db)
+    token = ensure_token(settings.db)
+    app = create_app(store, settings.db, [], token)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+    api = threading.Thread(target=asyncio.run, args=(server.serve(sockets=[sock]),), name="api", daemon=True)
+    api.start()
+    while not server.started:
+        if not api.is_alive():
+            raise RuntimeError(f"the API server on {settings.host} failed to start")
+        time.sleep(0.02)
+    port = sock.getsockname()[1]
+    write_marker(
+        settings.db,
+        {"pid": os.getpid(), "host": settings.host, "port": port, "started_at": time.time(), "roots": [],
+         "db": str(settings.db), "lake": spec.catalog},
+    )  # fmt: skip
+    log.info(
+        "team lake reader pid %d serving %s on http://%s:%d", os.getpid(), spec.catalog, settings.host, port
+    )
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        done.wait()
+    finally:
+        server.should_exit = True
+        api.join(timeout=10)
+        remove_marker(settings.db, os.getpid())
+    return 0

@@ -1,0 +1,467 @@
+"""Team mode: many collectors, one shared store on DuckLake (a Postgres catalog, Parquet data files).
+
+Each collector keeps working on its own DuckDB file (its journal: everything the local path promises, a
+kill -9 included) and publishes it into the lake every few seconds, one lake transaction per batch
+(`LakePublisher.publish`). Readers (`open_lake_reader`) attach the lake and run the store's own read queries
+on it: the lake holds the same tables (`runs`, `series`, `point_rows`, the `points` view, `metric_stats`,
+`alerts`, ...) as the file, with every collector's rows in them.
+
+Ownership: a collector has a unique name (`--collector`, registered in `team_collectors`; a second live one
+of that name is refused). In the lake its runs are `NAME/RUN` and its numeric ids (sources, series, alerts)
+are moved into its own 2^32 block (`namespace(name) << 32 | id`), so two collectors never write the same
+run or row. Exactly once: what was published is recorded in the same lake transaction as the rows
+(`team_marks` for points: per series, how many points and up to which step; the rows of every other table are
+known by their hash), and read back from the lake at start, so a collector killed mid-commit publishes again
+exactly what the lake lacks. Postgres gone: the publish fails, the collector's file keeps everything, the next
+cycle attaches again and catches up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from collector.store.schema import StoreError
+
+log = logging.getLogger("collector")
+
+LAKE = "lake"  # the attached lake's name in the collector's DuckDB
+PREFIX = "ducklake:"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
+SKIP_TABLES = {"schema_version"}
+POINTS_TABLE = "point_rows"
+# Lake tables of team mode itself (not copies of the collector's tables).
+TEAM_TABLES = [
+    """CREATE TABLE IF NOT EXISTS {lake}.team_collectors (name VARCHAR, ns BIGINT, host VARCHAR, pid BIGINT,
+       started_at DOUBLE, heartbeat_at DOUBLE)""",
+    "CREATE TABLE IF NOT EXISTS {lake}.team_marks (ns BIGINT, series BIGINT, points BIGINT, last_step BIGINT)",
+    """CREATE TABLE IF NOT EXISTS {lake}.team_stops (run_id VARCHAR, reason VARCHAR, asked_at DOUBLE,
+       asked_by VARCHAR, done_at DOUBLE, outcome VARCHAR)""",
+]
+
+
+@dataclass(frozen=True)
+class LakeSpec:
+    """`ducklake:postgres:dbname=... host=... port=... user=...` and the folder (or bucket) of its data."""
+
+    catalog: str
+    data_path: str
+
+    @classmethod
+    def parse(cls, store: str, data_path: str | None) -> LakeSpec:
+        if not store.startswith(PREFIX) or len(store) <= len(PREFIX):
+            raise StoreError(f"--store {store!r}: expected ducklake:postgres:dbname=... host=... (team mode)")
+        if not data_path:
+            raise StoreError(
+                "--store needs --data-path: the shared folder (or bucket) of the lake's Parquet files"
+            )
+        if "'" in store or "'" in data_path:
+            raise StoreError("--store and --data-path may not contain a single quote")
+        return cls(store, data_path.rstrip("/") + "/")
+
+
+def namespace(name: str) -> int:
+    """The collector's id block: 31 bits from its name, the same in every process."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=4).digest(), "big") & 0x7FFFFFFF
+
+
+def load_extensions(con: duckdb.DuckDBPyConnection) -> None:
+    """Load DuckLake and the Postgres scanner from the PyPI packages (`requirements-team.txt`)."""
+    try:
+        import duckdb_ext  # the namespace package of duckdb-ext-ducklake / duckdb-ext-postgres
+
+        directory = Path(next(iter(duckdb_ext.__path__))) / "extensions"
+        con.execute(f"SET extension_directory = '{directory}'")
+        con.execute("LOAD ducklake")
+        con.execute("LOAD postgres_scanner")
+    except (ImportError, StopIteration, duckdb.Error) as e:
+        raise StoreError(
+            f"team mode needs DuckDB {_engine()} with the DuckLake and Postgres extensions, which PyPI ships "
+            f"for DuckDB 1.4.4 only: run it from the team venv (`make team-venv`, requirements-team.txt). "
+            f"Loading them failed: {str(e).splitlines()[0]}"
+        ) from None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _engine() -> str:
+    return f"1.4.4 (this is {duckdb.__version__})"
+
+
+def attach(con: duckdb.DuckDBPyConnection, spec: LakeSpec, read_only: bool = False) -> None:
+    """Attach the lake as `lake` (creating its catalog the first time); a clear error when Postgres is out of
+    reach."""
+    mode = ", READ_ONLY" if read_only else ""
+    try:
+        con.execute(f"ATTACH '{spec.catalog}' AS {LAKE} (DATA_PATH '{spec.data_path}'{mode})")
+    except duckdb.Error as e:
+        raise StoreError(f"cannot attach the lake {spec.catalog}: {str(e).splitlines()[0]}") from None
+
+
+def local_tables(cur: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
+    """The collector file's tables, each with its (column, type) in order."""
+    rows = cur.execute(
+        """SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
+           JOIN information_schema.tables t ON t.table_catalog = c.table_catalog
+             AND t.table_schema = c.table_schema AND t.table_name = c.table_name
+           WHERE c.table_catalog = current_database() AND c.table_schema = 'main'
+             AND t.table_type = 'BASE TABLE' ORDER BY c.table_name, c.ordinal_position"""
+    ).fetchall()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for table, column, kind in rows:
+        if table not in SKIP_TABLES:
+            out.setdefault(table, []).append((column, kind))
+    return out
+
+
+def _is_id(table: str, column: str, kind: str) -> bool:
+    """A collector-local number naming a row (a sequence's value): moved into the collector's block."""
+    if kind not in ("INTEGER", "BIGINT") or column == "run_id":
+        return False
+    return column in ("id", "series") or column.endswith("_id")
+
+
+def _is_run(table: str, column: str) -> bool:
+    return column == "run_id" or (table == "runs" and column == "id")
+
+
+def lake_type(kind: str) -> str:
+    return "BIGINT" if kind == "INTEGER" else kind  # ids grow past 32 bits in the lake
+
+
+def ensure_schema(cur: duckdb.DuckDBPyConnection, tables: dict[str, list[tuple[str, str]]]) -> None:
+    """The lake's copies of the collector's tables (no keys: DuckLake has none), the `points` view, and team
+    mode's own tables; columns a newer collector added are added. Idempotent."""
+    for statement in TEAM_TABLES:
+        cur.execute(statement.format(lake=LAKE))
+    have = {
+        (t, c)
+        for t, c in cur.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_catalog = ?", [LAKE]
+        ).fetchall()
+    }
+    names = {t for t, _ in have}
+    for table, columns in tables.items():
+        if table not in names:
+            cols = ", ".join(f'"{c}" {lake_type(k)}' for c, k in columns)
+            cur.execute(f'CREATE TABLE IF NOT EXISTS {LAKE}."{table}" ({cols})')
+            continue
+        for c, k in columns:
+            if (table, c) not in have:
+                cur.execute(f'ALTER TABLE {LAKE}."{table}" ADD COLUMN "{c}" {lake_type(k)}')
+    if "points" not in names:
+        cur.execute(
+            f"""CREATE VIEW IF NOT EXISTS {LAKE}.points AS
+                SELECT s.run_id, s.metric, p.step, p.value, p.wall_time, p.source_id, p.segment, p.series
+                FROM {LAKE}.point_rows p JOIN {LAKE}.series s ON p.series = s.id"""
+        )
+
+
+class LakePublisher:
+    """Publishes one collector's file into the lake; `publish()` is one batch (one lake transaction)."""
+
+    def __init__(self, store, spec: LakeSpec, name: str) -> None:
+        if not NAME_RE.match(name):
+            raise StoreError(
+                f"--collector {name!r}: use letters, digits, '.', '_' or '-' (at most 63), starting with a letter or digit"
+            )
+        self.store, self.spec, self.name = store, spec, name
+        self.ns = namespace(name)
+        self.cur = store.cursor_for_lake()
+        load_extensions(self.cur)
+        self.attached = False
+        self.published: dict[str, set[int]] | None = None  # table -> hashes of this collector's rows there
+        self.marks: dict[int, tuple[int, int]] = {}  # local series id -> (points, last step) in the lake
+        self.commits = 0
+        self.last_error: str | None = None
+        self._connect()
+        self._register()
+
+    # ---- connection ---------------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        if self.attached:
+            return
+        attach(self.cur, self.spec)
+        self.attached = True
+        self._retry(lambda: ensure_schema(self.cur, local_tables(self.cur)))
+
+    def _drop_connection(self) -> None:
+        """After a failure (Postgres restarted): detach, forget what is known of the lake, attach next time."""
+        with contextlib.suppress(duckdb.Error):
+            self.cur.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):
+            self.cur.execute(f"DETACH {LAKE}")
+        self.attached = False
+        self.published = None
+
+    def _retry(self, fn, tries: int = 5):
+        """Run a lake write, again after a commit race with another collector (DuckLake reports a conflict)."""
+        for attempt in range(tries):
+            try:
+                return fn()
+            except duckdb.TransactionException:
+                if attempt == tries - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        return None
+
+    def _register(self) -> None:
+        """Claim the name: refused while another live collector (another host or pid) holds it."""
+        now = time.time()
+        host, pid = socket.gethostname(), os.getpid()
+        rows = self.cur.execute(
+            f"SELECT host, pid, heartbeat_at, ns FROM {LAKE}.team_collectors WHERE name = ?", [self.name]
+        ).fetchall()
+        for other_host, other_pid, beat, _ in rows:
+            if (other_host, other_pid) == (host, pid) or beat is None or now - beat >= LIVE_S:
+                continue
+            if other_host != host or _pid_alive(other_pid):  # on this host a dead pid frees the name at once
+                raise StoreError(
+                    f"a collector named {self.name!r} is live (host {other_host}, pid {other_pid}, seen "
+                    f"{now - beat:.0f} s ago): give this one another --collector name"
+                )
+        clash = self.cur.execute(
+            f"SELECT name FROM {LAKE}.team_collectors WHERE ns = ? AND name <> ?", [self.ns, self.name]
+        ).fetchall()
+        if clash:
+            raise StoreError(
+                f"--collector {self.name!r} shares its id block with {clash[0][0]!r}: pick another name"
+            )
+
+        def write() -> None:
+            self.cur.execute("BEGIN TRANSACTION")
+            self.cur.execute(f"DELETE FROM {LAKE}.team_collectors WHERE name = ?", [self.name])
+            self.cur.execute(
+                f"INSERT INTO {LAKE}.team_collectors VALUES (?, ?, ?, ?, ?, ?)",
+                [self.name, self.ns, host, pid, now, now],
+            )
+            self.cur.execute("COMMIT")
+
+        self._retry(write)
+
+    # ---- one batch ----------------------------------------------------------------------------------
+
+    def publish(self) -> dict:
+        """Publish what changed since the last batch in one lake transaction; returns what was written.
+        Raises on failure (nothing of the batch is in the lake then; the next call tries again)."""
+        try:
+            self._connect()
+            return self._retry(self._publish_once)
+        except BaseException as e:
+            self.last_error = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self._drop_connection()
+            raise
+
+    def _publish_once(self) -> dict:
+        cur = self.cur
+        tables = local_tables(cur)
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            if self.published is None:
+                self._load_state(tables)
+            assert self.published is not None
+            written = {"rows": 0, "deleted": 0, "points": 0}
+            published = dict(self.published)
+            for table, columns in tables.items():
+                if table != POINTS_TABLE:
+                    published[table] = self._publish_table(table, columns, written)
+            marks = self._publish_points(tables[POINTS_TABLE], written)
+            cur.execute(
+                f"UPDATE {LAKE}.team_collectors SET heartbeat_at = ? WHERE name = ?", [time.time(), self.name]
+            )
+            cur.execute("COMMIT")
+        except BaseException:
+            self.published = None  # read back from the lake next time: the batch may or may not be in
+            raise
+        self.published, self.marks = published, marks
+        self.commits += 1
+        self.last_error = None
+        return written
+
+    def _mapped(self, table: str, columns: list[tuple[str, str]], source: str = "main") -> str:
+        """A SELECT of the collector's rows of `table` as the lake holds them (runs named NAME/RUN, ids in
+        the collector's block, INTEGER as BIGINT)."""
+        parts = []
+        for c, k in columns:
+            col = f'"{c}"'
+            if source == "main" and _is_run(table, c):
+                col = f"('{self.name}/' || coalesce({col}, ''))"  # NULL (no run): still this collector's
+            elif source == "main" and _is_id(table, c, k):
+                col = f"(({self.ns}::BIGINT << 32) | {col}::BIGINT)"
+            elif source == "main" and k == "INTEGER":
+                col = f"{col}::BIGINT"
+            parts.append(f'{col} AS "{c}"')
+        where = "" if source == "main" else f" WHERE {self._owned(table, columns)}"
+        db = "main" if source == "main" else LAKE
+        return f'SELECT {", ".join(parts)} FROM {db}."{table}"{where}'
+
+    def _owned(self, table: str, columns: list[tuple[str, str]]) -> str:
+        """The predicate picking this collector's rows of a lake table."""
+        for c, _ in columns:
+            if _is_run(table, c):
+                return f"starts_with(\"{c}\", '{self.name}/')"
+        for c, k in columns:
+            if _is_id(table, c, k):
+                return f'("{c}" >> 32) = {self.ns}'
+        raise StoreError(
+            f"table {table} has neither a run nor an id column: team mode cannot tell whose rows are whose"
+        )
+
+    @staticmethod
+    def _hash(columns: list[tuple[str, str]]) -> str:
+        return "hash(" + ", ".join(f'"{c}"' for c, _ in columns) + ")"
+
+    def _load_state(self, tables: dict[str, list[tuple[str, str]]]) -> None:
+        """What the lake holds of this collector: row hashes per table, the points' marks."""
+        self.published = {}
+        for table, columns in tables.items():
+            if table == POINTS_TABLE:
+                continue
+            q = f"SELECT {self._hash(columns)} FROM ({self._mapped(table, columns, LAKE)})"
+            self.published[table] = {h for (h,) in self.cur.execute(q).fetchall()}
+        rows = self.cur.execute(
+            f"SELECT series & 4294967295, points, last_step FROM {LAKE}.team_marks WHERE ns = ?", [self.ns]
+        ).fetchall()
+        self.marks = {s: (n, last) for s, n, last in rows}
+
+    def _publish_table(self, table: str, columns: list[tuple[str, str]], written: dict) -> set[int]:
+        """Rows whose hash is new are inserted, rows gone or changed deleted (a changed row is both);
+        returns the hashes of the collector's rows as the lake now holds them."""
+        assert self.published is not None
+        cur, h = self.cur, self._hash(columns)
+        mapped = self._mapped(table, columns)
+        local = {x for (x,) in cur.execute(f"SELECT {h} FROM ({mapped})").fetchall()}
+        old = self.published.get(table, set())
+        new, gone = local - old, old - local
+        if gone:
+            cur.execute(
+                f'DELETE FROM {LAKE}."{table}" WHERE {self._owned(table, columns)} AND {h} IN (SELECT unnest(?))',
+                [list(gone)],
+            )
+            written["deleted"] += len(gone)
+        if new:
+            cur.execute(
+                f'INSERT INTO {LAKE}."{table}" SELECT * FROM ({mapped}) WHERE {h} IN (SELECT unnest(?))',
+                [list(new)],
+            )
+            written["rows"] += len(new)
+        return local
+
+    def _publish_points(self, columns: list[tuple[str, str]], written: dict) -> dict[int, tuple[int, int]]:
+        """Per series: the points past its mark appended; a series whose earlier points changed (a resumed
+        run rewriting steps) replaced whole. The marks go in the same transaction."""
+        cur = self.cur
+        now = {
+            sid: (n, last)
+            for sid, n, last in cur.execute(
+                """SELECT s.id, m.points, m.last_step FROM series s
+                   JOIN metric_stats m ON m.run_id = s.run_id AND m.metric = s.metric"""
+            ).fetchall()
+        }
+        changed = {sid: v for sid, v in now.items() if self.marks.get(sid) != v}
+        gone = [sid for sid in self.marks if sid not in now]
+        after: dict[int, int] = {}
+        if changed:
+            appended = [sid for sid in changed if sid in self.marks]
+            counts = {}
+            if appended:
+                counts = dict(
+                    cur.execute(
+                        """SELECT p.series, count(*) FROM point_rows p
+                           JOIN (SELECT unnest(?) AS series, unnest(?) AS after) m
+                             ON p.series = m.series AND p.step > m.after GROUP BY p.series""",
+                        [appended, [self.marks[s][1] for s in appended]],
+                    ).fetchall()
+                )
+            for sid, (n, _) in changed.items():
+                mark = self.marks.get(sid)
+                if mark is not None and counts.get(sid, 0) == n - mark[0]:
+                    after[sid] = mark[1]  # a plain append
+                else:
+                    after[sid] = -(2**62)  # replaced whole
+        whole = [sid for sid, a in after.items() if a == -(2**62) and sid in self.marks] + gone
+        if whole:
+            cur.execute(
+                f"DELETE FROM {LAKE}.point_rows WHERE series IN (SELECT (({self.ns}::BIGINT << 32) | unnest(?)))",
+                [whole],
+            )
+        if after:
+            mapped = self._mapped(POINTS_TABLE, columns)
+            res = cur.execute(
+                f"""INSERT INTO {LAKE}.point_rows SELECT p.* FROM ({mapped}) p
+                    JOIN (SELECT (({self.ns}::BIGINT << 32) | unnest(?)) AS series, unnest(?) AS after) m
+                      ON p.series = m.series AND p.step > m.after""",
+                [list(after), list(after.values())],
+            ).fetchall()
+            written["points"] += res[0][0] if res else 0
+        touched = list(after) + gone
+        if touched:
+            cur.execute(
+                f"DELETE FROM {LAKE}.team_marks WHERE ns = ? AND series IN (SELECT (({self.ns}::BIGINT << 32) | unnest(?)))",
+                [self.ns, touched],
+            )
+        if changed:
+            cur.execute(
+                f"""INSERT INTO {LAKE}.team_marks SELECT ?, (({self.ns}::BIGINT << 32) | unnest(?)), unnest(?),
+                    unnest(?)""",
+                [self.ns, list(changed), [v[0] for v in changed.values()], [v[1] for v in changed.values()]],
+            )
+        return {sid: v for sid, v in (self.marks | changed).items() if sid not in gone}
+
+    # ---- stops asked anywhere -----------------------------------------------------------------------
+
+    def stops_asked(self) -> list[tuple[str, str, float]]:
+        """Stop requests for this collector's runs not yet carried out: (local run id, reason, asked_at)."""
+        self._connect()
+        rows = self.cur.execute(
+            f"""SELECT run_id, reason, asked_at FROM {LAKE}.team_stops
+                WHERE starts_with(run_id, ?) AND done_at IS NULL ORDER BY asked_at""",
+            [f"{self.name}/"],
+        ).fetchall()
+        return [(r[len(self.name) + 1 :], reason, at) for r, reason, at in rows]
+
+    def stop_done(self, run: str, asked_at: float, outcome: str) -> None:
+        self._retry(
+            lambda: self.cur.execute(
+                f"UPDATE {LAKE}.team_stops SET done_at = ?, outcome = ? WHERE run_id = ? AND asked_at = ?",
+                [time.time(), outcome, f"{self.name}/{run}", asked_at],
+            )
+        )
+
+
+def open_lake_reader(spec: LakeSpec, memory_mb: int) -> duckdb.DuckDBPyConnection:
+    """A connection whose default database is the lake: the store's read queries run on it unchanged."""
+    con = duckdb.connect(":memory:", config={"memory_limit": f"{memory_mb}MB"})
+    load_extensions(con)
+    # A fresh catalog connection per query: with the cache, the first query after a Postgres restart fails on
+    # the dead pooled connection (a 500 to the dashboard). Measured: ~57 instead of ~31 ms per lake query.
+    con.execute("SET pg_connection_cache = false")
+    attach(con, spec)
+    con.execute(f"USE {LAKE}")
+    return con
+
+
+def ask_stop(cur: duckdb.DuckDBPyConnection, run_id: str, reason: str, by: str) -> None:
+    """A reader's stop request: a row the owning collector picks up (it writes the run's stop file)."""
+    cur.execute(
+        f"INSERT INTO {LAKE}.team_stops VALUES (?, ?, ?, ?, NULL, NULL)", [run_id, reason, time.time(), by]
+    )

@@ -1,0 +1,169 @@
+"""Team mode with real parts: a throwaway PostgreSQL on 127.0.0.1 as the DuckLake catalog, real `serve`
+processes (the team venv's interpreter, DuckDB 1.4.4 with the DuckLake and Postgres extensions) on different
+roots writing one lake, and a real reader `serve --store` answering the API for all of them."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.api.client import Client
+from tests.collector.test_daemon_support import REPO, Daemon, cli, cli_json, wait_for
+from tests.pg_support import PgServer, postgres_missing
+
+TEAM_PYTHON = Path(os.environ.get("RUNWATCH_TEAM_PYTHON") or REPO / ".venv-team" / "bin" / "python")
+
+
+@pytest.fixture(scope="module")
+def pg() -> PgServer:
+    missing = postgres_missing()
+    if missing:
+        pytest.fail(missing)
+    if not TEAM_PYTHON.exists():
+        pytest.fail(
+            f"{TEAM_PYTHON} is missing: `make team-venv` builds it (DuckDB 1.4.4 + DuckLake, make test does)"
+        )
+    server = PgServer().start()
+    yield server
+    server.remove()
+
+
+class TeamDaemon(Daemon):
+    """`serve` under the team venv's interpreter, publishing into (or, without roots, reading) the lake."""
+
+    def start(self, wait: bool = True) -> TeamDaemon:
+        cmd = [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(self.db), *map(str, self.roots)]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*cmd, "--port", "0", *self.extra],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if wait:
+            wait_for(self._ready, f"{self.db}'s collector to serve", timeout=180)
+        return self
+
+
+def lake_args(dsn: str, data: Path, name: str | None = None) -> list[str]:
+    out = ["--store", f"ducklake:postgres:{dsn}", "--data-path", str(data)]
+    return [*out, "--collector", name] if name else out
+
+
+def write_steps(path: Path, first: int, last: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        for s in range(first, last + 1):
+            f.write(json.dumps({"step": s, "data": {"train/loss": 1.0 / s, "train/lr": s * 1e-6}}) + "\n")
+
+
+def raw(client: Client, run: str, metric: str = "train/loss") -> tuple[list[int], list[float]]:
+    series = client.get(f"/api/runs/{run}/metrics", {"metric": metric, "after": 0})["series"][0]
+    return series["steps"], series["values"]
+
+
+def exactly(client: Client, run: str, last: int) -> bool:
+    """The run's loss in the lake is steps 1..last, each once, each with the value written."""
+    steps, values = raw(client, run)
+    return steps == list(range(1, last + 1)) and all(
+        math.isclose(v, 1.0 / s) for s, v in zip(steps, values, strict=True)
+    )
+
+
+def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_path):
+    dsn, data = pg.new_database("two"), tmp_path / "lake"
+    write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 1, 300)
+    write_steps(tmp_path / "bob" / "exp" / "sft" / "metrics.jsonl", 1, 200)
+    (tmp_path / "alice" / "exp" / "sft" / "status.json").write_text('{"state": "running"}')
+    alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(dsn, data, "alice"))
+    bob = TeamDaemon(tmp_path / "bob.duckdb", [tmp_path / "bob"], *lake_args(dsn, data, "bob"))
+    reader = TeamDaemon(tmp_path / "reader.duckdb", [], *lake_args(dsn, data))
+    try:
+        alice.start()
+        bob.start()
+        reader.start()
+        client = reader.client()
+        # Both collectors' runs, under their names: the same relative run id on two roots is two runs.
+        wait_for(lambda: exactly(client, "alice/exp/sft", 300), "alice's 300 steps in the lake")
+        wait_for(lambda: exactly(client, "bob/exp/sft", 200), "bob's 200 steps in the lake")
+        ids = sorted(r["id"] for r in client.get("/api/runs"))
+        assert ids == ["alice/exp/sft", "bob/exp/sft"]
+        assert sorted(r["id"] for r in cli_json(reader.db, "runs")) == ids  # the CLI finds the team's API
+        # Live: lines written later reach the reader through the lake.
+        write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 301, 350)
+        wait_for(lambda: exactly(client, "alice/exp/sft", 350), "alice's new lines in the lake")
+        # A second collector may not take a live collector's name.
+        twin = subprocess.run(
+            [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(tmp_path / "twin.duckdb"),
+             str(tmp_path / "bob"), "--once", *lake_args(dsn, data, "alice")],
+            cwd=REPO, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert twin.returncode != 0 and "a collector named 'alice' is live" in twin.stderr, twin.stderr[
+            -2000:
+        ]
+        # A stop asked at the reader (the CLI, through its API) reaches the owning collector: its stop file.
+        cli(reader.db, "stop", "alice/exp/sft", "--reason", "loss diverged (team test)")
+        stop_file = tmp_path / "alice" / "exp" / "sft" / "runwatch.stop"
+        wait_for(stop_file.exists, "alice's collector to write the stop file asked through the lake")
+        assert "loss diverged (team test)" in stop_file.read_text()
+        assert not (tmp_path / "bob" / "exp" / "sft" / "runwatch.stop").exists()
+    finally:
+        for d in (alice, bob, reader):
+            d.ensure_stopped()
+
+
+def test_kill_9_mid_commit_and_postgres_restarted_lose_and_duplicate_nothing(pg, tmp_path):
+    rng = random.Random(20261126)
+    dsn, data = pg.new_database("kill"), tmp_path / "lake"
+    metrics = tmp_path / "root" / "live" / "metrics.jsonl"
+    write_steps(metrics, 1, 2000)
+    carol = TeamDaemon(tmp_path / "carol.duckdb", [tmp_path / "root"], *lake_args(dsn, data, "carol"))
+    reader = TeamDaemon(tmp_path / "reader.duckdb", [], *lake_args(dsn, data))
+    written = 2000
+    try:
+        carol.start()
+        reader.start()
+        client = reader.client()
+        # kill -9 at random moments while lines keep coming (the publisher commits a batch every second).
+        for _ in range(4):
+            deadline = time.monotonic() + rng.uniform(1.0, 4.0)
+            while time.monotonic() < deadline:
+                write_steps(metrics, written + 1, written + 50)
+                written += 50
+                time.sleep(0.05)
+            carol.kill9()
+            carol.start(wait=rng.random() < 0.5)
+        wait_for(lambda: exactly(client, "carol/live", written) or None, f"{written} steps, each once", 180)
+        # Postgres restarted under the writer: the collector keeps its file, waits and goes on.
+        pg.stop()
+        write_steps(metrics, written + 1, written + 500)
+        written += 500
+        wait_for(
+            lambda: "publishing failed" in carol.log.read_text(), "the collector to notice the lake is gone"
+        )
+        pg.start()
+        write_steps(metrics, written + 1, written + 100)
+        written += 100
+        wait_for(
+            lambda: exactly(client, "carol/live", written) or None, f"{written} steps after the restart", 180
+        )
+        assert "publishing again" in carol.log.read_text()
+        assert carol.proc.poll() is None, "the collector exited while Postgres was down"
+    finally:
+        carol.ensure_stopped()
+        reader.ensure_stopped()
+        if not pg.running():
+            pg.start()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))

@@ -1,0 +1,132 @@
+"""A real PostgreSQL server on 127.0.0.1 for the team-mode tests and bench/team.py (no tests here).
+
+`PgServer().start()` makes a throwaway cluster with Debian's `initdb` (run as the `postgres` user when the
+tests run as root: PostgreSQL refuses to run as root) in a folder of its own under /tmp that this user owns
+(pytest's temporary folders are private to root), starts it with `pg_ctl` on a free port, listening on
+127.0.0.1 only, with its socket in that folder, and creates the database `lake`. `stop()` then `start()`
+again keeps the port and the data (a server restart under a writer); `remove()` stops it and deletes it all.
+`dsn` is what `ducklake:postgres:` takes.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def postgres_missing() -> str | None:
+    """Why the server cannot run here, or None (`make test` installs Debian's postgresql)."""
+    if not (BIN / "initdb").exists():
+        return f"{BIN}/initdb is missing: `apt-get install postgresql` (make test does)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PgServer:
+    """A cluster under `base/pg` served by `postgres -p PORT -k base/pg -c listen_addresses=127.0.0.1`."""
+
+    def __init__(self, database: str = "lake") -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="runwatch-pg-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.database = database
+        self.as_root = os.geteuid() == 0
+        self.user = "postgres" if self.as_root else getpass.getuser()
+        if self.as_root:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self._run([str(BIN / "initdb"), "-D", str(self.data), "-U", self.user, "-A", "trust", "-E", "UTF8"])
+
+    @property
+    def dsn(self) -> str:
+        return f"dbname={self.database} host=127.0.0.1 port={self.port} user={self.user}"
+
+    def new_database(self, name: str) -> str:
+        """Create another database in the cluster (a lake of its own); its dsn."""
+        self._run([str(BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, name])
+        return self.dsn.replace(f"dbname={self.database}", f"dbname={name}")
+
+    def _run(self, cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        if self.as_root:
+            cmd = ["su", "postgres", "-s", "/bin/sh", "-c", " ".join(_quote(c) for c in cmd)]
+        return subprocess.run(cmd, check=check, capture_output=True, text=True, cwd="/")
+
+    def start(self) -> PgServer:
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        res = self._run(
+            [
+                str(BIN / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.dir / "log"),
+                "-o",
+                opts,
+                "-w",
+                "start",
+            ],
+            check=False,
+        )
+        if res.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed: {res.stdout}{res.stderr}{self.log()[-2000:]}")
+        if not self._has_database():
+            self._run(
+                [
+                    str(BIN / "createdb"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-U",
+                    self.user,
+                    self.database,
+                ]
+            )
+        return self
+
+    def _has_database(self) -> bool:
+        res = self._run(
+            ["/usr/bin/psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", "postgres", "-tAc",
+             f"SELECT 1 FROM pg_database WHERE datname = '{self.database}'"],
+        )  # fmt: skip
+        return res.stdout.strip() == "1"
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run([str(BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"], check=False)
+
+    def running(self) -> bool:
+        return self._run([str(BIN / "pg_ctl"), "-D", str(self.data), "status"], check=False).returncode == 0
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log(self) -> str:
+        path = self.dir / "log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(f"postgres on port {self.port} not up within {timeout_s} s")
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "'\\''") + "'"
