@@ -63,6 +63,7 @@ Rules = make_dataclass(
     ],
     frozen=True,
 )
+Rules.__module__ = __name__  # (Python 3.11 names it `types.Rules`: its repr and pickle find it here)
 
 
 def __getattr__(name: str) -> type:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 from pathlib import Path
 
 from app.panels import role_panels
@@ -134,6 +135,7 @@ def test_every_registered_rule_declares_what_it_is():
     assert registry.ids_with(action=Action.SKIP_BATCHES) == {"loss_spike", "grad_spike"}
     assert registry.meaning("kl_spike") == "the policy had jumped away from its reference there"
     assert registry.meaning("custom:mine") is None
+    assert pickle.loads(pickle.dumps(DetectConfig())) == DetectConfig()  # Rules is found where it is made
     grad = defaults.grad_spike
     assert registry.decorations(DetectConfig()) == {
         "grad_norm": {"normal_band": [grad.normal_min, grad.normal_max], "warning_line": grad.abs_max}
