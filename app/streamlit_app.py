@@ -100,6 +100,10 @@ with st.sidebar:
             "stop it to have the dashboard start one with these roots."
         )
 
+ingest = health.get("ingest") or {}
+if ingest.get("state") == "stalled":  # (a full disk: the collector answers but stores nothing new)
+    st.error(ingest.get("message") or "The collector's ingest is stalled.", icon=":material/storage:")
+
 try:
     page.run()
 except ApiError as err:

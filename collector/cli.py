@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import duckdb
+
 from collector.api import alerts as api_alerts
 from collector.api import checkpoints as api_checkpoints
 from collector.api import incidents as api_incidents
@@ -34,6 +36,7 @@ from collector.core.runtime import API_THREADS, MEMORY_MB, Settings, keep_privat
 from collector.formats import unread
 from collector.runs.lookup import NotFound
 from collector.store import read as store_read
+from collector.store.damage import damage_of, damaged
 from collector.store.db import Store, StoreError
 
 
@@ -193,6 +196,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         result = _query(args)
     except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
         print(f"collector {args.command}: {printable(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except duckdb.Error as e:  # damage found only when a query reads the damaged part
+        what = damage_of(args.db, str(e))
+        if what is None:
+            raise
+        print(f"collector {args.command}: {printable(damaged(args.db, what))}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         print(json.dumps(result, allow_nan=True, default=str))
@@ -366,6 +375,10 @@ def _query(args: argparse.Namespace) -> Any:
             if args.command == "stop":
                 return client.post(path, {"reason": args.reason})
             result = client.get(path, params=params)
+            if args.command == "runs":  # what is listed may be behind: say why
+                ingest = client.get("/api/health").get("ingest") or {}
+                if ingest.get("state") == "stalled":
+                    print(f"collector runs: warning: {printable(ingest.get('message'))}", file=sys.stderr)
         finally:
             client.close()
         return result["series"][0] if args.command == "metrics" else result

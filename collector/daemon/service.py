@@ -213,8 +213,12 @@ class Collector:
             cycle_start = time.monotonic()
             try:
                 pending = self.ingestor.ingest(sorted(pending))
-            except Exception:  # one bad cycle must not kill the daemon; the next cycle retries
-                log.exception("ingest cycle failed; retrying")
+                self.store.disk.stored()
+            except Exception as e:  # one bad cycle must not kill the daemon; the next cycle retries
+                if self.store.disk.failed(e):
+                    log.error("ingest cycle failed for a full disk (%s); retrying", e)
+                else:
+                    log.exception("ingest cycle failed; retrying")
                 pending = set()
             if pending:
                 wait = 0.0  # a backlog: keep reading, the commit per chunk bounds memory

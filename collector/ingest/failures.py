@@ -16,6 +16,8 @@ log = logging.getLogger("collector.ingest.failures")
 # Retried after 1, 2, 4, ... s, at most 5 min apart.
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 300.0
+# A file that failed for a full disk is not at fault: it is tried again soon, to go on once space is freed.
+RETRY_DISK_FULL_S = 5.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -44,11 +46,11 @@ class Failures:
         failing = self.by_path.get(path)
         return failing is not None and now < failing.retry_at
 
-    def failed(self, path: str, reason: str, run_id: str | None = None) -> Failing:
+    def failed(self, path: str, reason: str, run_id: str | None = None, soon: bool = False) -> Failing:
         """Note one more failure of `path` (a file of run `run_id`); the next try waits twice as long as the
-        last."""
+        last (with `soon`, a failure not of the file's making, at most RETRY_DISK_FULL_S)."""
         attempts = self.by_path[path].attempts + 1 if path in self.by_path else 1
-        wait = min(RETRY_FIRST_S * 2 ** (attempts - 1), RETRY_MAX_S)
+        wait = min(RETRY_FIRST_S * 2 ** (attempts - 1), RETRY_DISK_FULL_S if soon else RETRY_MAX_S)
         self.by_path[path] = Failing(attempts, reason, time.monotonic() + wait)
         if self.store is not None:
             try:

@@ -287,16 +287,22 @@ class Ingestor:
         try:
             result = work()
         except Exception as e:  # anything at all: one file must never stop the cycle or another run
+            disk_full = self.store.disk.failed(
+                e, paths[0]
+            )  # (a commit or a scratch copy: /api/health says it)
             for p, s in before.items():
                 self.sources[p] = s
             if not quiet:
-                self._failed(paths[0], f"{type(e).__name__}: {e}")
+                self._failed(paths[0], f"{type(e).__name__}: {e}", disk_full)
             return False
+        for path in paths:
+            self.store.disk.stored(path)
         self.failures.succeeded(paths)
         return True if quiet else result is not False
 
-    def _failed(self, path: str, reason: str) -> None:
-        failing = self.failures.failed(path, reason, getattr(self.sources.get(path), "run_id", None))
+    def _failed(self, path: str, reason: str, disk_full: bool = False) -> None:
+        run = getattr(self.sources.get(path), "run_id", None)
+        failing = self.failures.failed(path, reason, run, soon=disk_full)
         self._event(
             path,
             f"could not be ingested ({reason}); nothing of it was stored this time, the other files go on; "

@@ -26,6 +26,8 @@ import duckdb
 
 from collector.core.model import BadLine
 from collector.core.runtime import MEMORY_MB, command_of
+from collector.store.damage import check_whole, damage_of, damaged
+from collector.store.disk import DiskState
 from collector.store.schema import StoreError, migrate
 
 
@@ -66,11 +68,28 @@ class Store:
         self.path = Path(path)
         try:
             self._con = duckdb.connect(str(self.path), config={"memory_limit": f"{memory_mb}MB"})
-        except duckdb.IOException as e:
+        except duckdb.Error as e:
+            what = damage_of(self.path, str(e))
+            if what:
+                raise damaged(self.path, what) from None
+            if not isinstance(e, duckdb.IOException):
+                raise
             raise StoreError(f"cannot open the database {self.path}: {e}. {_lock_advice(str(e))}") from None
+        try:  # before anything is written: a damaged file is left as it is
+            check_whole(self._con, self.path)
+            migrate(self._con)
+        except duckdb.Error as e:
+            self._con.close()
+            what = damage_of(self.path, str(e))
+            if what:
+                raise damaged(self.path, what) from None
+            raise
+        except StoreError:
+            self._con.close()
+            raise
         self._local = threading.local()
         self._write_lock = threading.RLock()
-        migrate(self._con)
+        self.disk = DiskState(self.path)  # writes failing for a full disk (what /api/health tells)
 
     @classmethod
     def on_connection(cls, con: duckdb.DuckDBPyConnection, path: str | Path) -> Store:

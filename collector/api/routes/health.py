@@ -31,7 +31,11 @@ async def health(c: CollectorDep) -> JSONWithNaN:
     )
     # (read here, in the event loop: the pool's size in force)
     api_threads = anyio.to_thread.current_default_thread_limiter().total_tokens
-    return JSONWithNaN(body | {"api_threads": int(api_threads)})
+    # Not ok while writes fail for a full disk: the collector answers, but stores nothing new.
+    ingest = c.store.disk.state()
+    return JSONWithNaN(
+        body | {"api_threads": int(api_threads), "ingest": ingest, "ok": ingest["state"] == "ok"}
+    )
 
 
 @router.get("/api/identity")
