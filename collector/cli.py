@@ -21,7 +21,6 @@ from urllib.parse import quote
 import duckdb
 
 from collector.api import alerts as api_alerts
-from collector.api import checkpoints as api_checkpoints
 from collector.api import incidents as api_incidents
 from collector.api import run_files
 from collector.api import runs as api_runs
@@ -35,6 +34,7 @@ from collector.core.printable import log_escaped, printable
 from collector.core.runtime import API_THREADS, MEMORY_MB, Settings, keep_private, read_marker
 from collector.formats import unread
 from collector.runs.lookup import NotFound
+from collector.runs.service import RunService
 from collector.store import read as store_read
 from collector.store.damage import damage_of, damaged
 from collector.store.db import Store, StoreError
@@ -234,7 +234,9 @@ def _serve(args: argparse.Namespace) -> int:
         from collector.daemon.team import serve_lake_reader
 
         check_not_running(args.db)
-        return serve_lake_reader(settings)
+        from collector.api.app import create_app  # (the web stack only for `serve`)
+
+        return serve_lake_reader(settings, create_app)
     settings.roots = _roots(args.roots, wait=args.once)
     try:
         check_not_running(args.db)
@@ -245,7 +247,9 @@ def _serve(args: argparse.Namespace) -> int:
             finally:
                 collector.close()
             return 0
-        return run_daemon(settings)
+        from collector.api.app import create_app  # (the web stack only for `serve`)
+
+        return run_daemon(settings, create_app)
     except AlreadyRunning as e:
         print(f"collector serve: {printable(e)}", file=sys.stderr)
         return 1
@@ -396,7 +400,7 @@ def _query(args: argparse.Namespace) -> Any:
 def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]]:
     c = args.command
     if c == "runs":
-        return "/api/runs", None, api_runs.runs
+        return "/api/runs", None, lambda s: api_runs.runs(RunService(s))
     if c == "metrics":
         params = {"metric": args.metric, "points": args.points}
         params |= {k: v for k, v in (("start", args.start), ("end", args.end)) if v is not None}
@@ -416,7 +420,7 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         return (
             "/api/incidents",
             params,
-            lambda s: api_incidents.incidents(s, args.run, args.severity, args.state, rule),
+            lambda s: api_incidents.incidents(RunService(s), args.run, args.severity, args.state, rule),
         )
     if c == "alerts":
         params = {"state": args.state} | {
@@ -425,7 +429,7 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         return (
             "/api/alerts",
             params,
-            lambda s: api_alerts.alerts(s, args.run, args.rule, args.severity, args.state),
+            lambda s: api_alerts.alerts(RunService(s), args.run, args.rule, args.severity, args.state),
         )
     if c in ("ack", "resolve"):
         state = "acked" if c == "ack" else "resolved"
@@ -447,6 +451,6 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         return (
             f"/api/runs/{quote(args.run, safe='/')}/checkpoints",
             {k: v for k, v in (("metric", args.metric), ("direction", args.direction)) if v},
-            lambda s: api_checkpoints.checkpoints(s, args.run, args.metric, args.direction),
+            lambda s: RunService(s).advice(args.run, args.metric, args.direction),
         )
     raise CliError(f"unknown command {c}")

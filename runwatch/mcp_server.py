@@ -25,13 +25,13 @@ from urllib.parse import quote
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from collector.api import checkpoints as api_checkpoints
 from collector.api import incidents as api_incidents
 from collector.api import runs as api_runs
 from collector.api import series as api_series
 from collector.api import stop as api_stop
 from collector.api.client import ApiError, Client
 from collector.runs.lookup import NotFound
+from collector.runs.service import RunService
 from collector.store.db import Store, StoreError
 
 DEFAULT_DB = Path(".runwatch") / "runwatch.duckdb"
@@ -122,7 +122,7 @@ def build(source: Runwatch) -> MCPServer:
         """Every run with its verdict (OK, WARN, ERROR from its open alerts), status, last and total steps,
         latest train/val loss, open alert counts, the anomaly (first unresolved error) and the checkpoint step
         the advice keeps."""
-        runs = source.ask("GET", "/api/runs", None, api_runs.runs)
+        runs = source.ask("GET", "/api/runs", None, lambda s: api_runs.runs(RunService(s)))
         keep = ("id", "status", "last_step", "total_steps", "train_loss", "val_loss", "open_alerts")
         more = ("anomaly_detected", "anomaly_reason", "recommended_step", "path", "format")
         return strict({"runs": [{k: r.get(k) for k in keep + more} | {"verdict": verdict(r)} for r in runs]})
@@ -138,7 +138,7 @@ def build(source: Runwatch) -> MCPServer:
             "GET",
             f"/api/runs/{quote(run, safe='/')}/incidents",
             {"state": state},
-            lambda s: api_incidents.incidents(s, run, None, state),
+            lambda s: api_incidents.incidents(RunService(s), run, None, state),
         )
         return strict({"run": run, "state": state, "incidents": found})
 
@@ -154,14 +154,14 @@ def build(source: Runwatch) -> MCPServer:
                 "GET",
                 run_path(run, "/checkpoints"),
                 params,
-                lambda s: api_checkpoints.checkpoints(s, run, metric, direction),
+                lambda s: RunService(s).advice(run, metric, direction),
             )
         )
 
     @server.tool()
     def list_metrics(run: str) -> dict[str, Any]:
         """The metrics a run logs, each with its point count and first and last step."""
-        found = source.ask("GET", run_path(run), None, lambda s: api_runs.run(s, run))
+        found = source.ask("GET", run_path(run), None, lambda s: api_runs.run(RunService(s), run))
         return strict({"run": run, "metrics": found.get("metrics")})
 
     @server.tool()

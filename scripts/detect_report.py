@@ -1,8 +1,8 @@
 """`python -m scripts.detect_report FILE...`: alerts and checkpoint advice for trainer_state.json files.
 
 Reads each file with the project's HF parser (`collector.formats.parser_for("hf_trainer_state")`), runs the
-detectors over the whole history as one backfill, and asks `collector.advice.recommend.advice_for_run` for the advice
-(which infers the checkpoint list from save steps, marked inferred: a lone trainer_state.json copy has no
+detectors over the whole history as one backfill, and asks `collector.runs.inputs.advise` (the collector's own
+advice over the same run inputs) for the advice (which infers the checkpoint list from save steps, marked inferred: a lone trainer_state.json copy has no
 folders beside it). Prints a Markdown table: per file, the alerts (rule, severity, steps) and the advice
 against the run's own `best_model_checkpoint`. `--json` prints the same as JSON.
 """
@@ -14,17 +14,13 @@ import json
 import sys
 from pathlib import Path
 
-from collector.advice.errors import error_episodes
-from collector.advice.evaluations import quality_direction
 from collector.advice.hf_saves import checkpoint_step
-from collector.advice.recommend import RunContext, advice_for_run
-from collector.core.roles import role_of
+from collector.detect.config import DetectConfig
 from collector.detect.engine import AlertEvent, detect_series
-from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.formats import parser_for
+from collector.runs.inputs import RunInputs, advise
 
 Series = dict[str, tuple[list[int], list[float]]]
-EVAL_ROLES = ("val_loss", "eval_metric", "val_score")
 
 
 def load_trainer_state(path: Path) -> tuple[Series, dict]:
@@ -45,29 +41,36 @@ def load_trainer_state(path: Path) -> tuple[Series, dict]:
 
 
 def analyse(path: Path) -> dict:
-    """Alerts (final state of every episode) and advice for one trainer_state.json."""
+    """Alerts (final state of every episode) and advice for one trainer_state.json: the advice from the same
+    run inputs the collector's run service judges (`collector.runs.inputs.advise`), built from the file."""
     series, info = load_trainer_state(path)
     alerts: list[AlertEvent] = detect_series(series, run_info=info, run_id=Path(path).stem)
-    evals = {
-        m: list(zip(*series[m], strict=True))
-        for m in series
-        if role_of(m) in EVAL_ROLES or quality_direction(m)
-    }
     last_step = info.get("global_step") or max((max(s) for s, _ in series.values() if s), default=None)
-    bad = [(a.first_step, a.last_step) for a in alerts if a.rule in UNSAFE_CHECKPOINT_RULES]
     stats = [
         {"metric": m, "points": len(s), "first_step": min(s), "last_step": max(s)}
         for m, (s, _) in series.items()
         if s
     ]
-    errors = error_episodes([a.to_dict() for a in alerts], stats)
-    advice = advice_for_run(
-        [], evals, bad, info, last_step, run=RunContext(last_step=last_step, errors=errors)
+    alert_dicts = [a.to_dict() for a in alerts]
+    run = RunInputs(
+        run_id=Path(path).stem,
+        path=str(path),
+        format="hf_trainer_state",
+        info=info,
+        status=None,
+        state=None,
+        latest_marker=last_step,  # a lone copy: its last step is what a resume would load
+        last_step=last_step,
+        checkpoints=[],  # no folders beside a copy: the advice infers them from the save steps
+        stats=stats,
+        alerts=alert_dicts,
+        thresholds=DetectConfig(),
+        series=lambda metric, points: series[metric],
     )
     return {
         "file": Path(path).name,
-        "alerts": [a.to_dict() for a in alerts],
-        "advice": advice,
+        "alerts": alert_dicts,
+        "advice": advise(run),
         "run_best_checkpoint": checkpoint_step(info.get("best_model_checkpoint")),
     }
 

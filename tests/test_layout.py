@@ -141,6 +141,19 @@ def test_collector_modules_import_only_their_own_package_or_lower():
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_daemon_does_not_import_the_api():
+    # The daemon's detection and sinks ask the run service (collector.runs) for advice and actions, as the API
+    # does; the API app it serves is handed to it by the CLI (`run_daemon(settings, create_app)`).
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith("collector.daemon")
+        for target in sorted(targets)
+        if target == "collector.api" or target.startswith("collector.api.")
+    ]
+    assert not wrong, "the daemon sits beside the API, on the run service:\n" + "\n".join(wrong)
+
+
 def test_the_app_reaches_the_collector_only_through_the_client_and_runtime():
     wrong = [
         f"{module} imports {target}"

@@ -4,7 +4,7 @@ Every route but `/api/health` needs `Authorization: Bearer <token>` (the token i
 Responses are JSON; non-finite floats are written as bare `NaN` / `Infinity` (Python's json reads them; a NaN
 is a fact about a run, not something to hide). The routes and their shapes are documented at `/docs` and in
 docs/architecture.md. A route lives in the `collector.api.routes` module of its resource and returns what the
-view modules (`collector.api.runs`, `series`, `alerts`, `checkpoints`, `run_files`) build, the same functions
+view modules (`collector.api.runs`, `series`, `alerts`, `incidents`, `run_files`) and the run service build, the same functions
 the CLI's `--json` uses.
 """
 
@@ -21,6 +21,7 @@ from collector.api.http import Collector, JSONWithNaN
 from collector.api.routes import advice, alerts, files, health, incidents, monitoring, runs, series
 from collector.api.run_state import VERSION
 from collector.runs.lookup import NotFound
+from collector.runs.service import RunService
 from collector.store.db import Store
 
 # Every router of the API, in the order their routes are matched: `runs` last, since its
@@ -45,16 +46,19 @@ def create_app(
     token: str,
     request_ingest: Callable[[list[Path]], None] | None = None,
     bind_address: str = "127.0.0.1",
+    runs: RunService | None = None,
 ) -> FastAPI:
     """The API over `store`. `request_ingest(paths)` queues files or folders (inside the roots) for ingest;
-    `bind_address` is where it listens (on loopback, requests must name it by a loopback name: HostCheck)."""
+    `bind_address` is where it listens (on loopback, requests must name it by a loopback name: HostCheck);
+    `runs` is the daemon's run service (a new one over `store` when None)."""
     app = FastAPI(
         title="runwatch collector",
         version=VERSION,
         default_response_class=JSONWithNaN,
         description="Runs, metrics (downsampled, min/max/first/last per bucket), alerts, checkpoints and advice.",
     )
-    app.state.collector = Collector(store, Path(db), list(roots), token, request_ingest)
+    runs = runs if runs is not None else RunService(store)
+    app.state.collector = Collector(store, Path(db), list(roots), token, runs, request_ingest)
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(HostCheck, bind_address=bind_address)

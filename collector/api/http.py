@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from collector.runs.service import RunService
 from collector.store.db import Store
 
 
@@ -26,13 +27,15 @@ class JSONWithNaN(JSONResponse):
 
 @dataclass(frozen=True)
 class Collector:
-    """The collector an API answers for. `request_ingest(paths)` queues files or folders for ingest (None: this
-    collector takes no ingest requests)."""
+    """The collector an API answers for. `runs` is its run service (shared with the daemon's detection, so
+    the API's advice and the delivered actions come from one cache); `request_ingest(paths)` queues files or
+    folders for ingest (None: this collector takes no ingest requests)."""
 
     store: Store
     db: Path
     roots: list[Path]
     token: str
+    runs: RunService
     request_ingest: Callable[[list[Path]], None] | None = None
 
 
@@ -44,8 +47,13 @@ def store(request: Request) -> Store:
     return request.app.state.collector.store
 
 
+def runs(request: Request) -> RunService:
+    return request.app.state.collector.runs
+
+
 CollectorDep = Annotated[Collector, Depends(collector)]
 StoreDep = Annotated[Store, Depends(store)]
+RunsDep = Annotated[RunService, Depends(runs)]
 
 
 def authorized(request: Request) -> None:

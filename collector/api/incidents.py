@@ -4,18 +4,17 @@ its most severe alert that has one (the same object `GET /api/alerts` gives that
 
 from __future__ import annotations
 
-from collector.api import alerts as api_alerts
 from collector.core.severity import SEVERITIES, Severity
 from collector.detect.incidents import stored_incidents
 from collector.runs.lookup import find_run
+from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
-from collector.store.db import Store
 
 STATES = ("open", "acked", "resolved", "all")
 
 
 def incidents(
-    store: Store,
+    runs: RunService,
     run: str | None = None,
     severity: str | None = None,
     state: str = "all",
@@ -27,6 +26,7 @@ def incidents(
         raise ValueError(f"state must be open, acked, resolved or all, not {state!r}")
     if severity is not None and severity not in SEVERITIES:
         raise ValueError(f"severity must be info, warn or error, not {severity!r}")
+    store = runs.store
     if run is not None:
         find_run(store, run)
     found = [
@@ -36,18 +36,15 @@ def incidents(
         and (severity is None or i.severity == severity)
         and (rule is None or rule in i.rules)
     ]
-    return with_actions(store, sorted(found, key=lambda i: (-i["last_step"], i["run"], -i["id"])))
+    return with_actions(runs, sorted(found, key=lambda i: (-i["last_step"], i["run"], -i["id"])))
 
 
-def with_actions(store: Store, listed: list[dict]) -> list[dict]:
+def with_actions(runs: RunService, listed: list[dict]) -> list[dict]:
     """Each incident with `action`: its most severe alert's that has one, the earliest among equals (None
     where none is due)."""
     wanted = sorted({a for i in listed for a in i["alert_ids"]})
     alerts = (
-        {
-            a["id"]: a
-            for a in api_alerts.alerts_with_actions(store, store_alerts.list_alerts(store, ids=wanted))
-        }
+        {a["id"]: a for a in runs.with_actions(store_alerts.list_alerts(runs.store, ids=wanted))}
         if wanted
         else {}
     )

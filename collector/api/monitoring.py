@@ -13,6 +13,7 @@ from itertools import groupby
 from urllib.parse import urlsplit
 
 from collector.api import runs as api_runs
+from collector.runs.service import RunService
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -88,9 +89,9 @@ def history(store: Store, run: str, start: int, end: int | None, limit: int) -> 
     }
 
 
-def job_status(store: Store, run: str) -> dict:
+def job_status(runs: RunService, run: str) -> dict:
     """The live socket's status message body (status as `GET /api/runs` says it)."""
-    summary = next(r for r in api_runs.runs(store) if r["id"] == run)
+    summary = next(r for r in api_runs.runs(runs) if r["id"] == run)
     return {
         "job_id": run,
         "status": summary["status"],

@@ -26,6 +26,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from collector.api import alerts as api_alerts
+from collector.runs.service import RunService
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -112,7 +113,7 @@ async def paced_steps(
 
 async def playback_events(
     request: Request,
-    store: Store,
+    runs: RunService,
     run: str,
     metrics: list[str] | None,
     start_step: int,
@@ -120,6 +121,7 @@ async def playback_events(
     speed: float,
 ) -> AsyncIterator[bytes]:
     """The events of one playback (see the module docstring); stops early when the client goes away."""
+    store = runs.store
     plan = await run_in_threadpool(store_read.playback_range, store, run, metrics, start_step, end_step)
     timed = plan["timed"]
     yield _event(
@@ -135,7 +137,7 @@ async def playback_events(
         },
     )
     alerts = await run_in_threadpool(
-        api_alerts.alerts, store, run
+        api_alerts.alerts, runs, run
     )  # as GET /api/alerts lists them (action too)
     pending = sorted(
         (a for a in alerts if start_step <= a["first_step"] <= end_step),

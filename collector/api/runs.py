@@ -1,5 +1,5 @@
 """The runs as the API answers them: the overview (`GET /api/runs`), one run, its page's first view, and runs
-side by side. Each function takes the store and plain arguments and returns JSON-able data (floats may be NaN
+side by side. Each function takes the database's `RunService` and plain arguments and returns JSON-able data (floats may be NaN
 or infinite); the CLI's `--json` calls the same functions, so the two never drift."""
 
 from __future__ import annotations
@@ -7,27 +7,27 @@ from __future__ import annotations
 import functools
 
 from collector.advice.verl_saves import verl_save_freq
-from collector.api import alerts as api_alerts
-from collector.api import checkpoints as api_checkpoints
 from collector.api import incidents as api_incidents
 from collector.api import run_files
-from collector.api.run_state import run_status
 from collector.api.series import metrics
 from collector.core.roles import role_of
 from collector.detect import registry
 from collector.detect.config import DetectConfig
 from collector.detect.runlevel import STALLED
 from collector.ingest.fs import root_state
+from collector.runs.inputs import is_evaluation
 from collector.runs.lookup import find_run
+from collector.runs.service import BAD_RULES, RunService
+from collector.runs.status import run_status
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
-from collector.store.db import Store
 
 
-def runs(store: Store) -> list[dict]:
+def runs(service: RunService) -> list[dict]:
     """Every run with its state, latest losses, open alerts and recommended checkpoint step."""
+    store = service.store
     counts = store_read.open_alert_counts(store)
-    signatures = store_read.advice_signatures(store, api_checkpoints.BAD_RULES)
+    signatures = store_read.advice_signatures(store, BAD_RULES)
     stats_by_run: dict[str, list[dict]] = {}
     for s in store_read.metric_stats(store):
         stats_by_run.setdefault(s["run"], []).append(s)
@@ -38,7 +38,7 @@ def runs(store: Store) -> list[dict]:
     for r in store_read.runs(store):
         stats = stats_by_run.get(r["id"], [])
         summary = _run_summary(
-            store,
+            service,
             r,
             stats,
             counts,
@@ -83,7 +83,7 @@ def _save_freq(config: str | None) -> int | None:
 
 
 def _run_summary(
-    store: Store,
+    service: RunService,
     r: dict,
     stats: list[dict],
     counts: dict,
@@ -97,10 +97,10 @@ def _run_summary(
     if (
         has_checkpoints
         or r["format"] == "hf_trainer_state"
-        or any(api_checkpoints.is_evaluation(s["metric"]) for s in stats)
+        or any(is_evaluation(s["metric"]) for s in stats)
         or _save_freq(r["config"]) is not None
     ):
-        recommended = api_checkpoints.recommended_step(store, r, stats, signature)
+        recommended = service.recommended_step(r, stats, signature)
     state = root_state(r["path"])["state"]
     return {
         "id": r["id"],
@@ -120,15 +120,16 @@ def _run_summary(
     }
 
 
-def run(store: Store, run_id: str) -> dict:
+def run(service: RunService, run_id: str) -> dict:
     """One run: its summary plus config, status file content, metrics with point counts, sources."""
+    store = service.store
     r = find_run(store, run_id)
     stats = store_read.metric_stats(store, run_id)
     has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
     stalled = run_id in store_read.runs_with_open_alert(store, STALLED)
-    signature = store_read.advice_signatures(store, api_checkpoints.BAD_RULES).get(run_id)
+    signature = store_read.advice_signatures(store, BAD_RULES).get(run_id)
     out = _run_summary(
-        store, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled, signature
+        service, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled, signature
     )
     out |= anomaly(store_read.open_error_alerts(store).get(run_id))
     out["config"] = store_read.parse_json(r["config"])
@@ -144,7 +145,7 @@ def run(store: Store, run_id: str) -> dict:
     ]
     out["sources"], out["skipped_files"] = run_files.files_of(store, run_id)
     out["failing_files"] = run_files.failing_of(store, run_id)
-    out["decorations"] = panel_decorations(api_checkpoints.detect_config(store, r["path"]))
+    out["decorations"] = panel_decorations(service.thresholds_of(r["path"]))
     return out
 
 
@@ -155,7 +156,7 @@ def panel_decorations(config: DetectConfig) -> dict[str, dict]:
 
 
 def run_view(
-    store: Store,
+    service: RunService,
     run_id: str,
     points: int = 2000,
     start: int | None = None,
@@ -166,21 +167,22 @@ def run_view(
     [start, end], at most `points` buckets each; empty without `with_series`), `alerts` (all states, newest
     first), `incidents` (as `GET /api/runs/{run}/incidents`) and `checkpoint_steps` (the indexed checkpoints'
     steps, without computing advice)."""
-    out = run(store, run_id)
+    store = service.store
+    out = run(service, run_id)
     names = [m["metric"] for m in out["metrics"]]
     series = metrics(store, run_id, names, points, start, end)["series"] if with_series and names else []
     index = store_alerts.checkpoints(store, run_id)
     return out | {
         "series": series,
-        "alerts": api_alerts.alerts_with_actions(store, store_alerts.list_alerts(store, run=run_id)),
-        "incidents": api_incidents.incidents(store, run_id),
+        "alerts": service.with_actions(store_alerts.list_alerts(store, run=run_id)),
+        "incidents": api_incidents.incidents(service, run_id),
         "checkpoint_steps": sorted(c["step"] for c in index),
     }
 
 
-def compare(store: Store, run_ids: list[str]) -> dict:
+def compare(service: RunService, run_ids: list[str]) -> dict:
     """The runs side by side and the config keys whose values differ between them."""
-    summaries = [run(store, r) for r in run_ids]
+    summaries = [run(service, r) for r in run_ids]
     flat = {s["id"]: _flatten(s.get("config") or {}) for s in summaries}
     keys = sorted({k for f in flat.values() for k in f})
     diff = []

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from collector.advice import action as action_mod
-from collector.api import alerts as api_alerts
 from collector.core.model import BEFORE_ALL_STEPS, Points, RunInfo
 from collector.core.runtime import alerts_log_path
 from collector.core.severity import Severity
@@ -34,6 +33,7 @@ from collector.detect.engine import AlertEvent, RunDetector
 from collector.detect.runlevel import RUN_FAILED, STALLED
 from collector.detect.thresholds import thresholds_for
 from collector.ingest.checkpoints import scan_checkpoints
+from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -53,6 +53,8 @@ class Detection:
         self.db = Path(db)
         self.sinks = sinks if sinks is not None else []
         self.thresholds = thresholds_for(self.db)  # shared with the API: detection and advice agree
+        # the runs' advice and actions, the API's too (`Collector.serve` hands it over): one cache, one voice
+        self.runs = RunService(store, self.thresholds)
         self.detectors: dict[str, RunDetector] = {}
         self.run_dirs: dict[str, Path] = {}
         self.hf_own_state: dict[str, Path | None] = {}  # the runs of reused HF output folders (`Ingestor`)
@@ -284,14 +286,14 @@ class Detection:
             deliver(self.sinks, body | {"action": actions.get(alert["id"])})
 
     def _actions(self, run: str, alerts: list[dict]) -> dict[int, dict]:
-        """Alert id -> the `action` the API gives that alert now (`api.alerts.alerts_with_actions`), for the alerts
+        """Alert id -> the `action` the API gives that alert now (`RunService.with_actions`), for the alerts
         that need one; built once per run and batch, and only for those (it reads the run's checkpoint advice).
         A failure is logged and the events go out without it: delivery never waits on advice."""
         wanting = [dict(a) for a in alerts if action_mod.needs_action(a)]
         if not wanting:
             return {}
         try:
-            api_alerts.alerts_with_actions(self.store, wanting)
+            self.runs.with_actions(wanting)
         except Exception as exc:  # advice reads the store and runwatch.toml: neither may cost the alert
             log.warning(
                 "run %s: the action for the %s alert(s) could not be built (%s: %s); delivered without it",

@@ -15,8 +15,9 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from collector.core.runtime import (
     Settings,
@@ -45,6 +46,8 @@ TICK_INTERVAL_S = 5.0  # time-based rules (stalled) and checkpoint rescans
 # The periodic full rescan (for events a filesystem did not deliver) may take at most this share of the
 # time: walking a thousand run folders takes ~0.4 s of CPU, so it then comes every ~20 s instead of 5.
 RESCAN_SHARE = 0.02
+# Builds the HTTP app the daemon serves: (store, db, roots, token, request_ingest=, runs=) -> an ASGI app.
+AppFactory = Callable[..., Any]
 
 
 class AlreadyRunning(RuntimeError):
@@ -127,25 +130,27 @@ class Collector:
 
     # ---- the daemon --------------------------------------------------------------------------------
 
-    def serve(self) -> None:
-        """Run until SIGTERM/SIGINT (or `stop()`). Raises AlreadyRunning when another collector holds the DB."""
+    def serve(self, make_app: AppFactory) -> None:
+        """Run until SIGTERM/SIGINT (or `stop()`), serving the API `make_app` builds (the CLI hands over
+        `collector.api.app.create_app`: the daemon sits above the API's data, never imports the API). Raises
+        AlreadyRunning when another collector holds the DB."""
         # Imported here: one-shot commands (ingest, --once) need neither the web stack, the file watcher
         # nor their memory.
         import anyio.to_thread
         import uvicorn
 
-        from collector.api.app import create_app
         from collector.ingest.poll import RemotePoller
         from collector.ingest.tail import Tailer
 
         token = ensure_token(self.db)
-        app = create_app(
+        app = make_app(
             self.store,
             self.db,
             self.roots,
             token,
             request_ingest=self.request_ingest,
             bind_address=self.settings.host,
+            runs=self.detection.runs,
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -318,8 +323,8 @@ def check_not_running(db: Path) -> None:
     )
 
 
-def run_daemon(settings: Settings) -> int:
-    """`python -m collector serve`: returns the exit code."""
+def run_daemon(settings: Settings, make_app: AppFactory) -> int:
+    """`python -m collector serve`, serving the API `make_app` builds: returns the exit code."""
     check_not_running(settings.db)
     limit_malloc_arenas()  # before the daemon starts its threads
     collector = Collector(settings)
@@ -332,7 +337,7 @@ def run_daemon(settings: Settings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, on_signal)
     try:
-        collector.serve()
+        collector.serve(make_app)
     finally:
         collector.close()
         for sig, handler in previous.items():

@@ -14,6 +14,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from collector.core.runtime import Settings, ensure_token, remove_marker, write_marker
 from collector.core.stop_request import write_stop_request
@@ -80,19 +82,18 @@ class TeamPublishing:
             self.once()
 
 
-def serve_lake_reader(settings: Settings) -> int:
-    """`serve --store ... --data-path ...` without roots: the API over every collector's runs in the lake,
-    until SIGTERM/SIGINT. Stops asked here are written to the lake for the owning collector."""
+def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:
+    """`serve --store ... --data-path ...` without roots: the API `make_app` builds (the CLI's
+    `create_app`) over every collector's runs in the lake, until SIGTERM/SIGINT. Stops asked here are written
+    to the lake for the owning collector."""
     import signal
 
     import uvicorn
 
-    from collector.api.app import create_app
-
     spec = lake.LakeSpec.parse(settings.store, settings.data_path)
     store = Store.on_connection(lake.open_lake_reader(spec, settings.memory_mb), settings.db)
     token = ensure_token(settings.db)
-    app = create_app(store, settings.db, [], token)
+    app = make_app(store, settings.db, [], token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))

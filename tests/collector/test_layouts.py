@@ -12,6 +12,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from collector.api import runs as api_runs
 from collector.formats.discover import run_for_path
+from collector.runs.service import RunService
 from collector.store.db import Store
 from tests.collector.test_daemon_support import cli
 
@@ -57,7 +58,7 @@ def events(folder: Path, points: dict[str, dict[int, float]]) -> None:
 def run_detail(db: Path, run_id: str) -> dict:
     store = Store(db)
     try:
-        return api_runs.run(store, run_id)
+        return api_runs.run(RunService(store), run_id)
     finally:
         store.close()
 

@@ -16,6 +16,7 @@ import pytest
 
 from collector.api import runs as api_runs
 from collector.ingest.reader import Ingestor
+from collector.runs.service import RunService
 from collector.store import read as store_read
 from collector.store.db import Store
 from tests.conftest import SHARED
@@ -132,7 +133,7 @@ def test_files_that_give_no_point_say_so(ingested):
     store, runs, _ = ingested
     silent = []
     for name, run in runs.items():
-        [source] = api_runs.run(store, run["id"])["sources"]
+        [source] = api_runs.run(RunService(store), run["id"])["sources"]
         if source["points"] == 0:
             assert source["warning"] and f"0 points from {source['lines']} lines" in source["warning"], name
             silent.append(name)
@@ -161,7 +162,7 @@ def test_total_steps_from_the_progress_records(ingested, name):
 def test_hf_console_endings(ingested, name):
     """A completed run printed its train_runtime summary; a crash or kill after the last dict is its error."""
     store, runs, _ = ingested
-    run = api_runs.run(store, runs[name]["id"])
+    run = api_runs.run(RunService(store), runs[name]["id"])
     text = (WILD / "files" / name).read_text(errors="replace")
     summary = "'train_runtime'" in text
     assert (run["status"] == "completed") == summary

@@ -13,9 +13,9 @@ import pytest
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from collector.api import checkpoints as api_checkpoints
 from collector.api import runs as api_runs
 from collector.formats import hf_lineage
+from collector.runs.service import RunService
 from collector.store.db import Store
 from tests.collector.test_daemon_support import cli_json
 
@@ -80,12 +80,12 @@ def runs_and_points(db: Path, out: Path) -> dict[str, dict]:
     store = Store(db)
     try:
         found = {}
-        for run_id in sorted(r["id"] for r in api_runs.runs(store)):
-            detail = api_runs.run(store, run_id)
+        for run_id in sorted(r["id"] for r in api_runs.runs(RunService(store))):
+            detail = api_runs.run(RunService(store), run_id)
             steps = store.rows(
                 "SELECT step, value FROM points WHERE run_id = ? AND metric = 'loss' ORDER BY step", [run_id]
             )
-            advice = api_checkpoints.checkpoints(store, run_id)
+            advice = RunService(store).advice(run_id)
             found[run_id] = {
                 "loss": steps,
                 # the folders seen (these fixtures hold only trainer_state.json, so advice also infers saves)

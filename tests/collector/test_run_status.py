@@ -8,7 +8,6 @@ import os
 import socket
 import time
 
-from collector.api import checkpoints as api_checkpoints
 from collector.api import runs as api_runs
 from collector.core.runtime import Settings
 from collector.daemon.service import Collector
@@ -35,18 +34,16 @@ def test_a_running_run_with_a_stalled_alert_is_stalled(tmp_path):
     collector = Collector(Settings(db=db, roots=[root]), sinks=[])
     try:
         collector.ingest_once()
-        assert _status_of(api_runs.runs(collector.store), "slow") == "running"
-        assert (
-            api_checkpoints.checkpoints(collector.store, "slow")["status"] == "running"
-        )  # status.json's state
+        assert _status_of(api_runs.runs(collector.detection.runs), "slow") == "running"
+        assert collector.detection.runs.advice("slow")["status"] == "running"  # status.json's state
         # An hour with no new point: the stalled rule's own clock, given, not waited for.
         collector.detection.tick(now=time.time() + 3600)
         stalled = store_alerts.list_alerts(collector.store, run="slow", rule="stalled", state="open")
         assert stalled, "the stalled rule did not fire"
-        assert _status_of(api_runs.runs(collector.store), "slow") == "stalled"
-        assert api_runs.run(collector.store, "slow")["status"] == "stalled"
+        assert _status_of(api_runs.runs(collector.detection.runs), "slow") == "stalled"
+        assert api_runs.run(collector.detection.runs, "slow")["status"] == "stalled"
         store_alerts.set_state(collector.store, stalled[0]["id"], "resolved", "restarted the job")
-        assert _status_of(api_runs.runs(collector.store), "slow") == "running"
+        assert _status_of(api_runs.runs(collector.detection.runs), "slow") == "running"
     finally:
         collector.close()
 

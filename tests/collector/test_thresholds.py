@@ -11,7 +11,6 @@ from pathlib import Path
 
 from app.panels import role_panels
 from collector.advice.health import health_checklist
-from collector.api import checkpoints as api_checkpoints
 from collector.api import runs as api_runs
 from collector.core.runtime import Settings
 from collector.core.severity import SEVERITIES, Severity
@@ -53,7 +52,7 @@ def test_an_edited_run_toml_reaches_detection_and_advice_together(tmp_path):
         collector.ingest_once()
         detector = collector.detection.detector("r1")
         assert detector.config.rules.grad_spike.abs_max == 100.0
-        assert api_runs.run(collector.store, "r1")["decorations"]["grad_norm"] == {
+        assert api_runs.run(collector.detection.runs, "r1")["decorations"]["grad_norm"] == {
             "normal_band": [0.1, 10.0],
             "warning_line": 100.0,
         }
@@ -62,14 +61,14 @@ def test_an_edited_run_toml_reaches_detection_and_advice_together(tmp_path):
         _write_points(metrics, range(41, 46), grad=6.0)
         collector.ingest_once()
         assert detector.config.rules.grad_spike.abs_max == 5.0
-        assert detector.config is api_checkpoints.detect_config(collector.store, str(run))
+        assert detector.config is collector.detection.runs.thresholds_of(str(run))
         found = store_alerts.list_alerts(collector.store, run="r1", rule="grad_spike")
         assert [(a["severity"], a["first_step"]) for a in found] == [("error", 43)]
-        assert api_runs.run(collector.store, "r1")["decorations"]["grad_norm"] == {
+        assert api_runs.run(collector.detection.runs, "r1")["decorations"]["grad_norm"] == {
             "normal_band": [0.1, 8.0],
             "warning_line": 5.0,
         }
-        titles = {i["id"]: i["title"] for i in api_checkpoints.health(collector.store, "r1")}
+        titles = {i["id"]: i["title"] for i in collector.detection.runs.health("r1")}
         assert titles["start_grad_norm_range"] == "grad_norm mostly within 0.1-8 in the first 100 steps"
     finally:
         collector.close()

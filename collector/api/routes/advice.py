@@ -7,22 +7,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from collector.api import checkpoints as api_checkpoints
-from collector.api.http import TOKEN, JSONWithNaN, StoreDep
+from collector.api.http import TOKEN, JSONWithNaN, RunsDep
 
 router = APIRouter(dependencies=TOKEN)
 
 
 @router.get("/api/runs/{run:path}/checkpoints")
 def checkpoints(
-    store: StoreDep,
+    runs: RunsDep,
     run: str,
     metric: Annotated[str | None, Query(description="the evaluation metric that decides")] = None,
     direction: Annotated[str | None, Query(description="min or max: which way is better")] = None,
 ) -> JSONWithNaN:
-    return JSONWithNaN(api_checkpoints.checkpoints(store, run, metric or None, direction or None))
+    return JSONWithNaN(runs.advice(run, metric or None, direction or None))
 
 
 @router.get("/api/runs/{run:path}/health")
-def run_health(store: StoreDep, run: str) -> JSONWithNaN:
-    return JSONWithNaN(api_checkpoints.health(store, run))
+def run_health(runs: RunsDep, run: str) -> JSONWithNaN:
+    return JSONWithNaN(runs.health(run))

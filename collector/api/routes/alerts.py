@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from collector.api import alerts as api_alerts
-from collector.api.http import TOKEN, JSONWithNaN, StoreDep
+from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
 
 router = APIRouter(dependencies=TOKEN)
 
@@ -17,18 +17,18 @@ class Note(BaseModel):
 
 @router.get("/api/alerts")
 def alerts(
-    store: StoreDep,
+    runs: RunsDep,
     run: str | None = None,
     rule: str | None = None,
     severity: str | None = None,
     state: str = "all",
 ) -> JSONWithNaN:
-    return JSONWithNaN(api_alerts.alerts(store, run, rule, severity, state))
+    return JSONWithNaN(api_alerts.alerts(runs, run, rule, severity, state))
 
 
 @router.get("/api/alerts/{alert_id}")
-def one_alert(store: StoreDep, alert_id: int) -> JSONWithNaN:
-    return JSONWithNaN(api_alerts.alert(store, alert_id))
+def one_alert(runs: RunsDep, alert_id: int) -> JSONWithNaN:
+    return JSONWithNaN(api_alerts.alert(runs, alert_id))
 
 
 @router.post("/api/alerts/{alert_id}/ack")

@@ -5,24 +5,24 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from collector.api import incidents as api_incidents
-from collector.api.http import TOKEN, JSONWithNaN, StoreDep
+from collector.api.http import TOKEN, JSONWithNaN, RunsDep
 
 router = APIRouter(dependencies=TOKEN)
 
 
 @router.get("/api/incidents")
 def incidents(
-    store: StoreDep,
+    runs: RunsDep,
     run: str | None = None,
     severity: str | None = None,
     state: str = "all",
     rule: str | None = None,
 ) -> JSONWithNaN:
-    return JSONWithNaN(api_incidents.incidents(store, run, severity, state, rule))
+    return JSONWithNaN(api_incidents.incidents(runs, run, severity, state, rule))
 
 
 @router.get("/api/runs/{run:path}/incidents")
 def run_incidents(
-    store: StoreDep, run: str, severity: str | None = None, state: str = "all", rule: str | None = None
+    runs: RunsDep, run: str, severity: str | None = None, state: str = "all", rule: str | None = None
 ) -> JSONWithNaN:
-    return JSONWithNaN(api_incidents.incidents(store, run, severity, state, rule))
+    return JSONWithNaN(api_incidents.incidents(runs, run, severity, state, rule))

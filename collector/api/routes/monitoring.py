@@ -39,7 +39,7 @@ from starlette.concurrency import run_in_threadpool
 
 from collector.api import incidents as api_incidents
 from collector.api import monitoring, playback
-from collector.api.http import TOKEN, Collector, CollectorDep, JSONWithNaN, StoreDep
+from collector.api.http import TOKEN, Collector, CollectorDep, JSONWithNaN, RunsDep, StoreDep
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -60,9 +60,9 @@ def job(store: Store, job_id: str) -> str:
 
 
 @router.get("/{job_id:path}/metrics/anomalies")
-def anomalies(store: StoreDep, job_id: str) -> JSONWithNaN:
-    run = job(store, job_id)
-    return JSONWithNaN({"job_id": run, "anomalies": api_incidents.incidents(store, run)})
+def anomalies(runs: RunsDep, job_id: str) -> JSONWithNaN:
+    run = job(runs.store, job_id)
+    return JSONWithNaN({"job_id": run, "anomalies": api_incidents.incidents(runs, run)})
 
 
 @router.post("/{job_id:path}/metrics/sync")
@@ -136,7 +136,7 @@ async def live(ws: WebSocket, job_id: str) -> None:
                 await send(ws, {"type": "metric", "data": record})
                 after = record["step"]
             if time.monotonic() - checked >= STATUS_EVERY_S:  # (also while lines keep coming)
-                now = await run_in_threadpool(monitoring.job_status, store, run)
+                now = await run_in_threadpool(monitoring.job_status, ws.app.state.collector.runs, run)
                 if now != status:
                     status = now
                     await send(ws, {"type": "status", "data": now})

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from collector.api import runs as api_runs
 from collector.api import stop as api_stop
-from collector.api.http import TOKEN, JSONWithNaN, StoreDep
+from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
 
 router = APIRouter(dependencies=TOKEN)
 
@@ -22,13 +22,13 @@ class StopRequest(BaseModel):
 
 
 @router.get("/api/runs")
-def runs(store: StoreDep) -> JSONWithNaN:
-    return JSONWithNaN(api_runs.runs(store))
+def runs(service: RunsDep) -> JSONWithNaN:
+    return JSONWithNaN(api_runs.runs(service))
 
 
 @router.get("/api/compare")
-def compare(store: StoreDep, run: Annotated[list[str], Query()]) -> JSONWithNaN:
-    return JSONWithNaN(api_runs.compare(store, run))
+def compare(service: RunsDep, run: Annotated[list[str], Query()]) -> JSONWithNaN:
+    return JSONWithNaN(api_runs.compare(service, run))
 
 
 @router.post("/api/runs/{run:path}/stop")
@@ -43,16 +43,16 @@ def stop(store: StoreDep, run: str, body: StopRequest | None = None) -> JSONWith
 
 @router.get("/api/runs/{run:path}/view")
 def run_view(
-    store: StoreDep,
+    service: RunsDep,
     run: str,
     points: Annotated[int, Query(ge=1, description="at most this many buckets per metric")] = 2000,
     start: int | None = None,
     end: int | None = None,
     series: Annotated[bool, Query(description="false: the run, alerts and checkpoints only")] = True,
 ) -> JSONWithNaN:
-    return JSONWithNaN(api_runs.run_view(store, run, points, start, end, series))
+    return JSONWithNaN(api_runs.run_view(service, run, points, start, end, series))
 
 
 @router.get("/api/runs/{run:path}")
-def one_run(store: StoreDep, run: str) -> JSONWithNaN:
-    return JSONWithNaN(api_runs.run(store, run))
+def one_run(service: RunsDep, run: str) -> JSONWithNaN:
+    return JSONWithNaN(api_runs.run(service, run))

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from collector.api import playback
 from collector.api import series as api_series
-from collector.api.http import TOKEN, JSONWithNaN, StoreDep
+from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
 from collector.runs.lookup import find_run
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -49,7 +49,7 @@ def epochs(store: StoreDep, run: str, metric: str) -> JSONWithNaN:
 @router.get("/api/runs/{run:path}/stream")
 async def stream(
     request: Request,
-    store: StoreDep,
+    runs: RunsDep,
     run: str,
     metric: Annotated[list[str] | None, Query()] = None,
     start_step: Annotated[
@@ -62,6 +62,7 @@ async def stream(
         float, Query(description="playback speed, a multiple of real time: 0.1 to 10 (see docs)")
     ] = 1.0,
 ) -> StreamingResponse:
+    store = runs.store
     last = (await run_in_threadpool(find_run, store, run))["last_step"]
     last = -1 if last is None else last
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -73,7 +74,7 @@ async def stream(
     except playback.PlaybackError as e:
         raise HTTPException(422, f"run {run!r}: {e}") from None
     end = end_step if end_step is not None else last
-    events = playback.playback_events(request, store, run, metric, start_step or 0, end, speed)
+    events = playback.playback_events(request, runs, run, metric, start_step or 0, end, speed)
     return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
 

@@ -57,4 +57,5 @@ def test_report_reads_with_the_projects_parser_only():
     source = Path(report.__file__).read_text()
     # one trainer_state reader in the project: the parser; no second loader or json fallback in the report
     assert 'parser_for("hf_trainer_state")' in source and "json.loads" not in source
-    assert "advice_for_run(" in source and "recommend_checkpoint(" not in source
+    # and one advice: the run service's, over the same run inputs the collector builds from the store
+    assert "advise(" in source and "advice_for_run(" not in source and "recommend_checkpoint(" not in source

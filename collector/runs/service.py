@@ -1,0 +1,112 @@
+"""The runs of one database as the API, the daemon's detection and sinks and the CLI read them: a run's advice
+inputs gathered once (`RunInputs`), its checkpoint advice, its alerts' actions, its health checklist, and the
+overview's recommended step, kept per run until something it was built from changes."""
+
+from __future__ import annotations
+
+from collector.advice import action as action_mod
+from collector.detect.config import DetectConfig
+from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
+from collector.detect.thresholds import Thresholds, thresholds_for
+from collector.runs.inputs import RunInputs, add_actions, advise, checklist, is_evaluation
+from collector.runs.lookup import find_run
+from collector.runs.status import run_status
+from collector.store import alerts as store_alerts
+from collector.store import read as store_read
+from collector.store.db import Store
+
+# The alerts whose steps a recommendation reads (their episodes are part of what invalidates it).
+BAD_RULES = tuple(sorted(UNSAFE_CHECKPOINT_RULES))
+
+
+class RunService:
+    """A database's runs for the layers above the store. Thread-safe as far as the store is: the cache of
+    recommended steps is one dict whose entries are replaced whole."""
+
+    def __init__(self, store: Store, thresholds: Thresholds | None = None) -> None:
+        self.store = store
+        # the one resolver of runwatch.toml for this database, shared with detection: they judge alike
+        self.thresholds = thresholds if thresholds is not None else thresholds_for(store.path)
+        # run id -> (what its recommendation was built from, the recommended step): the overview would
+        # otherwise rebuild every run's advice (every evaluation series, a TOML read) on every refresh
+        self._recommended: dict[str, tuple[tuple, int | None]] = {}
+
+    def thresholds_of(self, run_path: str | None) -> DetectConfig:
+        """The thresholds detection uses for the run at `run_path`."""
+        return self.thresholds.for_run(run_path)
+
+    def inputs(self, run_id: str) -> RunInputs:
+        """Everything the run's advice, actions and checklist read, from the store; NotFound for an unknown run."""
+        r = find_run(self.store, run_id)
+        stats = store_read.metric_stats(self.store, run_id)
+
+        def series(metric: str, points: int | None) -> tuple[list[int], list[float]]:
+            s = store_read.series(self.store, run_id, metric, points=points or 10**9)
+            return s["steps"], s["values"]
+
+        return RunInputs(
+            run_id=run_id,
+            path=r["path"],
+            format=r["format"],
+            info=store_read.parse_json(r["config"]),
+            status=store_read.parse_json(r["status_info"]),
+            state=run_status(r, stalled=False),
+            latest_marker=r["latest_marker"],
+            last_step=max((s["last_step"] for s in stats), default=None),
+            checkpoints=store_alerts.checkpoints(self.store, run_id),
+            stats=stats,
+            alerts=store_alerts.list_alerts(self.store, run=run_id),
+            thresholds=self.thresholds_of(r["path"]),
+            series=series,
+            source_formats=[s["format"] for s in store_read.sources(self.store, run_id)],
+        )
+
+    def advice(self, run_id: str, metric: str | None = None, direction: str | None = None) -> dict:
+        """The run's checkpoint advice (`collector.runs.inputs.advise`)."""
+        return advise(self.inputs(run_id), metric, direction)
+
+    def health(self, run_id: str) -> list[dict]:
+        """The run's health checklist (`collector.runs.inputs.checklist`)."""
+        return checklist(self.inputs(run_id))
+
+    def with_actions(self, alerts: list[dict]) -> list[dict]:
+        """`alerts` (dicts as the store lists them), each given its `action` (None where none is due), built
+        from one advice per run: what `GET /api/alerts` shows and the sinks deliver."""
+        by_run: dict[str, list[dict]] = {}
+        for a in alerts:
+            a["action"] = None
+            if action_mod.needs_action(a):
+                by_run.setdefault(a["run"], []).append(a)
+        for run_id, wanting in by_run.items():
+            try:
+                run = self.inputs(run_id)
+            except LookupError:  # the run went away between the two reads: its alerts keep no action
+                continue
+            add_actions(run, wanting, advise(run))
+        return alerts
+
+    def recommended_step(self, r: dict, stats: list[dict], signature: tuple | None) -> int | None:
+        """The recommended checkpoint step of the run whose stored row is `r` and metric stats `stats`,
+        rebuilt only when something the advice reads has changed: its checkpoint index, bad-step alerts or
+        replaced points (`signature`, `store_read.advice_signatures`), its evaluation series' counts and last
+        values, its config, status and latest marker, or its resolved thresholds."""
+        built_from = (
+            signature,
+            hash(r["config"]),
+            hash(r["status_info"]),
+            r["latest_marker"],
+            r["format"],
+            tuple(
+                (s["metric"], s["points"], s["last_step"], repr(s["last_value"]))
+                for s in stats
+                if is_evaluation(s["metric"])
+            ),
+            self.thresholds_of(r["path"]),  # the resolver re-reads a changed runwatch.toml
+        )
+        cached = self._recommended.get(r["id"])
+        if cached is not None and cached[0] == built_from:
+            return cached[1]
+        recommended = self.advice(r["id"]).get("recommended")
+        step = recommended["step"] if recommended else None
+        self._recommended[r["id"]] = (built_from, step)
+        return step
