@@ -53,45 +53,52 @@ def _json_value(value: Any) -> str:
     return json.dumps(scalar(value), allow_nan=True, default=str)
 
 
-_LAST: list[Any] = [
-    None,
-    (),
-    (),
-    {},
-]  # the last record formatted: the dict, its keys, its values, their texts
-
-
-def value_texts(metrics: dict[str, Any]) -> dict[str, str | None]:
-    """Each plain number's text as Python writes it (`repr`: nan, inf), None for any other value.
+class RecordTexts:
+    """Each plain number's text of the record last logged, shared by the writers of one run.
 
     Built once per logged record: the JSONL and CSV writers of one step get the same dict and share the
-    float formatting, the larger part of a step's cost. Reused only for the very same dict holding the very
-    same objects.
+    float formatting, the larger part of a step's cost. `default_writers` gives its writers one; a writer
+    made alone has its own.
     """
-    last = _LAST
-    if (
-        metrics is last[0]
-        and len(metrics) == len(last[1])
-        and all(map(is_, metrics, last[1]))
-        and all(map(is_, metrics.values(), last[2]))
-    ):
-        return last[3]
-    texts = {
-        key: repr(value) if type(value) is float or type(value) is int else None
-        for key, value in metrics.items()
-    }
-    last[:] = [metrics, tuple(metrics), tuple(metrics.values()), texts]
-    return texts
+
+    def __init__(self) -> None:
+        self._metrics: dict[str, Any] | None = None  # the last record formatted
+        self._keys: tuple = ()
+        self._values: tuple = ()
+        self._texts: dict[str, str | None] = {}
+
+    def of(self, metrics: dict[str, Any]) -> dict[str, str | None]:
+        """Each plain number's text as Python writes it (`repr`: nan, inf), None for any other value. Reused
+        only for the very same dict holding the very same objects as the last call's."""
+        if (
+            metrics is self._metrics
+            and len(metrics) == len(self._keys)
+            and all(map(is_, metrics, self._keys))
+            and all(map(is_, metrics.values(), self._values))
+        ):
+            return self._texts
+        texts = {
+            key: repr(value) if type(value) is float or type(value) is int else None
+            for key, value in metrics.items()
+        }
+        self._metrics, self._keys, self._values, self._texts = (
+            metrics,
+            tuple(metrics),
+            tuple(metrics.values()),
+            texts,
+        )
+        return texts
 
 
-def metrics_line(step: int, metrics: dict[str, Any]) -> str:
-    """One line of verl's file-logger format, `{"step":N,"data":{...}}` (what json.dumps would write).
+def metrics_line(step: int, metrics: dict[str, Any], texts: RecordTexts | None = None) -> str:
+    """One line of verl's file-logger format, `{"step":N,"data":{...}}` (what json.dumps would write);
+    `texts` shares the numbers' texts with the run's other writers.
 
     Unlike verl's logger (orjson, which writes NaN as null), non-finite values stay `NaN`/`Infinity`, so
     a NaN loss reaches the monitor as a NaN and not as a missing value.
     """
     parts = []
-    for key, text in value_texts(metrics).items():
+    for key, text in (texts or RecordTexts()).of(metrics).items():
         value = _NON_FINITE.get(text, text) if text is not None else _json_value(metrics[key])
         parts.append(_json_key(key) + value)
     return '{"step":' + _json_value(step) + ',"data":{' + ",".join(parts) + "}}"
@@ -128,16 +135,17 @@ class MetricsJsonlWriter(AppendingWriter):
 
     FLUSH_EVERY_S = 0.2
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, texts: RecordTexts | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.out: BufferedAppender | None = None
+        self.texts = texts or RecordTexts()
 
     def on_train_begin(self, info: RunInfo) -> None:
         self.out = BufferedAppender(self.path, self.FLUSH_EVERY_S)
 
     def _write(self, step: int, metrics: dict[str, Any]) -> None:
         if self.out is not None:
-            self.out.append(metrics_line(step, metrics) + "\n")
+            self.out.append(metrics_line(step, metrics, self.texts) + "\n")
 
     def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
         self._write(step, metrics)
@@ -157,9 +165,10 @@ class CsvHistoryWriter(AppendingWriter):
 
     FLUSH_EVERY_S = 1.0
 
-    def __init__(self, path: Path, kind: str) -> None:
+    def __init__(self, path: Path, kind: str, texts: RecordTexts | None = None) -> None:
         self.path = path
         self.kind = kind
+        self.texts = texts or RecordTexts()
         self.columns: list[str] = []
         self._known: set[str] = set()
         self.out: BufferedAppender | None = None
@@ -193,7 +202,7 @@ class CsvHistoryWriter(AppendingWriter):
             self._widen([key for key in metrics if key not in self._known])
         if self.out is None:
             self.out = BufferedAppender(self.path, self.FLUSH_EVERY_S)
-        texts = value_texts(metrics)
+        texts = self.texts.of(metrics)
         cells = [_csv_cell(step)]
         for column in self.columns[1:]:
             cells.append(texts.get(column) or _csv_cell(metrics.get(column)))
@@ -330,11 +339,12 @@ def versions() -> dict[str, str]:
 
 def default_writers(run_dir: Path, wandb: bool = False) -> list[RunCallback]:
     """The standard set for a run directory; `wandb=True` adds the W&B mirror (offline unless told)."""
+    texts = RecordTexts()  # one step's numbers formatted once for all three
     writers: list[RunCallback] = [
         RunJsonWriter(run_dir),
-        MetricsJsonlWriter(run_dir),
-        CsvHistoryWriter(run_dir / "training_history.csv", "train"),
-        CsvHistoryWriter(run_dir / "validation_history.csv", "val"),
+        MetricsJsonlWriter(run_dir, texts),
+        CsvHistoryWriter(run_dir / "training_history.csv", "train", texts),
+        CsvHistoryWriter(run_dir / "validation_history.csv", "val", texts),
     ]
     if wandb:
         from trainer.wandb_mirror import WandbMirror

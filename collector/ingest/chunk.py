@@ -42,41 +42,45 @@ def read_chunk(
     cur: duckdb.DuckDBPyConnection,
     store: Store,
     fmt: Format,
-    s: SourceState,
-    st: os.stat_result,
+    source: SourceState,
+    file_stat: os.stat_result,
     cycle: Cycle,
     after_step: int,
     chunk_bytes: int,
     report: Report,
     context: dict | None = None,
 ) -> bool:
-    """Read the next chunk of `s` (its file as `st` saw it; `after_step` the run's highest stored step)
-    through `fmt`'s parser into the open transaction, advancing `s`; True when more is waiting. Plain
-    appends wait in `cycle` for one insert of the whole cycle; bad lines are quarantined and reported.
+    """Read the next chunk of `source` (its file as `file_stat` saw it; `after_step` the run's highest
+    stored step) through `fmt`'s parser into the open transaction, advancing `source`; True when more is
+    waiting. Plain appends wait in `cycle` for one insert of the whole cycle; bad lines are quarantined and
+    reported.
     `context` (what the file's neighbours say, `discover.Source.context`) is the parser's state on a read
     from the file's start."""
     whole = fmt.whole_document
     if whole:
-        if (st.st_size, st.st_mtime) == (s.size, s.mtime) and s.offset == st.st_size:
+        unchanged = (file_stat.st_size, file_stat.st_mtime) == (source.size, source.mtime)
+        if unchanged and source.offset == file_stat.st_size:
             return False
-        start, want = 0, st.st_size
+        start, want = 0, file_stat.st_size
     else:
-        if st.st_size == s.offset:
+        if file_stat.st_size == source.offset:
             return False
-        start, want = s.offset, min(st.st_size - s.offset, chunk_bytes)
-        if fmt.lines and inside_line(s):
-            return _skip_rest_of_long_line(cur, store, s, st, read_range(s.path, start, want), cycle)
-    data = read_range(s.path, start, want)
-    result = _parse(fmt, s, data, 1 if whole else s.lines + 1, context)
-    if not whole and result.consumed == 0 and len(data) >= want and st.st_size - start > want:
+        start, want = source.offset, min(file_stat.st_size - source.offset, chunk_bytes)
+        if fmt.lines and inside_line(source):
+            return _skip_rest_of_long_line(
+                cur, store, source, file_stat, read_range(source.path, start, want), cycle
+            )
+    data = read_range(source.path, start, want)
+    result = _parse(fmt, source, data, 1 if whole else source.lines + 1, context)
+    if not whole and result.consumed == 0 and len(data) >= want and file_stat.st_size - start > want:
         # One line longer than a chunk: read more of it, up to a limit, then quarantine it.
-        data = read_range(s.path, start, min(st.st_size - start, MAX_LINE_BYTES))
-        result = _parse(fmt, s, data, s.lines + 1, context)
+        data = read_range(source.path, start, min(file_stat.st_size - start, MAX_LINE_BYTES))
+        result = _parse(fmt, source, data, source.lines + 1, context)
         if result.consumed == 0 and len(data) >= MAX_LINE_BYTES:
             end = data.find(b"\n")
-            _skip_long_line(cur, store, s, data, end, report)
+            _skip_long_line(cur, store, source, data, end, report)
             return True
-    run = s.run_id
+    run = source.run_id
     points = result.points
     overlap = (
         whole
@@ -91,92 +95,102 @@ def read_chunk(
         if mine:
             store_points.add_points_many(cur, mine)
             cycle.plain = [batch for batch in cycle.plain if batch[0].run_id != run]
-        store_points.add_points(cur, s, result.points, may_overlap=True)
+        store_points.add_points(cur, source, result.points, may_overlap=True)
     else:
-        cycle.plain.append((s, result.points))
+        cycle.plain.append((source, result.points))
     if whole:  # read whole again: what was bad in its earlier text (written half, then whole) is gone
-        store.clear_quarantine(cur, s)
-    _quarantine(cur, store, s, result, report)
+        store.clear_quarantine(cur, source)
+    _quarantine(cur, store, source, result, report)
     if whole:
-        s.offset, s.lines = st.st_size, result.lines
+        source.offset, source.lines = file_stat.st_size, result.lines
     else:
-        s.offset += result.consumed
-        s.lines += result.lines
-        s.tail_sig = (
-            data[max(0, result.consumed - SIG_BYTES) : result.consumed] if result.consumed else s.tail_sig
+        source.offset += result.consumed
+        source.lines += result.lines
+        source.tail_sig = (
+            data[max(0, result.consumed - SIG_BYTES) : result.consumed]
+            if result.consumed
+            else source.tail_sig
         )
-    s.size, s.mtime = st.st_size, st.st_mtime
-    s.points += len(result.points)
-    cycle.saves.append(s)
+    source.size, source.mtime = file_stat.st_size, file_stat.st_mtime
+    source.points += len(result.points)
+    cycle.saves.append(source)
     if result.points:
         # The highest step of the cycle (not of this file): a later file's step at or below it merges.
         cycle.last_steps[run] = max(cycle.last_steps.get(run, result.points.step[0]), max(result.points.step))
-        cycle.written_at[run] = max(cycle.written_at.get(run, 0.0), written_at(st.st_mtime, time.time()))
+        cycle.written_at[run] = max(
+            cycle.written_at.get(run, 0.0), written_at(file_stat.st_mtime, time.time())
+        )
         cycle.fresh.setdefault(run, Points()).extend(result.points)
     if result.info and fmt.run_info is not None:
         facts = fmt.run_info(result.info)
         cycle.infos.append((run, facts))
         _store_info(cur, store, run, facts)
-    return not whole and s.offset < st.st_size and result.consumed > 0
+    return not whole and source.offset < file_stat.st_size and result.consumed > 0
 
 
-def _parse(fmt: Format, s: SourceState, data: bytes, first_line: int, context: dict | None) -> ParseResult:
+def _parse(
+    fmt: Format, source: SourceState, data: bytes, first_line: int, context: dict | None
+) -> ParseResult:
     # The state a parser carries between reads (a CSV's header) is kept with the source, as JSON; a read
     # from offset 0 starts from what the file's neighbours say (`context`), or with nothing.
-    state = json.loads(s.parser_state) if s.parser_state and s.offset else context
-    result = fmt.parse(data, first_line, path=s.path, state=state)
+    state = json.loads(source.parser_state) if source.parser_state and source.offset else context
+    result = fmt.parse(data, first_line, path=source.path, state=state)
     if result.state is not None:
-        s.parser_state = json.dumps(result.state)
+        source.parser_state = json.dumps(result.state)
     return result
 
 
-def _quarantine(cur, store: Store, s: SourceState, result: ParseResult, report: Report) -> None:
+def _quarantine(cur, store: Store, source: SourceState, result: ParseResult, report: Report) -> None:
     if result.skipped:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(result.skipped.items()))
-        report(s.path, f"values that are not numbers skipped ({kinds}); the numbers beside them are stored")
+        report(
+            source.path, f"values that are not numbers skipped ({kinds}); the numbers beside them are stored"
+        )
     if not result.bad:
         return
-    store.quarantine(cur, s, result.bad)
+    store.quarantine(cur, source, result.bad)
     first = result.bad[0]
     if not result.points and len(result.bad) >= result.lines:
         report(
-            s.path,
+            source.path,
             f"0 points: all {len(result.bad)} lines read were bad and are quarantined "
             f"(line {first.line}: {first.reason})",
         )
         return
     more = f" (and {len(result.bad) - 1} more bad lines)" if len(result.bad) > 1 else ""
-    report(s.path, f"line {first.line}: {first.reason}; line quarantined, the rest ingested{more}")
+    report(source.path, f"line {first.line}: {first.reason}; line quarantined, the rest ingested{more}")
 
 
-def _skip_long_line(cur, store: Store, s: SourceState, data: bytes, end: int, report: Report) -> None:
+def _skip_long_line(cur, store: Store, source: SourceState, data: bytes, end: int, report: Report) -> None:
     skip = end + 1 if end >= 0 else len(data)
     bad = [
         BadLine(
-            s.lines + 1, f"line longer than {MAX_LINE_BYTES} bytes", data[:200].decode("utf-8", "replace")
+            source.lines + 1,
+            f"line longer than {MAX_LINE_BYTES} bytes",
+            data[:200].decode("utf-8", "replace"),
         )
     ]
-    store.quarantine(cur, s, bad)
-    s.offset += skip
-    s.lines += 1 if end >= 0 else 0
-    s.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
-    store.save_source(cur, s)
-    report(s.path, f"line {s.lines}: longer than {MAX_LINE_BYTES} bytes; quarantined")
+    store.quarantine(cur, source, bad)
+    source.offset += skip
+    source.lines += 1 if end >= 0 else 0
+    source.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
+    store.save_source(cur, source)
+    report(source.path, f"line {source.lines}: longer than {MAX_LINE_BYTES} bytes; quarantined")
 
 
 def _skip_rest_of_long_line(
-    cur, store: Store, s: SourceState, st: os.stat_result, data: bytes, cycle: Cycle
+    cur, store: Store, source: SourceState, file_stat: os.stat_result, data: bytes, cycle: Cycle
 ) -> bool:
     """The offset is inside a line already quarantined as too long (it ends in no newline): skip to the
     line's end without another entry. True while more of the file waits."""
     end = data.find(b"\n")
     skip = end + 1 if end >= 0 else len(data)
-    s.offset += skip
-    s.lines += 1 if end >= 0 else 0
-    s.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
-    s.size, s.mtime = st.st_size, st.st_mtime
-    cycle.saves.append(s)
-    return s.offset < st.st_size
+    source.offset += skip
+    source.lines += 1 if end >= 0 else 0
+    source.tail_sig = data[max(0, skip - SIG_BYTES) : skip]
+    source.size, source.mtime = file_stat.st_size, file_stat.st_mtime
+    cycle.saves.append(source)
+    return source.offset < file_stat.st_size
 
 
 def _store_info(cur, store: Store, run: str, facts: RunInfo) -> None:

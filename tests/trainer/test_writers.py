@@ -286,3 +286,17 @@ def test_tracking_seam_serves_a_ppo_style_trainer(tmp_path):
     assert run["trainer"] == "verl_ppo" and run["preset"] == "grpo-test"
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["state"] == "completed" and status["step"] == 2
+
+
+def test_record_texts_are_shared_within_a_run_and_owned_by_it(tmp_path):
+    from trainer.writers import RecordTexts, default_writers
+
+    texts = RecordTexts()
+    record = {"train/loss": 0.5, "train/lr": 1e-3}
+    first = texts.of(record)
+    assert texts.of(record) is first  # the JSONL and CSV writers of one step format it once
+    record["train/loss"] = float("nan")
+    assert texts.of(record) == {"train/loss": "nan", "train/lr": "0.001"}
+    one, two = default_writers(tmp_path / "a"), default_writers(tmp_path / "b")
+    shared = {id(w.texts) for w in one if hasattr(w, "texts")}
+    assert len(shared) == 1 and shared.isdisjoint({id(w.texts) for w in two if hasattr(w, "texts")})
