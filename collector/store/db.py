@@ -135,6 +135,13 @@ class Store:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """One atomic write: everything done with the yielded cursor commits together or not at all."""
+        if (
+            self.lake_reader
+        ):  # the rows belong to the collectors publishing them: a change here would be undone
+            raise ValueError(
+                "this API reads a team's lake: make the change on the collector that owns the run (the part of "
+                "the run id before the first '/'); only stop requests go through the lake"
+            )
         with self._write_lock:
             cur = self.cursor()
             if getattr(self._local, "in_tx", False):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.api.client import Client
+from collector.api.client import ApiError, Client
 from tests.collector.test_daemon_support import REPO, Daemon, cli, cli_json, wait_for
 from tests.pg_support import PgServer, postgres_missing
 
@@ -98,9 +98,19 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         ids = sorted(r["id"] for r in client.get("/api/runs"))
         assert ids == ["alice/exp/sft", "bob/exp/sft"]
         assert sorted(r["id"] for r in cli_json(reader.db, "runs")) == ids  # the CLI finds the team's API
-        # Live: lines written later reach the reader through the lake.
+        # Live: lines written later reach the reader through the lake, and so do the alerts they raise.
         write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 301, 350)
         wait_for(lambda: exactly(client, "alice/exp/sft", 350), "alice's new lines in the lake")
+        with (tmp_path / "bob" / "exp" / "sft" / "metrics.jsonl").open("a") as f:
+            f.write('{"step": 201, "data": {"train/loss": NaN, "train/lr": 0.0002}}\n')
+        nan = wait_for(
+            lambda: client.get("/api/alerts", {"run": "bob/exp/sft", "rule": "nonfinite", "state": "all"}),
+            "bob's NaN alert in the lake",
+        )
+        assert [a["first_step"] for a in nan] == [201]
+        # Alerts stay the owning collector's: acknowledging one on the team's API is refused, saying where.
+        with pytest.raises(ApiError, match="make the change on the collector that owns the run"):
+            client.post(f"/api/alerts/{nan[0]['id']}/ack", {"note": "seen"})
         # A second collector may not take a live collector's name.
         twin = subprocess.run(
             [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(tmp_path / "twin.duckdb"),
