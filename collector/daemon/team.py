@@ -24,6 +24,8 @@ from collector.store.db import Store
 
 log = logging.getLogger("collector")
 
+COMPACT_EVERY_S = 30.0  # merge the batches' small Parquet files this often (store/lake.py: compact)
+
 
 class TeamPublishing:
     """Publishes the collector's file into the lake in batches, on a thread of its own."""
@@ -78,8 +80,14 @@ class TeamPublishing:
             log.info("team lake: stop of %s asked through the lake: %s", run, outcome)
 
     def _loop(self) -> None:
+        last_compacted = time.monotonic()
         while not self._stop.wait(self.interval):
-            self.once()
+            if self.once() and time.monotonic() - last_compacted >= COMPACT_EVERY_S:
+                last_compacted = time.monotonic()
+                try:
+                    self.publisher.compact()
+                except Exception as e:  # another collector compacting at the same moment: next time
+                    log.info("team lake: compaction left for later (%s)", str(e).splitlines()[0][:200])
 
 
 def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:

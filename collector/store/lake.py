@@ -37,6 +37,7 @@ log = logging.getLogger("collector")
 LAKE = "lake"  # the attached lake's name in the collector's DuckDB
 PREFIX = "ducklake:"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+KEEP_SNAPSHOTS_S = 60  # compaction keeps older snapshots (and their files) this long
 LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
 SKIP_TABLES = {"schema_version"}
 POINTS_TABLE = "point_rows"
@@ -191,6 +192,7 @@ class LakePublisher:
         self.published: dict[str, set[int]] | None = None  # table -> hashes of this collector's rows there
         self.marks: dict[int, tuple[int, int]] = {}  # local series id -> (points, last step) in the lake
         self.commits = 0
+        self.beat_at = time.time()  # the heartbeat last written (registering writes one)
         self.last_error: str | None = None
         self._connect()
         self._register()
@@ -285,14 +287,17 @@ class LakePublisher:
                 if table != POINTS_TABLE:
                     published[table] = self._publish_table(table, columns, written)
             marks = self._publish_points(tables[POINTS_TABLE], written)
-            cur.execute(
-                f"UPDATE {LAKE}.team_collectors SET heartbeat_at = ? WHERE name = ?", [time.time(), self.name]
-            )
+            beat = time.time()
+            if beat - self.beat_at >= LIVE_S / 3:  # an UPDATE writes two files in the lake: not every batch
+                cur.execute(
+                    f"UPDATE {LAKE}.team_collectors SET heartbeat_at = ? WHERE name = ?", [beat, self.name]
+                )
             cur.execute("COMMIT")
         except BaseException:
             self.published = None  # read back from the lake next time: the batch may or may not be in
             raise
         self.published, self.marks = published, marks
+        self.beat_at = beat if beat - self.beat_at >= LIVE_S / 3 else self.beat_at
         self.commits += 1
         self.last_error = None
         return written
@@ -426,6 +431,21 @@ class LakePublisher:
                 [self.ns, list(changed), [v[0] for v in changed.values()], [v[1] for v in changed.values()]],
             )
         return {sid: v for sid, v in (self.marks | changed).items() if sid not in gone}
+
+    # ---- compaction ---------------------------------------------------------------------------------
+
+    def compact(self, keep_s: int = KEEP_SNAPSHOTS_S) -> None:
+        """Merge the small Parquet files of the batches (a batch a second writes a file per table it touches;
+        a reader opens every one), then drop snapshots and files older than `keep_s` (a reader's query in
+        flight still finds its files). Several collectors compacting at once: the loser's merge fails its
+        commit and is tried again next time."""
+        self._connect()
+        self.cur.execute(f"CALL ducklake_merge_adjacent_files('{LAKE}')")
+        # In FROM, not CALL: their timestamp results would need pytz in Python.
+        for fn in ("ducklake_expire_snapshots", "ducklake_cleanup_old_files"):
+            self.cur.execute(
+                f"SELECT count(*) FROM {fn}('{LAKE}', older_than => now() - INTERVAL {int(keep_s)} SECOND)"
+            ).fetchall()
 
     # ---- stops asked anywhere -----------------------------------------------------------------------
 
