@@ -57,8 +57,14 @@ def benches(args: argparse.Namespace) -> list[tuple[str, list[str], list[tuple[s
             "detect_speed",
             ["--steps", steps, "--skip-incremental"],
             [
-                ("backlog: stored by collector ingest s", "stored_to_judged.stored_s"),
-                ("backlog: judged after stored s", "stored_to_judged.judged_after_stored_s"),
+                (
+                    "backlog: collector ingest s (stores; judges too since issue 22)",
+                    "stored_to_judged.stored_s",
+                ),
+                (
+                    "backlog: judged (again, since issue 22) by a collector started on it s",
+                    "stored_to_judged.judged_after_stored_s",
+                ),
                 ("backlog: judging CPU s", "stored_to_judged.judging_cpu_s"),
             ],
         ),
