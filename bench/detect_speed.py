@@ -9,9 +9,9 @@ end-to-end run), judged
   backlog      by `collector.detect.backlog.judge_columns` (numpy screens, only the points where a rule may
                fire fed one by one), checked to give exactly the same alerts;
   stored->judged  end to end: `python -m collector ingest` stores the file and judges it before it ends
-               (the same alerts `serve` finds), then a collector started again on the database
-               (`Detection.warm_up` + `catch_up` slices until none is left, on the DuckDB file) judges every
-               stored point again, as a restart does (issue 22: the same answer on every path): its seconds.
+               (the same alerts `serve` finds), then a collector started again on the database judges every
+               stored point again (`Detection.warm_up`, `judge_again`, `catch_up` slices until none is left),
+               as a restart does for a run when it next changes (issue 22): its seconds.
 Prints points/s (wall and CPU) for each and the machine's load average (a shared machine: read wall times
 with it; CPU seconds hold whatever share the process got).
 """
@@ -96,6 +96,7 @@ def stored_to_judged(h: gen.History | None, rl_steps: int = 0) -> dict:
             detection = Detection(store, db, sinks=[])
             t1, c1 = time.perf_counter(), time.process_time()
             detection.warm_up()
+            detection.judge_again()  # as a restart does for a run when it next changes
             slices = 0
             while detection.catch_up():
                 slices += 1

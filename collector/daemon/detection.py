@@ -4,13 +4,14 @@ to the sinks (console, `DB.alerts.jsonl`, webhook), each event of an alert that 
 the alerts that name a checkpoint) with the `action` the API gives that alert at that moment; every change goes
 to the stop sink, which writes the run's stop request when the run's `[stop]` settings say so.
 
-The same answer on every path: after a restart (and before `ingest` adds to a database) every stored run is
-judged again from its first stored point through the backlog path, exactly as a first reading judged it, so a
-restarted collector holds the same episodes as the one before it (a bounded tail replayed through windows cut
-short found episodes the whole history never showed: loss plateaus, grad spikes). While a run is judged again
-its events are held and merged, one per episode, and stored once the judging has passed the step it was judged
-to before: an episode unchanged is not written, told or stopped on again; one found in points the collector had
-not judged yet opens as new.
+The same answer on every path: after a restart (and before `ingest` adds to a database) a stored run is
+judged again from its first stored point through the backlog path, exactly as a first reading judged it, so
+its next points are judged as one pass over its files would judge them (a bounded tail replayed through windows
+cut short found episodes the whole history never showed: loss plateaus, grad spikes). That happens at once for
+a run whose judging was not finished or whose status says running, else when the run next changes. While a
+run is judged again its events are held and merged, one per episode, and stored once the judging has passed
+the step it was judged to before: an episode unchanged is not written, told or stopped on again; one found in
+points the collector had not judged yet opens as new.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ log = logging.getLogger("collector.detect")
 
 # points judged per catch-up slice: about a quarter second of the backlog path, so live runs keep flowing
 CATCH_UP_POINTS = 500_000
+TIMED_POINTS = 64  # per metric: the latest points whose wall times give a run judged again its pace
 RUN_LEVEL_EPISODES = (RUN_FAILED, STALLED)  # episodes judged from the run's facts and time, not its points
 
 
@@ -64,6 +66,8 @@ class Detection:
         # Runs whose newest stored points the detector has not seen (a bulk backlog): step fed up to.
         self.behind: dict[str, int] = {}
         self.fed_to: dict[str, int] = {}
+        # Runs taken up after a restart and not judged again yet: the step they were judged to before
+        self._cold: dict[str, int | None] = {}
         # Runs judged again after a restart: the step they were judged to before, and their events held till then
         self.rejudging: dict[str, int] = {}
         self._held: dict[str, dict[tuple[str, str, int], AlertEvent]] = {}
@@ -83,9 +87,9 @@ class Detection:
         return self.thresholds.for_run(self.run_dirs.get(run))
 
     def warm_up(self) -> None:
-        """Judge every stored run again from its first stored point (after a restart, before an `ingest`): the
-        catch-up slices go through the backlog path; the run's outcome (`run_failed`) and its open run-level
-        episodes (`stalled`, `run_failed`) are taken up once its stored points are judged."""
+        """Take up the stored runs (after a restart, before an `ingest`). A run whose stored judging was not
+        finished, or whose status says it is running (time may make it stalled), is judged again from its first
+        stored point now; any other run when it next changes (`judge_again`): until then it costs nothing."""
         backlogs = self.store.detection_backlogs()
         for r in store_read.runs(self.store):
             run = r["id"]
@@ -98,13 +102,25 @@ class Detection:
             self.detector(run)
             self._told[run] = inc.told(inc.stored_incidents(self.store, run))
             self._outcome[run] = (r["status"], status)
-            judged = backlogs.get(run, r["last_step"])
-            if judged is None:  # nothing stored yet: the outcome alone
-                self._judged_again(run)
+            self._cold[run] = backlogs.get(run, r["last_step"])
+            if run in backlogs or str((status or {}).get("state", "")).lower() == "running":
+                self.judge_again(run)
+
+    def judge_again(self, run: str | None = None) -> None:
+        """Judge a stored run (every one taken up by `warm_up` and not judged yet, when None) again from its
+        first stored point, through the catch-up slices: its detector then stands where one that read the
+        run's files from the start stands, so its next points are judged as one pass would judge them. Its
+        events are held until the judging passes the step judged before (`_judged_again`)."""
+        for name in [run] if run is not None else list(self._cold):
+            if name not in self._cold:
                 continue
-            self.rejudging[run] = int(judged)
-            self._held[run] = {}
-            self.behind[run] = -(2**62)
+            judged = self._cold.pop(name)
+            if judged is None:  # nothing stored yet: the outcome alone
+                self._judged_again(name)
+                continue
+            self.rejudging[name] = int(judged)
+            self._held[name] = {}
+            self.behind[name] = BEFORE_ALL_STEPS
 
     def _judged_again(self, run: str) -> None:
         """The run's stored points are judged again: store its held events (one per episode, the latest),
@@ -113,6 +129,13 @@ class Detection:
         held = self._held.pop(run, {})
         det = self.detector(run)
         self._handle(run, list(held.values()))
+        # the pace `stalled` judges by: the backlog path passes no wall times
+        recent = store_read.recent_points(self.store, run, TIMED_POINTS)
+        walls: dict[int, float] = {}
+        for step, wall in zip(recent.step, recent.wall_time, strict=True):
+            if wall is not None and wall == wall:
+                walls[step] = max(wall, walls.get(step, wall))
+        det.note_times([walls[s] for s in sorted(walls)])
         det.resume_episodes(
             [a for a in store_alerts.list_alerts(self.store, run=run)
              if a["state"] != "resolved" and a["rule"] in RUN_LEVEL_EPISODES]
@@ -134,6 +157,7 @@ class Detection:
     def points_added(self, run: str, points: Points) -> None:
         """Feed the points a commit just added (unless the run's backlog is still being caught up on: then
         the catch-up reads them from the store in step order)."""
+        self.judge_again(run)
         if run in self.behind:
             return
         if points.wall_time and points.wall_time[0] is None and points.wall_time[-1] is None:
@@ -147,6 +171,7 @@ class Detection:
 
     def backlog_added(self, run: str) -> None:
         """A bulk commit stored points the detector has not seen; `catch_up` will feed them."""
+        self.judge_again(run)
         if run not in self.behind:
             self.behind[run] = self.fed_to.get(run, BEFORE_ALL_STEPS)
 
@@ -195,6 +220,7 @@ class Detection:
         if facts.status_info is not None:
             self.status[run] = facts.status_info
         if facts.status_info is not None or facts.status is not None:
+            self.judge_again(run)
             if run in self.rejudging:  # judged once its stored points are (its last step is not known yet)
                 self._outcome[run] = (facts.status, facts.status_info)
             else:
@@ -242,7 +268,7 @@ class Detection:
         now = time.time() if now is None else now
         last_point = {r["id"]: r["last_point_at"] for r in store_read.runs(self.store)}
         for run, status in self.status.items():
-            if not self.reachable(run) or run in self.rejudging:
+            if not self.reachable(run) or run in self.rejudging or run in self._cold:
                 continue  # its host is out of reach: "unreachable", not stalled; or its points are not judged yet
             self._handle(run, self.detector(run).tick(now, status, last_point.get(run)))
 

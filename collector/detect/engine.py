@@ -18,6 +18,7 @@ Stable interface (the collector calls this; see docs/architecture.md):
   - `tick(now, status, last_point_wall) -> list[AlertEvent]`: time-based rules (`stalled`).
   - `note_outcome(status, status_info) -> list[AlertEvent]`: `run_failed` while the run's files say it failed.
   - `open_episodes() -> list[AlertEvent]`: the episodes open now.
+  - `note_times(walls)`: the run's pace from its latest points' wall times, without judging them.
   - `resume_episodes(alerts)`: reattach stored open episodes (the daemon does so for `run_failed` and
     `stalled` once it has judged a run's stored points again after a restart); `update(points, replay=True)`
     fills the windows from a tail of points without reporting their first ones (see their docstrings).
@@ -223,6 +224,16 @@ class RunDetector:
         elif not self.episodes.is_open(key):
             self.episodes.hit(key, finding, self.last_step or 0)
         return self.episodes.flush()
+
+    def note_times(self, walls: list[float | None]) -> None:
+        """Learn the run's pace from its latest points' wall times (one a step, in step order) without judging
+        them: a run judged again from stored points through the backlog path sees no time."""
+        for wall in walls:
+            if wall is None or wall != wall:
+                continue
+            if self._last_wall is not None and wall > self._last_wall:
+                self._intervals.append(wall - self._last_wall)
+            self._last_wall = wall
 
     def _usual_interval(self) -> float | None:
         """Seconds between logged points: from the points' wall times, else from the logged time per step."""

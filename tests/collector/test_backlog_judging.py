@@ -51,6 +51,7 @@ def test_a_stored_backlog_judged_in_slices_gives_the_engines_alerts(tmp_path):
         told = Told()
         detection = Detection(store, db, sinks=[told])  # a collector started again on the database
         detection.warm_up()
+        detection.judge_again()  # every stored run (else a run is judged again when it next changes)
         slices = 0
         while detection.catch_up(budget=7_000):
             slices += 1
