@@ -9,8 +9,10 @@ Stable interface:
 - `needs_action(alert) -> bool`: error alerts, and the alerts that name a checkpoint or a step to go back to.
 - `action_for_alert(alert, advice, trainer, run_path, bad_episodes, restart_before=100) -> dict`: the action
   (`checkpoint`, `trainer`, `trainer_evidence`, `command`, `restart_step`, `skip_steps`, `advice_step`,
-  `text`); `advice` is `recommend.advice_for_run`'s answer for the run, so an alert never names another
-  checkpoint than the advice without saying why.
+  `text`, and the same in three short lines a person reads first: `keep` (the checkpoint, or that there is
+  none), `run` (how to use `command`, without repeating it; what to skip), `why`); `advice` is
+  `recommend.advice_for_run`'s answer for the run, so an alert never names another checkpoint than the advice
+  without saying why.
 """
 
 from __future__ import annotations
@@ -113,10 +115,12 @@ def action_for_alert(
     advice_step = recommended["step"] if recommended else None
     if advice.get("never_learned"):  # one voice: no checkpoint is better than the base model
         chosen, why = None, advice.get("no_recommendation") or "The run never learned."
+        reason = why
     elif rule in CHECKPOINT_RULES:
         chosen, why = _kept_by_advice(alert, advice)
+        reason = (recommended or {}).get("reason") or why
     else:
-        chosen, why = _last_good_before(alert, advice["checkpoints"], bad_episodes, restart_before)
+        chosen, why, reason = _last_good_before(alert, advice["checkpoints"], bad_episodes, restart_before)
     evidence = alert.get("evidence") or {}
     named = evidence.get("best_step", evidence.get("peak_step"))
     if (
@@ -181,7 +185,33 @@ def action_for_alert(
         "skip_steps": skip,
         "advice_step": advice_step,
         "text": " ".join(parts),
+        **_lines(chosen, resume, skip, reason, never_learned=bool(advice.get("never_learned"))),
     }
+
+
+def _lines(
+    chosen: dict | None,
+    resume: tuple[str, str, str] | None,
+    skip: list[int] | None,
+    reason: str,
+    never_learned: bool,
+) -> dict:
+    """`keep`, `run`, `why`: the action in three short lines (the command itself is `command`, said once)."""
+    if chosen is not None:
+        keep = f"step {chosen['step']}" + (f" ({chosen['path']})" if chosen.get("path") else "")
+        if chosen.get("inferred"):
+            keep += ", implied by the run's files: check it exists"
+        run = resume[2] if resume is not None else "resume from it with your trainer's resume option"
+    elif never_learned:
+        keep, run = (
+            "none: no checkpoint is better than the base model",
+            "fix the cause, then start from the base model",
+        )
+    else:
+        keep, run = "none to go back to", "fix the cause, then start from the beginning (or the base model)"
+    if skip is not None:
+        run += f"; when replaying, skip the batches of steps {skip[0]}-{skip[1]}"
+    return {"keep": keep, "run": run, "why": reason}
 
 
 def _kept_by_advice(alert: dict, advice: dict) -> tuple[dict | None, str]:
@@ -215,9 +245,9 @@ def _kept_by_advice(alert: dict, advice: dict) -> tuple[dict | None, str]:
 
 def _last_good_before(
     alert: dict, checkpoints: list[dict], bad: list[tuple[int, int]], restart_before: int
-) -> tuple[dict | None, str]:
+) -> tuple[dict | None, str, str]:
     """The newest usable checkpoint saved before the episode began (for a spike, `restart_before` steps
-    before it when one exists), and the sentence saying which and why."""
+    before it when one exists), the sentence saying which and why, and the why alone (a short line)."""
     first = int(alert["first_step"])
     run_level = not alert.get("metric")  # stalled / failed: a checkpoint at the last step is still good
     usable = [
@@ -236,10 +266,12 @@ def _last_good_before(
             none = "the run's files imply no checkpoint"
         else:
             none = "no complete checkpoint outside a bad episode was saved"
-        return None, (
-            f"There is no checkpoint to go back to: {none} before step {first}, where the trouble began{later}. "
+        reason = f"{none} before step {first}, where the trouble began{later}"
+        text = (
+            f"There is no checkpoint to go back to: {reason}. "
             f"Restart from the beginning (or the base model) once the cause is fixed."
         )
+        return None, text, reason[0].upper() + reason[1:] + "."
     pick = usable[-1]
     margin = ""
     if alert["rule"] in SPIKE_RULES:
@@ -263,10 +295,10 @@ def _last_good_before(
             f", at step {at}, the nearest)" if at not in (None, pick["step"]) else ")"
         )
     chosen = {k: pick.get(k) for k in ("step", "path", "complete", "inferred")}
-    return chosen, (
-        f"Go back to step {pick['step']}{value}: the last {kind} before the trouble began at step {first}, "
-        f"outside every bad episode{margin}."
-    )
+    reason = f"the last {kind} before the trouble began at step {first}, outside every bad episode{margin}"
+    short = "complete checkpoint" if not pick.get("inferred") else "checkpoint the run's files imply"
+    text = f"Go back to step {pick['step']}{value}: {reason}."
+    return chosen, text, f"The last {short} before step {first}{value}, where the trouble began{margin}."
 
 
 def _checkpoint_entry(advice: dict, step: int) -> dict | None:
@@ -276,28 +308,40 @@ def _checkpoint_entry(advice: dict, step: int) -> dict | None:
     return None
 
 
-def _command(trainer: Trainer, checkpoint: dict, run_path: str | None) -> tuple[str, str] | None:
-    """(the exact resume command or setting for this trainer, the sentence that says how to use it), or None
-    when the trainer is not known."""
+def _command(trainer: Trainer, checkpoint: dict, run_path: str | None) -> tuple[str, str, str] | None:
+    """(the exact resume command or setting for this trainer, the sentence that says how to use it, the same
+    without the command), or None when the trainer is not known."""
     path, host = _on_host(str(checkpoint.get("path") or ""))
     where = f" on {host}" if host else ""
     if trainer.kind == "runwatch":
         out, _ = _on_host(run_path or "RUN_DIR")
         command = f"python -m trainer.launch --preset {trainer.preset} --out {out} --resume-from {checkpoint['step']}"
-        return command, f"run{where} `{command}`"
+        return command, f"run{where} `{command}`", f"run this{where}"
     if trainer.kind == "verl":
         command = f"trainer.resume_mode=resume_path trainer.resume_from_path={path}"
-        return command, f"add to your verl command{where} `{command}`"
+        return (
+            command,
+            f"add to your verl command{where} `{command}`",
+            f"add this to your verl command{where}",
+        )
     if trainer.kind == "hf":
         command = f'trainer.train(resume_from_checkpoint="{path}")'
-        return command, (
-            f"call `{command}`{where} (a script taking TrainingArguments, TRL's too: "
-            f"`--resume_from_checkpoint {path}`)"
+        return (
+            command,
+            (
+                f"call `{command}`{where} (a script taking TrainingArguments, TRL's too: "
+                f"`--resume_from_checkpoint {path}`)"
+            ),
+            f"call this in your training script{where} (or pass `--resume_from_checkpoint {path}`)",
         )
     if trainer.kind == "llamafactory":
         command = f"resume_from_checkpoint: {path}"
-        return command, (
-            f"put `{command}` in your llamafactory-cli train YAML{where} (or pass `--resume_from_checkpoint {path}`)"
+        return (
+            command,
+            (
+                f"put `{command}` in your llamafactory-cli train YAML{where} (or pass `--resume_from_checkpoint {path}`)"
+            ),
+            f"put this in your llamafactory-cli train YAML{where} (or pass `--resume_from_checkpoint {path}`)",
         )
     return None
 

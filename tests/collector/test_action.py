@@ -175,3 +175,44 @@ def test_the_api_and_cli_json_give_each_error_alert_its_action(tmp_path):
         "value",
     ):
         assert key in spike
+
+
+def test_the_action_in_three_short_lines_names_the_command_once():
+    # issue 23.2: Keep / Run / Why beside the paragraph (`text` stays, a documented field)
+    alert = {
+        "rule": "grad_spike",
+        "severity": "error",
+        "metric": "grad_norm",
+        "first_step": 300,
+        "last_step": 303,
+    }
+    act = action_for_alert(alert, advice([ckpt(100), ckpt(200), ckpt(250)]), VERL, "/runs/a", [(300, 303)])
+    assert act["keep"] == "step 200 (/runs/a/global_step_200)"
+    assert act["run"] == "add this to your verl command; when replaying, skip the batches of steps 300-303"
+    assert act["command"] not in act["run"] and act["command"] in act["text"]
+    assert act["why"].startswith("The last complete checkpoint before step 300, where the trouble began")
+    assert "100 steps before the spike" in act["why"]
+    lost = action_for_alert({**alert, "first_step": 50}, advice([ckpt(100)]), VERL, "/runs/a", [])
+    assert lost["keep"] == "none to go back to" and lost["command"] is None
+    assert lost["why"] == (
+        "No complete checkpoint outside a bad episode was saved before step 50, where the trouble began "
+        "(the first one seen is step 100, after it began)."
+    )
+    kept = action_for_alert(
+        {
+            "rule": "val_loss_rise",
+            "severity": "warn",
+            "metric": "val/loss",
+            "first_step": 40,
+            "last_step": 60,
+        },
+        advice([ckpt(20), ckpt(40)], 20),
+        Trainer("hf", "x"),
+        "/runs/a",
+        [],
+    )
+    assert (
+        kept["keep"] == "step 20 (/runs/a/global_step_20)"
+        and kept["why"] == "Step 20 has the lowest val/loss."
+    )
+    assert kept["run"].startswith("call this in your training script")
