@@ -187,6 +187,9 @@ def _step_range(series_list: list[dict]) -> dict:
     return {"range": [min(steps), max(steps)]}
 
 
+LEGEND_LINE_PX = 21
+
+
 def metric_figure(
     series_list: list[dict],
     *,
@@ -199,8 +202,12 @@ def metric_figure(
     warning_line: float | None = None,
     checkpoint_steps: list[int] = (),
     height: int = 330,
+    legend_below: bool = False,
 ) -> go.Figure:
     """One chart of one or more series on a shared step axis.
+
+    `legend_below`: the legend one entry a line under the plot, the figure taller by its lines (many runs
+    compared: a legend beside or over the plot squeezes or hides it).
 
     Draws, per series, the min-max band when downsampled, the raw points under the smoothed line when
     smoothing is on, and the (smoothed) line; then red crosses at the top for non-finite points, a shaded
@@ -241,12 +248,19 @@ def metric_figure(
         )
     _add_alerts(fig, alerts)
     note = bucket_note(series_list)
+    legend = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0}
+    bottom = 10
+    if legend_below:
+        lines = len(series_list) + bool(checkpoint_steps)
+        legend = {"orientation": "v", "yref": "container", "yanchor": "bottom", "y": 0.0, "x": 0.0}
+        bottom = LEGEND_LINE_PX * lines + 50  # room for the lines and the step axis's title
+        height += bottom + 40  # the plot keeps the height it has with the legend on top
     fig.update_layout(
         title={"text": title if note is None else f"{title}<br><sup>min-max buckets, not raw points</sup>"},
         height=height,
-        margin={"l": 10, "r": 10, "t": 60, "b": 10},
+        margin={"l": 10, "r": 10, "t": 60, "b": bottom},
         hovermode="x unified",
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        legend=legend,
         xaxis={"title": "step", **_step_range(series_list)},
         # a log axis over several decades labels the decades only: plotly's 2s and 5s between them crowd a
         # 330 px chart into unreadable digits

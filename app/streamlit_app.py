@@ -26,9 +26,7 @@ st.set_page_config(
 )
 
 PAGES = [
-    st.Page(
-        "pages/runs_overview.py", title="Runs", icon=":material/table_rows:", url_path="runs", default=True
-    ),
+    st.Page("pages/runs_overview.py", title="Runs", icon=":material/table_rows:", url_path="runs"),
     st.Page("pages/run_charts.py", title="Run", icon=":material/show_chart:", url_path="run"),
     st.Page("pages/alert_review.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
     st.Page(
@@ -37,9 +35,27 @@ PAGES = [
     st.Page("pages/run_compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page("pages/run_health.py", title="Health", icon=":material/health_and_safety:", url_path="health"),
 ]
+# Other addresses people type lead to the page they mean (Streamlit serves the default page at `/` only, so
+# the overview is also a page of its own at `/runs`). Listed after PAGES: switching to a page file picks the
+# first page of that file.
+ALIASES = {
+    ("pages/runs_overview.py", "Runs"): ("overview", "home", "index"),
+    ("pages/run_charts.py", "Run"): ("charts", "metrics", "run-page"),
+    ("pages/alert_review.py", "Alerts"): ("alert", "incidents", "incident", "review"),
+    ("pages/checkpoint_picker.py", "Checkpoints"): ("checkpoint", "ckpt"),
+    ("pages/run_compare.py", "Compare"): ("comparison",),
+    ("pages/run_health.py", "Health"): ("files", "problems"),
+}
+HOME = st.Page("pages/runs_overview.py", title="Runs", url_path="start", default=True)
+ALIAS_PAGES = [
+    st.Page(file, title=title, url_path=path) for (file, title), paths in ALIASES.items() for path in paths
+]
 # Page files are named apart from their URL paths: with equal names, streamlit.testing runs a switched-to
 # page without this frame (seen with Streamlit 1.67).
-page = st.navigation(PAGES)
+page = st.navigation([*PAGES, HOME, *ALIAS_PAGES], position="hidden")
+with st.sidebar:
+    for shown in PAGES:  # the navigation, without the aliases
+        st.page_link(shown)
 
 ui.guard_door()
 conf = ui.settings()

@@ -18,8 +18,10 @@ if len(run_ids) < 2:
     st.info("Comparing needs at least two runs.")
     st.stop()
 
-default_runs = [r for r in [ui.selected_run()] if r] or run_ids[:1]
-default_runs += [r for r in run_ids if r not in default_runs][: 2 - len(default_runs)]
+# `/compare?runs=a,b,c` opens those runs (an address to share); else the sidebar's run and the next one
+asked = [r for r in (st.query_params.get("runs") or "").split(",") if r in run_ids]
+default_runs = asked or [r for r in [ui.selected_run()] if r] or run_ids[:1]
+default_runs += [r for r in run_ids if r not in default_runs][: max(0, 2 - len(default_runs))]
 chosen = st.multiselect("Runs", run_ids, default=default_runs, key="compare_runs")
 if len(chosen) < 2:
     st.info("Choose at least two runs.")
@@ -67,16 +69,23 @@ for choice in metrics:
             series.append({**from_api(s), "label": label})
     title = choice.removeprefix(ROLE_PREFIX)
     st.plotly_chart(
-        metric_figure(series, title=title, smoothing=smoothing, log_y=log_y), key=f"compare-{choice}"
+        metric_figure(series, title=title, smoothing=smoothing, log_y=log_y, legend_below=True),
+        key=f"compare-{choice}",
     )
     if missing:
         st.caption(f"{title} is not logged by: {', '.join(missing)}")
+
+
+def _shown(value) -> str:
+    """A config value as text; a run without the key shows a dash, never "None"."""
+    return "—" if value is None else str(value)
+
 
 st.subheader("Config differences (run.json)")
 diff = api.compare(chosen).get("config_diff") or []
 if diff:
     st.dataframe(
-        [{"key": d["key"], **{run: str(d["values"].get(run, "–")) for run in chosen}} for d in diff],
+        [{"key": d["key"], **{run: _shown(d["values"].get(run)) for run in chosen}} for d in diff],
         hide_index=True,
         width="stretch",
     )

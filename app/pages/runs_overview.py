@@ -1,6 +1,12 @@
-"""Runs overview: every run with its status, progress, latest losses, open alerts and recommended checkpoint."""
+"""Runs overview: every run with its status, progress, latest losses, open alerts and recommended checkpoint.
+
+Built for a hundred runs and more: names shortened in the middle (where runs of one sweep differ at both ends),
+sorted by what needs a look unless asked otherwise, filtered by status, severity and name; no cell says "None".
+"""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import pandas as pd
 import streamlit as st
@@ -15,58 +21,144 @@ if not runs:
     st.info(f"No runs yet under {roots}. Start a trainer writing into one of these folders; it appears here.")
     st.stop()
 
+# A longer run name is shortened in the middle to fit its column (NAME_WIDTH px).
+NAME_CHARS = 60
+NAME_WIDTH = 430
+BAR_CELLS = 10
+# Status colors: done is green, going is blue, trouble is red or orange, anything else grey.
+STATUS_COLORS = {
+    "completed": "#2e7d32",
+    "running": "#1565c0",
+    "failed": "#c62828",
+    "stalled": "#ef6c00",
+    "unreachable": "#ef6c00",
+    "stopped": "#6d4c41",
+}
+SEVERITY_COLORS = {"error": "#c62828", "warn": "#ef6c00", "info": "#1565c0"}
+NONE = "—"
+SORTS = {
+    "Needs a look first": None,
+    "Name": ("run", True),
+    "Last update": ("_updated", False),
+    "Progress": ("_progress", False),
+    "Status": ("status", True),
+}
+
+
+def middle(text: str, size: int = NAME_CHARS) -> str:
+    """`text` in at most `size` characters, its middle replaced by an ellipsis."""
+    if len(text) <= size:
+        return text
+    tail = (size - 1) // 2
+    return text[: size - 1 - tail] + "…" + text[len(text) - tail :]
+
+
+def progress(run: dict) -> float | None:
+    """How far the run is, 0..1: a completed run is done whatever its planned steps said."""
+    last, total = run.get("last_step"), run.get("total_steps")
+    if (run.get("status") or "") == "completed":
+        return 1.0
+    if last is None or not total:
+        return None
+    return max(0.0, min(1.0, last / total))
+
+
+def bar(fraction: float | None) -> str:
+    if fraction is None:
+        return NONE
+    filled = round(fraction * BAR_CELLS)
+    return "█" * filled + "░" * (BAR_CELLS - filled) + f" {fraction:4.0%}"
+
+
+def number(value: float | None, digits: int = 4) -> str:
+    if value is None or value != value:
+        return NONE
+    return f"{value:.{digits}g}"
+
+
+def ago(when: datetime | None) -> str:
+    if when is None:
+        return NONE
+    seconds = (datetime.now(UTC) - when).total_seconds()
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return "just now"
+
 
 def _row(run: dict) -> dict:
     alerts = run.get("open_alerts") or {}
     last, total = run.get("last_step"), run.get("total_steps")
+    worst = next((s for s in ui.SEVERITIES if alerts.get(s)), "none")
+    updated = ui.parse_time(run.get("updated_at") or run.get("last_point_at"))
+    keep = run.get("recommended_step")
     return {
         "run": run["id"],
         "status": run.get("status") or "unknown",
-        "progress": (last / total) if last is not None and total else None,
-        "step": last,
-        "total steps": total,
-        "train loss": run.get("train_loss"),
-        "val loss": run.get("val_loss"),
-        "errors": alerts.get("error", 0),
-        "warnings": alerts.get("warn", 0),
-        "info": alerts.get("info", 0),
-        "recommended checkpoint": run.get("recommended_step"),
+        "progress": bar(progress(run)),
+        "step": (NONE if last is None else f"{last:,}") + (f" / {total:,}" if total else ""),
+        "train loss": number(run.get("train_loss")),
+        "val loss": number(run.get("val_loss")),
+        "severity": worst,
+        "alerts": ", ".join(f"{alerts[s]} {s}" for s in ui.SEVERITIES if alerts.get(s)) or NONE,
+        "errors": int(alerts.get("error", 0)),
+        "warnings": int(alerts.get("warn", 0)),
+        "info": int(alerts.get("info", 0)),
+        "keep step": NONE if keep is None else f"{keep:,}",
         "anomaly": run.get("anomaly_reason") or "",
-        "updated": ui.parse_time(run.get("updated_at") or run.get("last_point_at")),
-        "format": run.get("format"),
+        "updated": ago(updated),
+        "_updated": updated or datetime.min.replace(tzinfo=UTC),
+        "_progress": progress(run) or 0.0,
     }
 
 
 table = pd.DataFrame([_row(r) for r in runs])
-statuses = sorted({r.get("status") or "unknown" for r in runs})
+statuses = sorted(table["status"].unique())
+severities = [s for s in (*ui.SEVERITIES, "none") if s in set(table["severity"])]
 
-left, middle, right = st.columns([2, 2, 1])
-name_filter = left.text_input("Filter runs by name", placeholder="part of a run id")
-status_filter = middle.multiselect("Status", statuses, default=statuses)
-only_alerts = right.toggle("Only runs with open alerts")
+name_col, status_col, severity_col, sort_col = st.columns([3, 3, 2, 2])
+name_filter = name_col.text_input("Filter runs by name", placeholder="part of a run id")
+status_filter = status_col.multiselect("Status", statuses, default=statuses)
+severity_filter = severity_col.multiselect(
+    "Open alerts", severities, default=severities, help="The most severe open alert of the run"
+)
+sort_by = sort_col.selectbox("Sort by", list(SORTS))
 
-shown = table[table["status"].isin(status_filter)]
+shown = table[table["status"].isin(status_filter) & table["severity"].isin(severity_filter)]
 if name_filter:
     shown = shown[shown["run"].str.contains(name_filter, case=False, regex=False)]
-if only_alerts:
-    shown = shown[(shown["errors"] + shown["warnings"] + shown["info"]) > 0]
-# what needs a look first: open errors, then warnings, then runs still running, then the most recently updated
-shown = (
-    shown.assign(running=shown["status"].eq("running"))
-    .sort_values(
-        ["errors", "warnings", "running", "updated"], ascending=False, na_position="last", kind="stable"
+if SORTS[sort_by] is None:
+    # what needs a look first: open errors, then warnings, then runs still running, then the most recently updated
+    shown = (
+        shown.assign(_running=shown["status"].eq("running"))
+        .sort_values(["errors", "warnings", "_running", "_updated"], ascending=False, kind="stable")
+        .drop(columns="_running")
     )
-    .drop(columns="running")
-)
+else:
+    column, ascending = SORTS[sort_by]
+    shown = shown.sort_values(column, ascending=ascending, kind="stable")
+shown = shown.reset_index(drop=True)
 
 counts = st.columns(4)
 counts[0].metric("Runs", len(runs))
-counts[1].metric("Running", sum(r.get("status") == "running" for r in runs))
+counts[1].metric("Running", int(table["status"].eq("running").sum()))
 counts[2].metric("Open errors", int(table["errors"].sum()))
 counts[3].metric("Open warnings", int(table["warnings"].sum()))
 
+
+def _colors(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text colors: status and progress by the run's status, the severity by itself."""
+    styles = pd.DataFrame("", index=frame.index, columns=frame.columns)
+    by_status = frame["status"].map(lambda s: f"color: {STATUS_COLORS.get(s, '#616161')}")
+    styles["status"] = by_status
+    styles["progress"] = by_status
+    styles["alerts"] = frame["severity"].map(lambda s: f"color: {SEVERITY_COLORS.get(s, '#9e9e9e')}")
+    return styles
+
+
+styled = shown.style.apply(_colors, axis=None).format({"run": middle})
 event = st.dataframe(
-    shown,
+    styled,
     hide_index=True,
     width="stretch",
     # every run in view without scrolling the table (up to 25): 35 px a row plus the header
@@ -81,42 +173,34 @@ event = st.dataframe(
         "step",
         "train loss",
         "val loss",
-        "errors",
-        "warnings",
-        "info",
-        "recommended checkpoint",
+        "alerts",
+        "keep step",
         "anomaly",
         "updated",
     ],
     column_config={
-        "run": st.column_config.TextColumn("run", help="Run directory under its root", width="medium"),
-        "progress": st.column_config.ProgressColumn(
-            "progress", min_value=0.0, max_value=1.0, format="percent", width="small"
+        "run": st.column_config.TextColumn(
+            "run",
+            help="Run directory under its root (a long name is shortened in the middle)",
+            width=NAME_WIDTH,
         ),
-        "step": st.column_config.NumberColumn("step", format="%d"),
-        "train loss": st.column_config.NumberColumn("train loss", format="%.4f"),
-        "val loss": st.column_config.NumberColumn("val loss", format="%.4f"),
-        "errors": st.column_config.NumberColumn(
-            "errors", help="Open alerts of severity error", width="small"
+        "progress": st.column_config.TextColumn(
+            "progress", help="Last step over planned steps; a completed run is done", width="small"
         ),
-        "warnings": st.column_config.NumberColumn(
-            "warns", help="Open alerts of severity warn", width="small"
-        ),
-        "info": st.column_config.NumberColumn("info", help="Open alerts of severity info", width="small"),
-        "recommended checkpoint": st.column_config.NumberColumn(
-            "keep step", format="%d", help="The recommended checkpoint's step"
-        ),
+        "step": st.column_config.TextColumn("step", help="Last step / planned steps"),
+        "alerts": st.column_config.TextColumn("open alerts", help="Open alerts by severity"),
+        "keep step": st.column_config.TextColumn("keep step", help="The recommended checkpoint's step"),
         "anomaly": st.column_config.TextColumn(
             "anomaly",
             help="The first error alert not resolved (the trainer's own status is kept)",
             width="medium",
         ),
-        "updated": st.column_config.DatetimeColumn("last update", format="distance"),
+        "updated": st.column_config.TextColumn("last update"),
     },
 )
 st.caption(
-    "Runs with open errors first, then warnings, then running ones, then the most recently updated. "
-    "Click a row to open the run; click a column header to sort."
+    f"{len(shown)} of {len(runs)} runs shown. Click a row to open the run (its page is titled with the full "
+    "name); the name filter matches any part of a full name."
 )
 rows = event.selection.rows if event is not None else []
 if rows:
