@@ -94,6 +94,21 @@ class DashboardApi:
     def resolve(self, alert_id: int, note: str) -> dict:
         return self._post(f"/api/alerts/{alert_id}/resolve", {"note": note})
 
+    def incidents(self, *, run: str | None = None, state: str = "all") -> list[dict]:
+        """The incidents (alerts grouped by trouble, each with its `alert_ids` and `action`), newest first."""
+        params = {"state": state}
+        if run:
+            params["run"] = run
+        return self._get("/api/incidents", params=params)
+
+    def acknowledge_incident(self, incident_id: int, note: str) -> dict:
+        """Acknowledge every open alert of the incident; `changed` (their ids) and the `incident` after."""
+        return self._post(f"/api/incidents/{incident_id}/ack", {"note": note})
+
+    def resolve_incident(self, incident_id: int, note: str) -> dict:
+        """Resolve every alert of the incident not yet resolved; `changed` and the `incident` after."""
+        return self._post(f"/api/incidents/{incident_id}/resolve", {"note": note})
+
     def checkpoints(self, run: str) -> dict:
         return self._get(f"/api/runs/{_run_path(run)}/checkpoints")
 

@@ -1,14 +1,16 @@
 """Incidents as the API answers them (`GET /api/incidents`, `GET /api/runs/{run}/incidents`, the run view's
 `incidents`): `collector.detect.incidents.stored_incidents` over the stored alerts, each with the `action` of
-its most severe alert that has one (the same object `GET /api/alerts` gives that alert)."""
+its most severe alert that has one (the same object `GET /api/alerts` gives that alert). Acknowledging or
+resolving an incident (`POST /api/incidents/{id}/ack`, `/resolve`) acts on its alerts, the evidence."""
 
 from __future__ import annotations
 
 from collector.core.severity import SEVERITIES, Severity
 from collector.detect.incidents import stored_incidents
-from collector.runs.lookup import find_run
+from collector.runs.lookup import NotFound, find_run
 from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
+from collector.store.db import Store
 
 STATES = ("open", "acked", "resolved", "all")
 
@@ -53,3 +55,35 @@ def with_actions(runs: RunService, listed: list[dict]) -> list[dict]:
         worst = max(acting, key=lambda a: Severity(a["severity"]).rank, default=None)  # max keeps the first
         i["action"] = worst["action"] if worst is not None else None
     return listed
+
+
+def set_incident_state(runs: RunService, incident_id: int, state: str, note: str | None) -> dict:
+    """Acknowledge (`acked`) or resolve (`resolved`) an incident: each of its alerts that is not yet so (to
+    ack: the open ones; to resolve: all not resolved) gets that state, `note` and a history entry, as
+    `POST /api/alerts/{id}/ack|resolve` would give it. Returns `changed` (those alerts' ids) and `incident`
+    (as `incidents` lists it, afterwards: a running run's incident whose alerts are all resolved stays open
+    for its keep-firing window). NotFound for an id that is no incident."""
+    if state not in ("acked", "resolved"):
+        raise ValueError(f"an incident can be set to acked or resolved, not {state!r}")
+    store = runs.store
+    try:
+        run = store_alerts.get_alert(store, incident_id)["run"]
+    except store_alerts.AlertNotFound:
+        raise NotFound(f"no incident with id {incident_id}") from None
+    incident = _incident_with(store, run, incident_id)
+    if incident["id"] != incident_id:
+        raise NotFound(
+            f"no incident with id {incident_id}: alert {incident_id} is evidence of incident {incident['id']}"
+        )
+    wanted = {"open"} if state == "acked" else {"open", "acked"}
+    alerts = store_alerts.list_alerts(store, ids=sorted(incident["alert_ids"]))
+    changed = [a["id"] for a in alerts if a["state"] in wanted]
+    for alert_id in changed:
+        store_alerts.set_state(store, alert_id, state, note)
+    after = _incident_with(store, run, incident_id)
+    return {"incident": with_actions(runs, [after])[0], "changed": changed}
+
+
+def _incident_with(store: Store, run: str, alert_id: int) -> dict:
+    """The run's incident holding alert `alert_id`."""
+    return next(i.to_dict() for i in stored_incidents(store, run) if alert_id in i.alert_ids)

@@ -234,3 +234,57 @@ def test_stream_plays_back_from_a_step(served):
     assert [e["step"] for e in points] == list(range(4990, 5001))
     assert all(e["metric"] == "train/loss" for e in points)
     assert events[-1]["event"] == "playback_complete"
+
+
+def test_an_incident_is_acked_and_resolved_through_all_of_its_alerts(tmp_path):
+    # issue 23.2: the alert review acts on incidents; acting on one sets each of its alerts, the evidence
+    from collector.api.routes.incidents import IncidentChange
+
+    (tmp_path / "root" / "spiky").mkdir(parents=True)
+    with (tmp_path / "root" / "spiky" / "metrics.jsonl").open("w") as f:
+        # recurring gradient spikes, one incident: two over, the last one (the last step) still open
+        for step in range(1, 2001):
+            grad = 400.0 if step in (500, 900, 2000) else 1.0 + (step % 5) * 0.01
+            f.write(
+                json.dumps({"step": step, "data": {"train/loss": 2.0 - step * 1e-4, "train/grad_norm": grad}})
+            )
+            f.write("\n")
+    daemon = Daemon(tmp_path / "rw.duckdb", [tmp_path / "root"]).start()
+    try:
+        client = daemon.client()
+        spec = httpx.get(base_url(daemon) + "/openapi.json").json()
+        assert "IncidentChange" in json.dumps(spec["paths"]["/api/incidents/{incident_id}/ack"])
+        incident = wait_for(
+            lambda: next(
+                (
+                    i
+                    for i in client.get("/api/incidents", params={"rule": "grad_spike"})
+                    if i["alert_count"] == 3
+                ),
+                None,
+            ),
+            "the three spikes as one incident",
+        )
+        states = {a: client.get(f"/api/alerts/{a}")["state"] for a in incident["alert_ids"]}
+        first, second, last = incident["alert_ids"]
+        assert incident["state"] == "open" and states == {first: "resolved", second: "resolved", last: "open"}
+        acked = IncidentChange.model_validate(
+            client.post(f"/api/incidents/{incident['id']}/ack", {"note": "known: bad shard"})
+        )
+        assert acked.changed == [last] and acked.incident.state == "acked"  # only what was open
+        assert (client.get(f"/api/alerts/{last}")["note"]) == "known: bad shard"
+        again = client.post(f"/api/incidents/{incident['id']}/ack", {"note": "twice"})
+        assert again["changed"] == []  # nothing open is left to acknowledge
+        done = client.post(f"/api/incidents/{incident['id']}/resolve", {"note": "skipped the shard"})
+        assert done["changed"] == [last]
+        assert {client.get(f"/api/alerts/{a}")["state"] for a in incident["alert_ids"]} == {"resolved"}
+        assert done["incident"]["id"] == incident["id"] and done["incident"]["alert_count"] == 3
+        for unknown in (
+            999999,
+            incident["alert_ids"][1],
+        ):  # no alert; an alert that is evidence, not the incident
+            with pytest.raises(ApiError) as e:
+                client.post(f"/api/incidents/{unknown}/resolve", {})
+            assert e.value.status == 404 and "no incident" in str(e.value)
+    finally:
+        daemon.ensure_stopped()
