@@ -87,6 +87,10 @@ class Store:
         except StoreError:
             self._con.close()
             raise
+        self._open_done()
+
+    def _open_done(self) -> None:
+        """What every store holds once its connection is open (a file's, or team mode's reader's)."""
         self._local = threading.local()
         self._write_lock = threading.RLock()
         self.disk = DiskState(self.path)  # writes failing for a full disk (what /api/health tells)
@@ -97,7 +101,7 @@ class Store:
         is the shared lake (`collector.store.lake`); `path` names it in messages and beside-files."""
         self = cls.__new__(cls)
         self.path, self._con = Path(path), con
-        self._local, self._write_lock = threading.local(), threading.RLock()
+        self._open_done()
         self.lake_reader = True
         return self
 
