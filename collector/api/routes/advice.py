@@ -7,12 +7,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from collector.api import models
 from collector.api.http import TOKEN, JSONWithNaN, RunsDep
 
 router = APIRouter(dependencies=TOKEN)
 
 
-@router.get("/api/runs/{run:path}/checkpoints")
+@router.get("/api/runs/{run:path}/checkpoints", response_model=models.Advice)
 def checkpoints(
     runs: RunsDep,
     run: str,
@@ -22,6 +23,6 @@ def checkpoints(
     return JSONWithNaN(runs.advice(run, metric or None, direction or None))
 
 
-@router.get("/api/runs/{run:path}/health")
+@router.get("/api/runs/{run:path}/health", response_model=list[models.ChecklistItem])
 def run_health(runs: RunsDep, run: str) -> JSONWithNaN:
     return JSONWithNaN(runs.health(run))

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from collector.api import alerts as api_alerts
+from collector.api import models
 from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
 
 router = APIRouter(dependencies=TOKEN)
@@ -15,7 +16,7 @@ class Note(BaseModel):
     note: str | None = None
 
 
-@router.get("/api/alerts")
+@router.get("/api/alerts", response_model=list[models.Alert])
 def alerts(
     runs: RunsDep,
     run: str | None = None,
@@ -26,16 +27,16 @@ def alerts(
     return JSONWithNaN(api_alerts.alerts(runs, run, rule, severity, state))
 
 
-@router.get("/api/alerts/{alert_id}")
+@router.get("/api/alerts/{alert_id}", response_model=models.AlertDetail)
 def one_alert(runs: RunsDep, alert_id: int) -> JSONWithNaN:
     return JSONWithNaN(api_alerts.alert(runs, alert_id))
 
 
-@router.post("/api/alerts/{alert_id}/ack")
+@router.post("/api/alerts/{alert_id}/ack", response_model=models.AlertDetail)
 def ack(store: StoreDep, alert_id: int, body: Note | None = None) -> JSONWithNaN:
     return JSONWithNaN(api_alerts.set_alert_state(store, alert_id, "acked", body.note if body else None))
 
 
-@router.post("/api/alerts/{alert_id}/resolve")
+@router.post("/api/alerts/{alert_id}/resolve", response_model=models.AlertDetail)
 def resolve(store: StoreDep, alert_id: int, body: Note | None = None) -> JSONWithNaN:
     return JSONWithNaN(api_alerts.set_alert_state(store, alert_id, "resolved", body.note if body else None))

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel
 
-from collector.api import run_files
+from collector.api import models, run_files
 from collector.api.http import TOKEN, CollectorDep, JSONWithNaN, StoreDep
 from collector.ingest import fs
 from collector.runs.lookup import find_run
@@ -22,7 +22,7 @@ class IngestRequest(BaseModel):
     paths: list[str]
 
 
-@router.get("/api/problem_files")
+@router.get("/api/problem_files", response_model=list[models.ProblemFile])
 def problem_files(
     store: StoreDep,
     run: Annotated[str | None, Query(description="only this run's files")] = None,
@@ -30,19 +30,19 @@ def problem_files(
     return JSONWithNaN(run_files.problem_files(store, run))
 
 
-@router.get("/api/runs/{run:path}/quarantine")
+@router.get("/api/runs/{run:path}/quarantine", response_model=list[models.QuarantinedLine])
 def quarantine(store: StoreDep, run: str, limit: Annotated[int, Query(ge=1, le=10000)] = 200) -> JSONWithNaN:
     find_run(store, run)
     return JSONWithNaN(store_read.quarantined(store, run, limit))
 
 
-@router.get("/api/runs/{run:path}/replaced")
+@router.get("/api/runs/{run:path}/replaced", response_model=list[models.ReplacedPoint])
 def replaced(store: StoreDep, run: str, metric: str) -> JSONWithNaN:
     find_run(store, run)
     return JSONWithNaN(store_read.replaced_points(store, run, metric))
 
 
-@router.post("/api/ingest")
+@router.post("/api/ingest", response_model=models.Queued)
 def ingest(c: CollectorDep, body: IngestRequest) -> JSONWithNaN:
     if c.request_ingest is None:
         raise HTTPException(503, "this collector does not take ingest requests")

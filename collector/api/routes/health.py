@@ -8,7 +8,7 @@ import anyio.to_thread
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from collector.api import run_files
+from collector.api import models, run_files
 from collector.api.http import CollectorDep, JSONWithNaN
 from collector.api.run_state import VERSION, health_info
 from collector.core.runtime import identity_proof
@@ -17,7 +17,7 @@ from collector.store import read as store_read
 router = APIRouter()
 
 
-@router.get("/api/health")
+@router.get("/api/health", response_model=models.Health)
 async def health(c: CollectorDep) -> JSONWithNaN:
     # Counts only (no token here): which files, and why, come from /api/problem_files.
     body = await run_in_threadpool(
@@ -38,7 +38,7 @@ async def health(c: CollectorDep) -> JSONWithNaN:
     )
 
 
-@router.get("/api/identity")
+@router.get("/api/identity", response_model=models.Identity)
 async def identity(c: CollectorDep, challenge: str) -> dict:
     """This collector's pid and HMAC(token, challenge): a command proves the marker names this process
     before it sends the token (no token needed; the answer does not reveal it)."""

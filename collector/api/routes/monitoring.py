@@ -38,7 +38,7 @@ from fastapi import APIRouter, HTTPException, Query, WebSocket, WebSocketDisconn
 from starlette.concurrency import run_in_threadpool
 
 from collector.api import incidents as api_incidents
-from collector.api import monitoring, playback
+from collector.api import models, monitoring, playback
 from collector.api.http import TOKEN, Collector, CollectorDep, JSONWithNaN, RunsDep, StoreDep
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -59,13 +59,13 @@ def job(store: Store, job_id: str) -> str:
         raise HTTPException(404, str(e)) from None
 
 
-@router.get("/{job_id:path}/metrics/anomalies")
+@router.get("/{job_id:path}/metrics/anomalies", response_model=models.JobAnomalies)
 def anomalies(runs: RunsDep, job_id: str) -> JSONWithNaN:
     run = job(runs.store, job_id)
     return JSONWithNaN({"job_id": run, "anomalies": api_incidents.incidents(runs, run)})
 
 
-@router.post("/{job_id:path}/metrics/sync")
+@router.post("/{job_id:path}/metrics/sync", response_model=models.JobSync)
 def sync(c: CollectorDep, job_id: str) -> JSONWithNaN:
     run = job(c.store, job_id)
     if c.request_ingest is None:
@@ -80,7 +80,7 @@ def sync(c: CollectorDep, job_id: str) -> JSONWithNaN:
     return JSONWithNaN({"job_id": run, "queued": [str(path)]})
 
 
-@router.get("/{job_id:path}/metrics")
+@router.get("/{job_id:path}/metrics", response_model=models.JobMetrics)
 def metrics(
     store: StoreDep,
     job_id: str,

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel
 
+from collector.api import models
 from collector.api import runs as api_runs
 from collector.api import stop as api_stop
 from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
@@ -21,17 +22,17 @@ class StopRequest(BaseModel):
     reason: str = ""
 
 
-@router.get("/api/runs")
+@router.get("/api/runs", response_model=list[models.RunSummary])
 def runs(service: RunsDep) -> JSONWithNaN:
     return JSONWithNaN(api_runs.runs(service))
 
 
-@router.get("/api/compare")
+@router.get("/api/compare", response_model=models.Compare)
 def compare(service: RunsDep, run: Annotated[list[str], Query()]) -> JSONWithNaN:
     return JSONWithNaN(api_runs.compare(service, run))
 
 
-@router.post("/api/runs/{run:path}/stop")
+@router.post("/api/runs/{run:path}/stop", response_model=models.StopAnswer)
 def stop(store: StoreDep, run: str, body: StopRequest | None = None) -> JSONWithNaN:
     try:
         return JSONWithNaN(api_stop.request_stop(store, run, body.reason if body else ""))
@@ -41,7 +42,7 @@ def stop(store: StoreDep, run: str, body: StopRequest | None = None) -> JSONWith
         raise HTTPException(500, f"run {run!r}: the stop request could not be written ({e})") from None
 
 
-@router.get("/api/runs/{run:path}/view")
+@router.get("/api/runs/{run:path}/view", response_model=models.RunView)
 def run_view(
     service: RunsDep,
     run: str,
@@ -53,6 +54,6 @@ def run_view(
     return JSONWithNaN(api_runs.run_view(service, run, points, start, end, series))
 
 
-@router.get("/api/runs/{run:path}")
+@router.get("/api/runs/{run:path}", response_model=models.RunDetail)
 def one_run(service: RunsDep, run: str) -> JSONWithNaN:
     return JSONWithNaN(api_runs.run(service, run))

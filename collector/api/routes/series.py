@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from collector.api import playback
+from collector.api import models, playback
 from collector.api import series as api_series
 from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
 from collector.runs.lookup import find_run
@@ -26,7 +26,7 @@ LIVE_POLL_S = 0.1  # how often the live stream looks for new points once caught 
 router = APIRouter(dependencies=TOKEN)
 
 
-@router.get("/api/runs/{run:path}/metrics")
+@router.get("/api/runs/{run:path}/metrics", response_model=models.SeriesAnswer)
 def metrics(
     store: StoreDep,
     run: str,
@@ -41,12 +41,16 @@ def metrics(
     return JSONWithNaN(api_series.metrics(store, run, metric, points, start, end, after))
 
 
-@router.get("/api/runs/{run:path}/epochs")
+@router.get("/api/runs/{run:path}/epochs", response_model=models.Epochs)
 def epochs(store: StoreDep, run: str, metric: str) -> JSONWithNaN:
     return JSONWithNaN(api_series.epochs(store, run, metric))
 
 
-@router.get("/api/runs/{run:path}/stream")
+@router.get(
+    "/api/runs/{run:path}/stream",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {"schema": models.EVENT_STREAM}}}},
+)
 async def stream(
     request: Request,
     runs: RunsDep,

@@ -1,0 +1,446 @@
+"""The API's answers as types: one pydantic model per answer, named in `/openapi.json` (so schemathesis checks
+every answer against it) and parsed by the client for the app and the CLI (`Client.get(path, model=...)`).
+
+The routes send the views' JSON as built (NaN and infinities kept, see `collector.api.http.JSONWithNaN`); these
+models say what that JSON holds. A field that is absent in some answers (a downsampled series' `min`) is
+optional here and stays absent when a parsed answer is dumped again (`model_dump(exclude_unset=True)`). Every
+model allows fields it does not name, so a newer collector's extra field reaches an older reader intact.
+
+Imports pydantic only: the app may import this module (tests/test_layout.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Answer(BaseModel):
+    """Base of every answer: unknown fields are kept, not dropped. A field whose name a model cannot take
+    (`copy`) has an alias: dump with `by_alias=True` to get the JSON's names back."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# ---- the collector --------------------------------------------------------------------------------------
+
+
+class RootState(Answer):
+    root: str
+    state: str  # local, connected, connecting, disconnected, unknown
+    since: float | None = None
+    error: str | None = None
+    read_bytes: int | None = None  # remote roots only
+    listing_bytes: int | None = None
+
+
+class ProblemCounts(Answer):
+    failing: int
+    not_read: int
+    deleted: int
+    bad_lines: int
+    no_points: int
+
+
+class IngestState(Answer):
+    """Whether the collector stores what it reads: `ok`, or `stalled` (a full disk: `reason`, `since`,
+    `error`, `files` waiting, `message`)."""
+
+    state: str
+    reason: str | None = None
+    since: float | None = None
+    error: str | None = None
+    files: int | None = None
+    message: str | None = None
+
+
+class Health(Answer):
+    """`GET /api/health`."""
+
+    ok: bool
+    db: str
+    roots: list[str]
+    root_states: list[RootState]
+    version: str
+    problem_files: ProblemCounts
+    memory_limit: str
+    api_threads: int
+    ingest: IngestState | None = None
+
+
+class Identity(Answer):
+    """`GET /api/identity?challenge=`: this collector's pid and HMAC(token, challenge)."""
+
+    pid: int
+    proof: str
+
+
+class ProblemFile(Answer):
+    """One entry of `GET /api/problem_files`."""
+
+    run: str | None
+    path: str
+    problem: str  # failing, not_read, deleted, bad_lines, no_points
+    reason: str
+    attempts: int | None
+    since: float | None
+    next_try_at: float | None
+    bad_lines: int | None
+
+
+class Queued(Answer):
+    """`POST /api/ingest`."""
+
+    queued: list[str]
+
+
+# ---- runs ---------------------------------------------------------------------------------------------
+
+
+class OpenAlerts(Answer):
+    error: int
+    warn: int
+    info: int
+
+
+class RunSummary(Answer):
+    """One run of `GET /api/runs`."""
+
+    id: str
+    path: str | None
+    format: str | None
+    status: str
+    root_state: str
+    last_step: int | None
+    total_steps: int | None
+    updated_at: float | None
+    last_point_at: float | None
+    train_loss: float | None
+    val_loss: float | None
+    open_alerts: OpenAlerts
+    recommended_step: int | None
+    judged_to: int | None
+    anomaly_detected: bool
+    anomaly_reason: str | None
+
+
+class MetricInfo(Answer):
+    """A metric of a run as the run page draws it: `role` picks its panel, `scale` turns a stored value into
+    the real quantity (`train/lr(1e-3)` logs thousandths), `label` is its name in real units."""
+
+    metric: str
+    points: int
+    last_step: int | None
+    role: str | None
+    scale: float = 1.0
+    label: str = ""
+
+
+class Source(Answer):
+    path: str
+    format: str | None
+    offset: int | None
+    lines: int | None
+    segment: int | None
+    state: str | None
+    points: int | None
+    bad_lines: int | None
+    warning: str | None
+
+
+class SkippedFile(Answer):
+    path: str
+    reason: str
+    bytes: int | None
+    copy_: bool = Field(alias="copy")  # a copy of metrics the run reads from another file
+
+
+class FailingFile(Answer):
+    path: str
+    reason: str
+    attempts: int
+    since: float | None
+    last_failed_at: float | None
+    next_try_at: float | None
+
+
+class Decoration(Answer):
+    """What a chart of one role draws beside its data, from the run's thresholds."""
+
+    normal_band: list[float] | None = None  # [low, high]
+    warning_line: float | None = None
+
+
+class RunDetail(RunSummary):
+    """`GET /api/runs/{run}`."""
+
+    config: dict[str, Any] | None
+    status_info: dict[str, Any] | None
+    metrics: list[MetricInfo]
+    sources: list[Source]
+    skipped_files: list[SkippedFile]
+    failing_files: list[FailingFile]
+    decorations: dict[str, Decoration]
+
+
+class Series(Answer):
+    """One metric's points: raw, or buckets by step range (`downsampled`: then `min`, `max`, `first`,
+    `last` and `nonfinite` per bucket too)."""
+
+    metric: str
+    steps: list[int]
+    values: list[float | None]
+    downsampled: bool
+    total_points: int
+    run: str | None = None
+    min: list[float | None] | None = None
+    max: list[float | None] | None = None
+    first: list[float | None] | None = None
+    last: list[float | None] | None = None
+    nonfinite: list[int] | None = None
+
+
+class SeriesAnswer(Answer):
+    """`GET /api/runs/{run}/metrics`."""
+
+    run: str
+    series: list[Series]
+
+
+class EpochRow(Answer):
+    epoch: int
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    points: int
+
+
+class Epochs(Answer):
+    """`GET /api/runs/{run}/epochs`."""
+
+    run: str
+    metric: str
+    epoch_metric: str | None
+    epochs: list[EpochRow]
+
+
+class QuarantinedLine(Answer):
+    path: str
+    segment: int | None
+    line: int | None
+    reason: str
+    text: str | None
+
+
+class ReplacedPoint(Answer):
+    step: int
+    value: float | None
+    segment: int | None
+    source_id: int | None
+    replaced_at: float | None
+
+
+class ConfigDifference(Answer):
+    key: str
+    values: dict[str, Any]
+
+
+class StopAnswer(Answer):
+    """`POST /api/runs/{run}/stop`."""
+
+    run: str
+    path: str
+    request: dict[str, Any]
+    written: bool
+
+
+# ---- advice -------------------------------------------------------------------------------------------
+
+
+class Checkpoint(Answer):
+    step: int
+    path: str | None
+    complete: bool | None
+    bytes: int | None
+    value: float | None = None
+    inferred: bool = False
+    inferred_from: str | None = None
+    evaluated_at: int | None = None
+
+
+class Recommended(Answer):
+    step: int
+    path: str | None
+    reason: str
+
+
+class Advice(Answer):
+    """`GET /api/runs/{run}/checkpoints`."""
+
+    recommended: Recommended | None
+    checkpoints: list[Checkpoint]
+    deletable: list[int]
+    frees_bytes: int | None
+    metric: str | None
+    direction: str | None
+    no_recommendation: str | None
+    never_learned: bool | None = None
+    interrupted_save: int | None = None
+    status: str | None = None  # status.json's state, when there is one
+
+
+class ChecklistItem(Answer):
+    """One item of `GET /api/runs/{run}/health`."""
+
+    id: str
+    phase: str  # start, checkpoint, end
+    title: str
+    state: str  # pass, fail, unknown
+    evidence: str
+
+
+# ---- alerts -------------------------------------------------------------------------------------------
+
+
+class Action(Answer):
+    """What to do about an alert: the checkpoint to go back to, the command that resumes from it."""
+
+    checkpoint: Checkpoint | None
+    trainer: str
+    trainer_evidence: str
+    command: str | None
+    restart_step: int | None
+    skip_steps: list[int] | None
+    advice_step: int | None
+    text: str
+
+
+class Alert(Answer):
+    """One alert of `GET /api/alerts`."""
+
+    id: int
+    run: str
+    rule: str
+    severity: str  # info, warn, error
+    metric: str | None
+    first_step: int
+    last_step: int
+    state: str  # open, acked, resolved
+    message: str
+    value: float | None
+    note: str | None
+    active: bool | None = None
+    evidence: dict[str, Any] | None = None
+    created_at: float | None
+    updated_at: float | None
+    action: Action | None = None
+
+
+class HistoryEntry(Answer):
+    at: float | None
+    event: str
+    state: str
+    note: str | None
+
+
+class AlertDetail(Alert):
+    """`GET /api/alerts/{id}`, and the answer of ack and resolve (without `action`)."""
+
+    history: list[HistoryEntry]
+
+
+class Escalation(Answer):
+    step: int
+    severity: str
+
+
+class Incident(Answer):
+    """One incident of `GET /api/incidents`: one trouble of one run, its alerts as evidence."""
+
+    id: int
+    run: str
+    rule: str  # the cause
+    metric: str | None
+    severity: str
+    state: str
+    first_step: int
+    last_step: int
+    message: str
+    rules: list[str]
+    metrics: list[str]
+    alert_count: int
+    alert_ids: list[int]
+    steps: list[int]
+    worst_value: float | None
+    worst_step: int | None
+    points: int
+    escalations: list[Escalation]
+    action: Action | None = None
+
+
+class IncidentChange(Answer):
+    """The answer of acknowledging or resolving an incident (all of its alerts): the alerts whose state
+    changed, and the incident afterwards."""
+
+    changed: list[int]
+    incident: Incident
+
+
+# ---- answers that combine the above ---------------------------------------------------------------------
+
+
+class RunView(RunDetail):
+    """`GET /api/runs/{run}/view`: the run page's first view."""
+
+    series: list[Series]
+    alerts: list[Alert]
+    incidents: list[Incident] = []
+    checkpoint_steps: list[int]
+
+
+class Compare(Answer):
+    """`GET /api/compare`."""
+
+    runs: list[RunDetail]
+    config_diff: list[ConfigDifference]
+
+
+# ---- the training platform's monitoring routes (collector.api.routes.monitoring) ---------------------------
+
+
+class JobMetrics(Answer):
+    """`GET /api/monitoring/{job_id}/metrics`: one record per step (`step`, `timestamp`, the step's metrics)."""
+
+    job_id: str
+    start_step: int
+    end_step: int | None
+    metrics: list[dict[str, Any]]
+    total: int
+    truncated: bool
+    next_start_step: int | None
+
+
+class JobAnomalies(Answer):
+    """`GET /api/monitoring/{job_id}/metrics/anomalies`: the run's incidents."""
+
+    job_id: str
+    anomalies: list[Incident]
+
+
+class JobSync(Answer):
+    """`POST /api/monitoring/{job_id}/metrics/sync`."""
+
+    job_id: str
+    queued: list[str]
+
+
+# `GET /api/runs/{run}/stream` answers server-sent events, not one JSON document: its 200 is text, one
+# `data: {...}` line per event (live: `{"step", "metric", "value"}`; a playback: the events of
+# `collector.api.playback`, each named by an `event:` line).
+EVENT_STREAM = {
+    "type": "string",
+    "description": 'text/event-stream: `data: {"step", "metric", "value"}` per point (live), or a '
+    "playback's events (playback_info, point, alert, progress, playback_complete)",
+}
