@@ -238,7 +238,7 @@ def test_stream_plays_back_from_a_step(served):
 
 def test_an_incident_is_acked_and_resolved_through_all_of_its_alerts(tmp_path):
     # issue 23.2: the alert review acts on incidents; acting on one sets each of its alerts, the evidence
-    from collector.api.routes.incidents import IncidentChange
+    from collector.api.models import IncidentChange
 
     (tmp_path / "root" / "spiky").mkdir(parents=True)
     with (tmp_path / "root" / "spiky" / "metrics.jsonl").open("w") as f:
