@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gen
+from rusage import read_result, wrapped
 
 
 @dataclass
@@ -28,25 +29,6 @@ class Measured:
     output: str
 
 
-# Forks the measured command from a small interpreter: on Linux a child's ru_maxrss starts from the
-# high-water mark of the process that forked it, so forking from the (large) benchmark would inflate it.
-_WRAPPER = """
-import os, sys, time
-out, cmd = sys.argv[1], sys.argv[2:]
-t0 = time.perf_counter()
-pid = os.fork()
-if pid == 0:
-    try:
-        os.execvp(cmd[0], cmd)
-    finally:
-        os._exit(127)
-_, status, usage = os.wait4(pid, 0)
-wall = time.perf_counter() - t0
-with open(out, "w") as f:
-    f.write("%d %r %d" % (os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss))
-"""
-
-
 def measured_run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = gen.REPO) -> Measured:
     """Run `cmd` to completion and measure it: wall time from fork to exit, and its peak RSS.
 
@@ -55,15 +37,18 @@ def measured_run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = 
     """
     full_env = dict(os.environ) | (env or {})
     with tempfile.NamedTemporaryFile(prefix="bench-rusage-") as res:
-        wrapped = [sys.executable, "-S", "-c", _WRAPPER, res.name, *cmd]
         proc = subprocess.run(
-            wrapped, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            wrapped(cmd, Path(res.name)),
+            cwd=cwd,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
-        fields = Path(res.name).read_text().split()
+        found = read_result(Path(res.name))
     out = proc.stdout.decode(errors="replace")
-    if len(fields) != 3:
+    if found is None:
         return Measured(proc.returncode or 1, float("nan"), float("nan"), out)
-    return Measured(int(fields[0]), float(fields[1]), int(fields[2]) / 1024, out)
+    return Measured(found[0], found[1], found[2], out)
 
 
 def collector_cmd(*args: str) -> list[str]:

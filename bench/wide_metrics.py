@@ -3,7 +3,7 @@ lines carry hundreds to tens of thousands of metric names (`layer{k}/grad_norm`)
 each that must be read too (issue 24.1).
 
 Each case is a root of two runs: the wide file and a 50-step run. Peak RSS is the child's own `ru_maxrss`
-(from wait4). `--tree DIR` runs another checkout's collector on the same files (a before/after figure).
+(from wait4, forked from a small interpreter: bench/rusage.py). `--tree DIR` runs another checkout's collector on the same files (a before/after figure).
 
     .venv/bin/python bench/wide_metrics.py [--cases 500x92,20000x3,2000x800,70000x10] [--tree DIR]
 """
@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen  # noqa: E402
+from rusage import read_result, wrapped  # noqa: E402
 
 NAME = "wide_metrics"
 CASES = "500x92,20000x3,500x3000,2000x800,70000x10"
@@ -46,18 +45,19 @@ def ingest(tree: Path, db: Path, root: Path) -> tuple[int, float, float, str]:
     """(exit code, peak RSS in MB, seconds, output) of one `collector ingest` in `tree`."""
     for p in db.parent.glob(db.name + "*"):
         shutil.rmtree(p) if p.is_dir() else p.unlink()
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "collector", "ingest", "--db", str(db), str(root), "--json"],
+    result = db.parent / (db.name + ".rusage")
+    proc = subprocess.run(
+        wrapped([sys.executable, "-m", "collector", "ingest", "--db", str(db), str(root), "--json"], result),
         cwd=tree,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024, time.monotonic() - t0, out
+    found = read_result(result)
+    if found is None:
+        return proc.returncode or 1, float("nan"), float("nan"), proc.stdout
+    code, wall_s, peak_mb = found
+    return code, peak_mb, wall_s, proc.stdout
 
 
 def main() -> None:

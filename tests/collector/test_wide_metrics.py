@@ -9,13 +9,13 @@ generous (the collector peaks near 250 MB on these files) but far below the 3-10
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench.rusage import read_result, wrapped
 from tests.collector.test_daemon_support import REPO, cli_json
 
 PEAK_RSS_BOUND_MB = 400
@@ -36,12 +36,15 @@ def run_ingest(db: Path, root: Path) -> tuple[int, str, dict, float]:
     """`collector ingest --db DB ROOT --json` as a real subprocess: (exit code, stderr, its summary, its
     peak RSS in MB)."""
     args = [sys.executable, "-m", "collector", "ingest", "--db", str(db), str(root), "--json"]
-    out_path, err_path = Path(f"{db}.stdout"), Path(f"{db}.stderr")
+    out_path, err_path, result = Path(f"{db}.stdout"), Path(f"{db}.stderr"), Path(f"{db}.rusage")
+    # Forked from a small interpreter, not from pytest: a child's ru_maxrss starts from the high-water mark
+    # of the process that forked it (a suite's pytest is past a gigabyte).
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        pid = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=err).pid
-        _, status, usage = os.wait4(pid, 0)  # this child's own peak RSS (ru_maxrss is in KiB on Linux)
-    code = os.waitstatus_to_exitcode(status)
-    return code, err_path.read_text(), json.loads(out_path.read_text() or "{}"), usage.ru_maxrss / 1024
+        subprocess.run(wrapped(args, result), cwd=REPO, stdout=out, stderr=err)
+    found = read_result(result)
+    assert found is not None, f"the measuring wrapper wrote nothing: {err_path.read_text()[-2000:]}"
+    code, _, peak_mb = found
+    return code, err_path.read_text(), json.loads(out_path.read_text() or "{}"), peak_mb
 
 
 @pytest.mark.parametrize(("layers", "lines"), [(500, 92), (20_000, 3)], ids=["500-layers", "20000-names"])
