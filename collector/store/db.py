@@ -26,6 +26,7 @@ import duckdb
 
 from collector.core.model import BadLine
 from collector.core.runtime import MEMORY_MB, command_of
+from collector.store import lake
 from collector.store.damage import check_whole, damage_of, damaged
 from collector.store.disk import DiskState
 from collector.store.schema import StoreError, migrate
@@ -123,6 +124,7 @@ class Store:
             cur = self._con.cursor()
             if self.lake_reader:  # each cursor is a connection of its own: the lake is its default too
                 cur.execute("USE lake")
+                cur = lake.ReaderCursor(cur)
             self._local.cur = cur
         return cur
 

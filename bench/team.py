@@ -1,0 +1,218 @@
+"""Team mode: `--collectors` collectors, each over its own `--runs` live run folders, publishing into one DuckLake
+(a throwaway PostgreSQL catalog on 127.0.0.1, `tests/pg_support.py`, Parquet data in a local folder), and one
+reader `serve --store` answering the API for all of them. Runs under the team venv (DuckDB 1.4.4 + DuckLake):
+
+    .venv-team/bin/python bench/team.py [--collectors 4] [--runs 250] [--seconds 60] [--overview-runs 0]
+
+The writer is `scale.py`'s (1 line/s per run on a 100 ms tick, 10% of runs at 10 lines/s), spread over every
+collector's root. Figures: write-to-API p95 (a line written on any collector until the reader's
+`GET /api/runs/NAME/run-i/metrics?after=step-1` returns it), NaN-to-alert p95 (a NaN loss until the reader's
+`GET /api/alerts?run=NAME/run-i&rule=nonfinite` lists it), catalog commits per second (DuckLake snapshots in
+Postgres over the measured window), Parquet files per run-hour (data files in the lake's folder at the end,
+with DuckLake's defaults: no compaction, inlining off), `GET /api/runs` p50/p95 on the reader (the overview), and
+each collector's CPU. `--overview-runs N` first ingests N more small runs (one extra collector, `--once`) so the
+overview is timed with that many runs in the lake. Targets (issue 26): p95 < 2 s from a line on any collector
+to the shared API; overview < 300 ms at 10,000 runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import archive  # noqa: E402
+import gen  # noqa: E402
+import harness  # noqa: E402
+import scale  # noqa: E402
+
+from tests.pg_support import PgServer  # noqa: E402
+
+NAME = "team"
+TARGET_P95_MS = 2000.0
+TARGET_OVERVIEW_P95_MS = 300.0
+
+
+def snapshots(pg: PgServer, database: str) -> int:
+    """DuckLake's snapshots so far: one per committed lake transaction."""
+    res = pg._run(
+        ["/usr/bin/psql", "-h", "127.0.0.1", "-p", str(pg.port), "-U", pg.user, "-d", database, "-tAc",
+         "SELECT coalesce(max(snapshot_id), 0) FROM ducklake_snapshot"],
+    )  # fmt: skip
+    return int(res.stdout.strip() or 0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--collectors", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=250, help="live runs per collector")
+    ap.add_argument("--fast-share", type=float, default=0.1)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--warmup-s", type=float, default=10.0)
+    ap.add_argument("--sample-every", type=int, default=997)
+    ap.add_argument("--nan-every-s", type=float, default=3.0)
+    ap.add_argument("--poll-ms", type=float, default=100.0)
+    ap.add_argument("--overview-runs", type=int, default=0, help="extra stored runs for the overview timing")
+    args = ap.parse_args()
+
+    work = gen.OUT / "team"
+    shutil.rmtree(work, ignore_errors=True)
+    data = work / "lake"
+    data.mkdir(parents=True)
+    pg = PgServer().start()
+    store = ["--store", f"ducklake:postgres:{pg.dsn}", "--data-path", str(data)]
+    names = [f"c{k}" for k in range(args.collectors)]
+    first = 5
+    fast = round(args.runs * args.fast_share)
+    rate = args.collectors * (fast * 10 + (args.runs - fast))
+    print(
+        f"{args.collectors} collectors x {args.runs} runs: {rate} lines/s for {args.seconds:.0f} s",
+        flush=True,
+    )
+    res: dict = {"collectors": args.collectors, "runs_per_collector": args.runs, "lines_per_s": rate}
+    daemons: list[harness.Daemon] = []
+    try:
+        if args.overview_runs:
+            extra_root = work / "extra"
+            scale.make_root(extra_root, args.overview_runs, first)
+            t0 = time.perf_counter()
+            m = harness.measured_run(
+                harness.collector_cmd("serve", "--db", str(work / "extra.duckdb"), str(extra_root), "--once",
+                                      "--collector", "extra", *store)
+            )  # fmt: skip
+            res["overview_seed"] = {
+                "runs": args.overview_runs,
+                "wall_s": time.perf_counter() - t0,
+                "rc": m.rc,
+            }
+            print(
+                f"seeded {args.overview_runs} runs into the lake in {time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
+        roots = [work / n / "root" for n in names]
+        for root in roots:
+            scale.make_root(root, args.runs, first)
+        for n, root in zip(names, roots, strict=True):
+            d = harness.Daemon(work / f"{n}.duckdb", [root], ("--collector", n, *store))
+            daemons.append(d.__enter__())
+        reader = harness.Daemon(work / "reader.duckdb", [], tuple(store)).__enter__()
+        daemons.append(reader)
+        t0 = time.perf_counter()
+        want = args.collectors * args.runs + args.overview_runs
+        while (
+            sum(1 for r in reader.get("/api/runs", timeout=120) if (r.get("last_step") or 0) >= first) < want
+        ):
+            if time.perf_counter() - t0 > 600:
+                raise SystemExit(f"not every run in the lake within 600 s: {reader.log_tail()}")
+            time.sleep(1.0)
+        res["listed_all_s"] = time.perf_counter() - t0
+        print(f"reader lists all {want} runs {res['listed_all_s']:.1f} s after it answered", flush=True)
+
+        writers = [scale.Writer(root, args.runs, fast, first) for root in roots]
+        lat: list = []
+        alerts: list = []
+        probers: list[threading.Thread] = []
+        runs_ms: list[float] = []
+        poll = args.poll_ms / 1000
+        start = time.perf_counter()
+        measure_from, end = start + args.warmup_s, start + args.warmup_s + args.seconds
+        next_nan, nan_k, nan_run = measure_from, 0, args.runs - 1
+        snaps0 = cpu0 = None
+        tick = lines = 0
+        try:
+            while (now := time.perf_counter()) < end:
+                due_at = start + tick * scale.TICK_S
+                if due_at > now:
+                    time.sleep(due_at - now)
+                if snaps0 is None and now >= measure_from:
+                    snaps0, wall0 = snapshots(pg, "lake"), time.perf_counter()
+                    cpu0 = [harness.cpu_seconds(d.proc.pid) for d in daemons[: args.collectors]]
+                for k, w in enumerate(writers):
+                    for i in w.due(tick):
+                        run, step, t_write = w.write(i)
+                        lines += 1
+                        if snaps0 is not None and lines % args.sample_every == 0:
+                            t = threading.Thread(
+                                target=scale.follow,
+                                args=(reader, f"/api/runs/{names[k]}/{run}/metrics",
+                                      {"metric": "train/loss", "after": step - 1},
+                                      lambda a, s=step: any(s in x.get("steps", []) for x in a["series"]),
+                                      t_write, lat, poll),
+                            )  # fmt: skip
+                            t.start()
+                            probers.append(t)
+                if snaps0 is not None and time.perf_counter() >= next_nan and nan_run >= fast:
+                    next_nan += args.nan_every_s
+                    k = nan_k % args.collectors
+                    run, step, t_write = writers[k].write(nan_run, loss="NaN")
+                    nan_k += 1
+                    nan_run -= 1 if k == args.collectors - 1 else 0
+                    t = threading.Thread(
+                        target=scale.follow,
+                        args=(reader, "/api/alerts", {"run": f"{names[k]}/{run}", "rule": "nonfinite", "state": "all"},
+                              lambda a, s=step: any(x.get("first_step") == s for x in a), t_write, alerts, poll),
+                    )  # fmt: skip
+                    t.start()
+                    probers.append(t)
+                if snaps0 is not None and tick % 50 == 0:
+                    ms, _ = archive.timed_get(reader, "/api/runs")
+                    runs_ms.append(ms)
+                tick += 1
+        finally:
+            for t in probers:
+                t.join()
+            for w in writers:
+                w.close()
+        window = time.perf_counter() - wall0
+        commits = snapshots(pg, "lake") - snaps0
+        cores = [(harness.cpu_seconds(d.proc.pid) - c) / window for d, c in zip(daemons, cpu0, strict=False)]
+        files = sum(1 for _ in data.rglob("*.parquet"))
+        run_hours = (args.collectors * args.runs + args.overview_runs) * (time.perf_counter() - start) / 3600
+        ok = [ms for ms, _ in lat if ms is not None]
+        ok_alerts = [ms for ms, _ in alerts if ms is not None]
+        res |= {
+            "samples": len(lat),
+            "p50_ms": gen.percentile(ok, 50),
+            "p95_ms": gen.percentile(ok, 95),
+            "missed": sum(1 for ms, _ in lat + alerts if ms is None),
+            "errors": [e for _, e in lat + alerts if e][:5],
+            "alert_samples": len(alerts),
+            "alert_p95_ms": gen.percentile(ok_alerts, 95),
+            "catalog_commits_per_s": commits / window,
+            "parquet_files": files,
+            "parquet_files_per_run_hour": files / run_hours if run_hours else None,
+            "overview_ms": {"p50": gen.percentile(runs_ms, 50), "p95": gen.percentile(runs_ms, 95)},
+            "runs_in_lake": want,
+            "collector_cores": cores,
+        }
+    finally:
+        for d in reversed(daemons):
+            d.__exit__(None, None, None)
+        pg.remove()
+    res["met"] = {
+        "p95": res.get("p95_ms", float("inf")) < TARGET_P95_MS,
+        "overview_p95": res.get("overview_ms", {}).get("p95", float("inf")) < TARGET_OVERVIEW_P95_MS,
+    }
+    gen.print_table(
+        "team mode: one lake, many collectors",
+        ["figure", "value", "target"],
+        [
+            ["write-to-API p50 / p95 ms", f"{res['p50_ms']:.0f} / {res['p95_ms']:.0f} ({res['samples']} samples)", "p95 < 2000"],
+            ["NaN-to-alert p95 ms", f"{res['alert_p95_ms']:.0f} ({res['alert_samples']} samples)", ""],
+            ["missed", res["missed"], "0"],
+            ["catalog commits per second", f"{res['catalog_commits_per_s']:.2f}", ""],
+            ["Parquet files (per run-hour)", f"{files} ({res['parquet_files_per_run_hour']:.2f})", ""],
+            [f"GET /api/runs p50 / p95 ms, {want} runs", f"{res['overview_ms']['p50']:.0f} / {res['overview_ms']['p95']:.0f}", "p95 < 300"],
+            ["collector cores", " ".join(f"{c:.2f}" for c in cores), ""],
+        ],
+    )  # fmt: skip
+    print(f"wrote {gen.write_json(NAME, res)}")
+
+
+if __name__ == "__main__":
+    main()
