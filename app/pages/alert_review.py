@@ -1,4 +1,6 @@
-"""Alert review: every alert across runs, filtered; one at a time with its evidence chart, acked or resolved."""
+"""Alert review: a queue of incidents across runs (errors first, then warnings, then notices, newest first
+within each), filtered; one incident at a time with what to do (keep / run / why), its evidence charts and
+its alerts, acknowledged or resolved as a whole."""
 
 from __future__ import annotations
 
@@ -8,53 +10,88 @@ from app import ui
 from app.charts import metric_figure
 from app.series import from_api
 
-# Steps of context drawn on each side of an episode, as a share of the episode's length (at least 20 steps).
+# Steps of context drawn on each side of an incident, as a share of its length (at least 20 steps).
 CONTEXT_SHARE = 1.0
 STATES = ("open", "acked", "resolved", "all")
+SEVERITY_WORDS = {"error": "error", "warn": "warning", "info": "notice"}
+RANK = {s: i for i, s in enumerate(ui.SEVERITIES)}  # error 0, warn 1, info 2
+EVIDENCE_CHARTS = 3  # the incident's metrics drawn, cause first
+HISTORY_ALERTS = 20  # alerts whose history is fetched (one request each)
 
 api = ui.api()
 st.title("Alerts")
 
-everything = api.alerts(state="all")
-if not everything:
+incidents = api.incidents(state="all")
+if not incidents:
     st.info("No alerts in any run. The collector raises them as it reads the runs' metrics.")
     st.stop()
+alerts = {a["id"]: a for a in api.alerts(state="all")}
+
+
+def _evidence(incident: dict) -> list[dict]:
+    return [alerts[a] for a in incident["alert_ids"] if a in alerts]
+
+
+def _newest(incident: dict) -> float:
+    return max((a.get("created_at") or 0.0 for a in _evidence(incident)), default=0.0)
+
+
+def _queue_order(incident: dict) -> tuple:
+    return (
+        RANK.get(incident["severity"], len(RANK)),
+        -_newest(incident),
+        -incident["last_step"],
+        -incident["id"],
+    )
+
+
+def _steps(incident: dict) -> str:
+    first, last = incident["first_step"], incident["last_step"]
+    return f"{first}" if first == last else f"{first}–{last}"
+
 
 filters = st.columns(4)
-runs = filters[0].multiselect("Run", sorted({a["run"] for a in everything}))
-rules = filters[1].multiselect("Rule", sorted({a["rule"] for a in everything}))
+runs = filters[0].multiselect("Run", sorted({i["run"] for i in incidents}))
+rules = filters[1].multiselect("Rule", sorted({r for i in incidents for r in i["rules"]}))
 severities = filters[2].multiselect(
-    "Severity", [s for s in ui.SEVERITIES if any(a["severity"] == s for a in everything)]
+    "Severity",
+    [s for s in ui.SEVERITIES if any(i["severity"] == s for i in incidents)],
+    format_func=lambda s: SEVERITY_WORDS.get(s, s),
 )
 state = filters[3].selectbox("State", STATES, index=0)
 
-shown = [
-    a
-    for a in everything
-    if (not runs or a["run"] in runs)
-    and (not rules or a["rule"] in rules)
-    and (not severities or a["severity"] in severities)
-    and (state == "all" or a["state"] == state)
-]
-st.caption(f"{len(shown)} of {len(everything)} alerts")
-if not shown:
-    st.info("No alert matches these filters.")
+queue = sorted(
+    (
+        i
+        for i in incidents
+        if (not runs or i["run"] in runs)
+        and (not rules or any(r in rules for r in i["rules"]))
+        and (not severities or i["severity"] in severities)
+        and (state == "all" or i["state"] == state)
+    ),
+    key=_queue_order,
+)
+shown_alerts = sum(i["alert_count"] for i in queue)
+st.caption(
+    f"{len(queue)} of {len(incidents)} incidents ({shown_alerts} alerts), errors first, then warnings, then "
+    f"notices, the newest first within each"
+)
+if not queue:
+    st.info("No incident matches these filters.")
     st.stop()
 
 st.dataframe(
     [
         {
-            "id": a["id"],
-            "severity": a["severity"],
-            "run": a["run"],
-            "rule": a["rule"],
-            "metric": a.get("metric"),
-            "steps": f"{a['first_step']}–{a['last_step']}",
-            "state": a["state"],
-            "message": a.get("message"),
-            "note": a.get("note") or "",
+            "severity": SEVERITY_WORDS.get(i["severity"], i["severity"]),
+            "run": i["run"],
+            "trouble": " → ".join(i["rules"]),
+            "steps": _steps(i),
+            "alerts": i["alert_count"],
+            "state": i["state"],
+            "message": i.get("message"),
         }
-        for a in shown
+        for i in queue
     ],
     hide_index=True,
     width="stretch",
@@ -65,60 +102,112 @@ st.dataframe(
 )
 
 
-def _label(alert_id: int) -> str:
-    a = next(x for x in shown if x["id"] == alert_id)
-    return f"#{a['id']} [{a['severity']}] {a['rule']} in {a['run']} at steps {a['first_step']}–{a['last_step']} ({a['state']})"
+def _label(incident_id: int) -> str:
+    i = next(x for x in queue if x["id"] == incident_id)
+    count = f", {i['alert_count']} alerts" if i["alert_count"] > 1 else ""
+    return (
+        f"[{SEVERITY_WORDS.get(i['severity'], i['severity'])}] {' → '.join(i['rules'])} in {i['run']} "
+        f"at steps {_steps(i)} ({i['state']}{count})"
+    )
 
 
-chosen = st.selectbox("Review alert", [a["id"] for a in shown], format_func=_label, key="alert_choice")
-alert = api.alert(chosen)
-color = {"error": st.error, "warn": st.warning}.get(alert["severity"], st.info)
+chosen = st.selectbox("Review incident", [i["id"] for i in queue], format_func=_label, key="incident_choice")
+incident = next(i for i in queue if i["id"] == chosen)
+evidence = _evidence(incident)
+color = {"error": st.error, "warn": st.warning}.get(incident["severity"], st.info)
+many = (
+    f" {incident['alert_count']} alerts at steps {', '.join(map(str, incident['steps']))}."
+    if len(evidence) > 1
+    else ""
+)
 color(
-    f"**{alert['rule']}** ({alert['severity']}, {alert['state']}) in run `{alert['run']}`: {alert.get('message')}"
+    f"**{' → '.join(incident['rules'])}** ({SEVERITY_WORDS.get(incident['severity'])}, {incident['state']}) in run "
+    f"`{incident['run']}`: {incident.get('message')}{many}"
 )
 
-action = alert.get("action")
+action = incident.get("action")
 if action:
-    # the API's action: the checkpoint to go back to and the command that resumes from it
+    # the API's action in three lines; the command once, in a code block (it has a copy button)
     st.markdown("**What to do**")
-    st.markdown(action["text"])
+    st.markdown(f"**Keep** {action['keep']}  \n**Run** {action['run']}")
     if action.get("command"):
         st.code(action["command"], language="bash")
+    st.markdown(f"**Why** {action['why']}")
+    st.caption(f"Trainer: {action['trainer']} ({action['trainer_evidence']}).")
 
-if alert.get("metric"):
-    first, last = alert["first_step"], alert["last_step"]
-    margin = max(20, int((last - first) * CONTEXT_SHARE))
-    evidence = api.metrics(alert["run"], [alert["metric"]], start=max(0, first - margin), end=last + margin)
-    series = [from_api(s) for s in evidence]
+drawn = [m for m in incident["metrics"] if m][:EVIDENCE_CHARTS]
+first, last = incident["first_step"], incident["last_step"]
+margin = max(20, int((last - first) * CONTEXT_SHARE))
+for metric in drawn:
+    series = [
+        from_api(s)
+        for s in api.metrics(incident["run"], [metric], start=max(0, first - margin), end=last + margin)
+    ]
     if series and series[0]["steps"]:
         st.plotly_chart(
             metric_figure(
-                series, title=f"Evidence: {alert['metric']} around steps {first}–{last}", alerts=[alert]
+                series,
+                title=f"Evidence: {metric} around steps {first}–{last}",
+                alerts=evidence,  # one trouble: every alert of it, on each of its metrics
             ),
-            key=f"evidence-{alert['id']}",
+            key=f"evidence-{incident['id']}-{metric}",
         )
     else:
-        st.caption(f"No points of {alert['metric']} around steps {first}–{last}.")
-else:
-    st.caption("This alert is about the run as a whole (no single metric to draw).")
+        st.caption(f"No points of {metric} around steps {first}–{last}.")
+if not drawn:
+    st.caption("This incident is about the run as a whole (no single metric to draw).")
 
-note = st.text_input("Note (stored with the alert)", key=f"note-{alert['id']}")
+open_ids = [a["id"] for a in evidence if a["state"] == "open"]
+unresolved = [a["id"] for a in evidence if a["state"] != "resolved"]
+if incident["state"] == "open" and not unresolved:
+    st.caption(
+        "Every alert of this incident has cleared; it stays open until the run goes on past it without the "
+        "trouble coming back."
+    )
+note = st.text_input("Note (stored with each of its alerts)", key=f"note-{incident['id']}")
 act = st.columns([1, 1, 4])
-if act[0].button("Acknowledge", disabled=alert["state"] != "open", key=f"ack-{alert['id']}"):
-    api.acknowledge(alert["id"], note)
-    st.toast(f"Alert #{alert['id']} acknowledged")
+if act[0].button("Acknowledge", disabled=not open_ids, key=f"ack-{incident['id']}"):
+    done = api.acknowledge_incident(incident["id"], note)
+    st.toast(f"Acknowledged {len(done['changed'])} alert(s) of the incident")
     st.rerun()
-if act[1].button("Resolve", disabled=alert["state"] == "resolved", key=f"resolve-{alert['id']}"):
-    api.resolve(alert["id"], note)
-    st.toast(f"Alert #{alert['id']} resolved")
+if act[1].button("Resolve", disabled=not unresolved, key=f"resolve-{incident['id']}"):
+    done = api.resolve_incident(incident["id"], note)
+    st.toast(f"Resolved {len(done['changed'])} alert(s) of the incident")
     st.rerun()
 
-history = alert.get("history") or []
-if history:
-    st.markdown("**History**")
+with st.expander(f"Evidence: {len(evidence)} alert(s)", expanded=len(evidence) == 1):
     st.dataframe(
-        [{**h, "at": ui.parse_time(h.get("at")), "note": h.get("note") or ""} for h in history],
+        [
+            {
+                "id": a["id"],
+                "severity": SEVERITY_WORDS.get(a["severity"], a["severity"]),
+                "rule": a["rule"],
+                "metric": a.get("metric"),
+                "steps": f"{a['first_step']}–{a['last_step']}",
+                "state": a["state"],
+                "message": a.get("message"),
+                "note": a.get("note") or "",
+            }
+            for a in evidence
+        ],
         hide_index=True,
         width="stretch",
-        column_config={"at": st.column_config.DatetimeColumn("at", format="YYYY-MM-DD HH:mm:ss")},
+        column_config={"message": st.column_config.TextColumn("message", width="large")},
     )
+    history = sorted(
+        (
+            {**h, "alert": a["id"]}
+            for a in evidence[:HISTORY_ALERTS]
+            for h in api.alert(a["id"]).get("history") or []
+        ),
+        key=lambda h: h.get("at") or 0.0,
+    )
+    if history:
+        st.markdown("**History**")
+        st.dataframe(
+            [{**h, "at": ui.parse_time(h.get("at")), "note": h.get("note") or ""} for h in history],
+            hide_index=True,
+            width="stretch",
+            column_order=("at", "alert", "event", "state", "note"),
+            column_config={"at": st.column_config.DatetimeColumn("at", format="YYYY-MM-DD HH:mm:ss")},
+        )

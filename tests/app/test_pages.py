@@ -244,20 +244,39 @@ def collector_cli(collector, *args: str) -> object:
     return json.loads(out.stdout)
 
 
-def test_acknowledging_an_alert_stores_its_state_and_note(app_env):
+def test_alert_review_is_a_queue_of_incidents_errors_first(app_env):
+    # issue 23.2: incidents, errors first, then warnings, then notices; the top of the queue is under review
+    api = api_of(app_env)
     at = open_page("alerts")
     assert [t.value for t in at.title] == ["Alerts"]
-    choice = at.selectbox(key="alert_choice")
-    alert_id = choice.value
+    table = at.dataframe[0].value
+    top = at.selectbox(key="incident_choice")
+    assert top.index == 0
+    first = next(i for i in api.incidents(state="open") if i["id"] == top.value)
+    assert (first["run"], " → ".join(first["rules"])) == (table["run"][0], table["trouble"][0])
+    every = api.incidents(state="all")
+    table = _state_filter(at, "all").dataframe[0].value
+    assert len(table) == len(every) and sum(table["alerts"]) == sum(i["alert_count"] for i in every)
+    order = {"error": 0, "warning": 1, "notice": 2}
+    ranks = [order[s] for s in table["severity"]]
+    assert ranks == sorted(ranks) and len(set(ranks)) > 1
+
+
+def test_acknowledging_an_incident_acknowledges_its_open_alerts_with_the_note(app_env):
+    at = open_page("alerts")
+    incident_id = at.selectbox(key="incident_choice").value
+    incident = next(i for i in api_of(app_env).incidents(state="all") if i["id"] == incident_id)
     before = {a["id"]: a for a in collector_cli(app_env, "alerts", "--state", "all")}
-    assert before[alert_id]["state"] == "open"
-    assert at.get("plotly_chart") or before[alert_id].get("metric") is None  # the evidence chart
-    at.text_input(key=f"note-{alert_id}").input("seen in the app test").run()
-    at.button(key=f"ack-{alert_id}").click().run()
+    opened = [a for a in incident["alert_ids"] if before[a]["state"] == "open"]
+    assert incident["state"] == "open" and opened
+    assert at.get("plotly_chart") or not any(incident["metrics"])  # the evidence chart
+    at.text_input(key=f"note-{incident_id}").input("seen in the app test").run()
+    at.button(key=f"ack-{incident_id}").click().run()
     assert not at.exception, [e.value for e in at.exception]
     after = {a["id"]: a for a in collector_cli(app_env, "alerts", "--state", "all")}
-    assert after[alert_id]["state"] == "acked"
-    assert after[alert_id]["note"] == "seen in the app test"
+    assert all(after[a]["state"] == "acked" and after[a]["note"] == "seen in the app test" for a in opened)
+    others = [a for a in incident["alert_ids"] if a not in opened]
+    assert all(after[a]["state"] == before[a]["state"] for a in others)  # resolved ones stay resolved
 
 
 def _state_filter(at, state: str):
@@ -265,35 +284,44 @@ def _state_filter(at, state: str):
     return at
 
 
-def test_resolving_an_alert_stores_its_state_note_and_history(app_env):
-    # the real runs hold few open alerts (issue 12: healthy runs raise none): review one not yet resolved,
-    # open or acknowledged, from the list of every alert
-    at = _state_filter(open_page("alerts"), "all")
-    alert_id = next(a["id"] for a in api_of(app_env).alerts(state="all") if a["state"] != "resolved")
-    at.selectbox(key="alert_choice").set_value(alert_id).run()
-    at.text_input(key=f"note-{alert_id}").input("fixed the lr").run()
-    at.button(key=f"resolve-{alert_id}").click().run()
-    assert not at.exception, [e.value for e in at.exception]
-    stored = api_of(app_env).alert(alert_id)
-    assert stored["state"] == "resolved"
-    assert stored["note"] == "fixed the lr"
-    assert any(h.get("note") == "fixed the lr" for h in stored["history"])
-    # the open-alerts view moved on: the resolved alert is no longer offered for review
-    _state_filter(at, "open")
-    offered = [o for s in at.selectbox if s.key == "alert_choice" for o in s.options]
-    assert not any(label.startswith(f"#{alert_id} ") for label in offered)
-
-
-def test_alert_filters_narrow_the_list(app_env):
+def test_resolving_an_incident_resolves_its_alerts_with_note_and_history(app_env):
     api = api_of(app_env)
-    every = api.alerts(state="all")
-    assert len({a["rule"] for a in every}) > 1
-    rule = every[0]["rule"]
+    at = _state_filter(open_page("alerts"), "all")
+    alerts = {a["id"]: a for a in api.alerts(state="all")}
+    incident = next(
+        i
+        for i in api.incidents(state="all")
+        if i["state"] != "resolved" and any(alerts[a]["state"] != "resolved" for a in i["alert_ids"])
+    )
+    at.selectbox(key="incident_choice").set_value(incident["id"]).run()
+    at.text_input(key=f"note-{incident['id']}").input("fixed the lr").run()
+    at.button(key=f"resolve-{incident['id']}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    for alert_id in incident["alert_ids"]:
+        stored = api.alert(alert_id)
+        assert stored["state"] == "resolved"
+        if alerts[alert_id]["state"] != "resolved":
+            assert stored["note"] == "fixed the lr"
+            assert any(h.get("note") == "fixed the lr" for h in stored["history"])
+    # an incident whose alerts all cleared stays open (and offered) only while its run may go on within the
+    # keep-firing window, and the page says so
+    now = next(i for i in api.incidents(state="all") if i["id"] == incident["id"])
+    cleared = any("has cleared" in c.value for c in at.caption)
+    assert cleared == (now["state"] == "open")
+    _state_filter(at, "open")
+    offered = [o for s in at.selectbox if s.key == "incident_choice" for o in s.options]
+    assert any(f"{' → '.join(now['rules'])} in {now['run']} " in o for o in offered) == cleared
+
+
+def test_alert_filters_narrow_the_queue(app_env):
+    every = api_of(app_env).incidents(state="all")
+    assert len({r for i in every for r in i["rules"]}) > 1
+    rule = every[0]["rules"][-1]
     at = _state_filter(open_page("alerts"), "all")
     at.multiselect[1].set_value([rule]).run()
     table = at.dataframe[0].value
-    assert set(table["rule"]) == {rule}
-    assert len(table) == len([a for a in every if a["rule"] == rule])
+    assert all(rule in trouble.split(" → ") for trouble in table["trouble"])
+    assert len(table) == len([i for i in every if rule in i["rules"]])
 
 
 @pytest.mark.slow
@@ -395,13 +423,21 @@ def test_the_app_recovers_when_its_collector_is_killed(real_root, tmp_path, monk
             wait_for(lambda: read_marker(db) is None, "the started collector exits", 60)
 
 
-def test_alert_review_shows_the_action_of_an_error_alert(app_env):
-    # the action (issue 12 item 8) is drawn as the API sends it: its text and its command, nothing recomputed
+def test_alert_review_says_what_to_do_in_three_lines_with_the_command_once(app_env):
+    # the action (issue 12 item 8) is drawn as the API sends it; issue 23.2: Keep / Run / Why, the command
+    # once in a code block (its copy button), not the paragraph
     at = _state_filter(open_page("alerts"), "all")
-    alert = next(a for a in api_of(app_env).alerts(state="all") if a.get("action"))
-    at.selectbox(key="alert_choice").set_value(alert["id"]).run()
+    incident = next(i for i in api_of(app_env).incidents(state="all") if i.get("action"))
+    action = incident["action"]
+    at.selectbox(key="incident_choice").set_value(incident["id"]).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any(m.value == "**What to do**" for m in at.markdown)
-    assert any(m.value == alert["action"]["text"] for m in at.markdown)
-    if alert["action"]["command"]:
-        assert [c.value for c in at.code] == [alert["action"]["command"]]
+    shown = [m.value for m in at.markdown]
+    assert "**What to do**" in shown
+    assert (
+        f"**Keep** {action['keep']}  \n**Run** {action['run']}" in shown
+        and f"**Why** {action['why']}" in shown
+    )
+    assert action["text"] not in shown
+    assert [c.value for c in at.code] == ([action["command"]] if action["command"] else [])
+    if action["command"]:
+        assert not any(action["command"] in m for m in shown)
