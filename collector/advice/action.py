@@ -97,7 +97,14 @@ def trainer_of(
 def needs_action(alert: dict) -> bool:
     """Whether an alert carries an action: every error alert, and the alerts that name a checkpoint to keep."""
     rule = alert.get("rule")
-    return alert.get("severity") == "error" or rule in CHECKPOINT_RULES or rule in STEP_NAMING_RULES
+    # a run a person stopped (a run_failed warning) is told how to go on from where it stopped
+    stopped = rule == RUN_FAILED and (alert.get("evidence") or {}).get("stopped")
+    return (
+        alert.get("severity") == "error"
+        or rule in CHECKPOINT_RULES
+        or rule in STEP_NAMING_RULES
+        or bool(stopped)
+    )
 
 
 def action_for_alert(
@@ -120,7 +127,9 @@ def action_for_alert(
         chosen, why = _kept_by_advice(alert, advice)
         reason = (recommended or {}).get("reason") or why
     else:
-        chosen, why, reason = _last_good_before(alert, advice["checkpoints"], bad_episodes, restart_before)
+        chosen, why, reason = _last_good_before(
+            alert, advice["checkpoints"], bad_episodes, restart_before, advice_step
+        )
     evidence = alert.get("evidence") or {}
     named = evidence.get("best_step", evidence.get("peak_step"))
     if (
@@ -244,7 +253,11 @@ def _kept_by_advice(alert: dict, advice: dict) -> tuple[dict | None, str]:
 
 
 def _last_good_before(
-    alert: dict, checkpoints: list[dict], bad: list[tuple[int, int]], restart_before: int
+    alert: dict,
+    checkpoints: list[dict],
+    bad: list[tuple[int, int]],
+    restart_before: int,
+    advice_step: int | None = None,
 ) -> tuple[dict | None, str, str]:
     """The newest usable checkpoint saved before the episode began (for a spike, `restart_before` steps
     before it when one exists), the sentence saying which and why, and the why alone (a short line)."""
@@ -266,6 +279,27 @@ def _last_good_before(
             none = "the run's files imply no checkpoint"
         else:
             none = "no complete checkpoint outside a bad episode was saved"
+        resumed = (alert.get("evidence") or {}).get("resumed_from")
+        if isinstance(resumed, int) and resumed <= first:
+            # the run's own log says it resumed from a checkpoint: one is there, at that step or later
+            reason = (
+                f"its log says it resumed from the checkpoint at step {resumed} ('Continuing training from global "
+                f"step {resumed}'), so that one, or a later save, is in its output folder ({none} here)"
+            )
+            text = f"Go on from the run's latest checkpoint: {reason}; resume from the latest of them, not from the beginning."
+            return (
+                {"step": resumed, "path": None, "complete": None, "inferred": True},
+                text,
+                f"The run resumed from step {resumed}: its latest checkpoint is at that step or later.",
+            )
+        if advice_step is not None and advice_step <= first:
+            # one voice with the checkpoint advice: its step is where to go back to, if the trainer saved it
+            text = (
+                f"No checkpoint of this run was seen before step {first}, where the trouble began; the checkpoint "
+                f"advice's step {advice_step} is the one to go back to if the trainer saved it there (else restart "
+                f"from the beginning once the cause is fixed)."
+            )
+            return None, text, f"The checkpoint advice's step {advice_step}, if the trainer saved it."
         reason = f"{none} before step {first}, where the trouble began{later}"
         text = (
             f"There is no checkpoint to go back to: {reason}. "
@@ -290,9 +324,9 @@ def _last_good_before(
     value = ""
     if pick.get("value") is not None:
         at = pick.get("evaluated_at")
-        # a value borrowed from the nearest evaluation is said to be that one's, not this save's
+        # a value carried from the latest evaluation before the save is said to be that one's, not this save's
         value = f" (evaluation {fmt(pick['value'])}" + (
-            f", at step {at}, the nearest)" if at not in (None, pick["step"]) else ")"
+            f", at step {at}, the latest before this save)" if at not in (None, pick["step"]) else ")"
         )
     chosen = {k: pick.get(k) for k in ("step", "path", "complete", "inferred")}
     reason = f"the last {kind} before the trouble began at step {first}, outside every bad episode{margin}"
@@ -313,6 +347,15 @@ def _command(trainer: Trainer, checkpoint: dict, run_path: str | None) -> tuple[
     without the command), or None when the trainer is not known."""
     path, host = _on_host(str(checkpoint.get("path") or ""))
     where = f" on {host}" if host else ""
+    if not path:  # a checkpoint the run's log names but nobody has seen: the trainer's "latest" is the one
+        if trainer.kind != "hf":
+            return None
+        command = "trainer.train(resume_from_checkpoint=True)"
+        return (
+            command,
+            f"call `{command}` (the Trainer takes the latest checkpoint in its output_dir)",
+            "call this in your training script (it takes the latest checkpoint in output_dir)",
+        )
     if trainer.kind == "runwatch":
         out, _ = _on_host(run_path or "RUN_DIR")
         command = f"python -m trainer.launch --preset {trainer.preset} --out {out} --resume-from {checkpoint['step']}"

@@ -101,7 +101,11 @@ class KlRiseRule:
     enabled: bool = True
     block: int = 5  # points per block; the KL accelerates when three block medians climb by growing steps
     growth: float = 1.5  # and the newest block's median is this many times the oldest's...
-    min_level: float = 0.05  # ...and at least this high (GRPO/PPO KL usually stays below 0.01-0.1)
+    # ...and at least this high, as kl_spike's relative spikes count (GRPO/PPO KL wanders at 0.001-0.1: a
+    # healthy 0.028 -> 0.03 -> 0.07 is nothing to act on)
+    min_level: float = 0.1
+    # the climb lasts: the next block keeps this share of the last climb, and the KL's level
+    confirm_share: float = 0.75
     clear_after: int = 2
 
 
@@ -111,7 +115,7 @@ class RewardCollapse(Rule):
     rule_id = "reward_collapse"
     roles = ("reward",)
     settings = RewardCollapseRule
-    severities = (Severity.WARN,)
+    severities = (Severity.WARN, Severity.ERROR)
     screen = RewardCollapseScreen()
     action = Action.NAME_STEP
     meaning = "the reward had collapsed there"
@@ -156,6 +160,10 @@ class RewardCollapse(Rule):
         if self.falling == 0:
             self.first_falling = step
         self.falling += 1
+        # fallen to one value and held there for a whole window (every group all right or all wrong): no
+        # learning signal is left; said at once, as an error, and first (zero gradients follow from it)
+        if max(values) - min(values) <= 1e-9 * max(1.0, abs(self.best)):
+            return self._constant(step, value)
         if self.falling < cfg.patience:
             return HOLD
         return Finding(
@@ -174,6 +182,25 @@ class RewardCollapse(Rule):
             first_step=self.first_falling,
         )
 
+    def _constant(self, step: int, value: float) -> Finding:
+        return Finding(
+            Severity.ERROR,
+            value,
+            f"{self.metric} has collapsed to a constant {fmt(value)} (the same value for {len(self.recent)} points "
+            f"to step {step}), far below its best {fmt(self.best)} (step {self.best_step}): every sampled response "
+            f"gets the same reward, so the advantages and the policy's gradients are zero and nothing is learned. "
+            f"Likely causes: the policy collapsed to one output, a reward function or verifier returning a "
+            f"constant (a format the parser no longer matches). Check sampled responses and the reward function "
+            f"on them; resume from the checkpoint near step {self.best_step}.",
+            {
+                "best_rolling_median": self.best,
+                "best_step": self.best_step,
+                "rolling_median": value,
+                "kind": "constant",
+            },
+            first_step=self.first_falling,
+        )
+
 
 class RewardStdCollapse(ZeroStreak):
     """Reward spread at zero: every sample in a group got the same reward, so there is no learning signal."""
@@ -181,7 +208,7 @@ class RewardStdCollapse(ZeroStreak):
     rule_id = "reward_collapse"
     roles = ("reward_std",)
     settings = RewardCollapseRule
-    severities = (Severity.WARN,)
+    severities = (Severity.WARN, Severity.ERROR)
     screen = ZeroStreakScreen("std_zero")
     action = Action.NAME_STEP
     meaning = RewardCollapse.meaning
@@ -202,6 +229,8 @@ class RewardStdCollapse(ZeroStreak):
             f"sampling temperature too low. Check the reward function on a few responses.",
             {"threshold": self.cfg.std_zero, "points": points},
             first_step=since,
+            # twice as long with no signal at all: nothing has been learned for that long
+            error_after_points=self.cfg.std_for,
         )
 
 
@@ -300,8 +329,8 @@ class ResponseTruncation(Rule):
 
 class KlRise(Rule):
     """The KL to the reference policy accelerating: three block medians climbing by growing steps to a level
-    that matters, confirmed by the next block staying at least halfway up the last climb (RL). A KL that rises
-    and levels off (saturating) is normal, and one noisy block is not a trend."""
+    that matters (`min_level`), confirmed by the next block keeping most of the last climb and that level (RL).
+    A KL that rises and levels off (saturating) is normal, and one noisy block is not a trend."""
 
     rule_id = "kl_rise"
     roles = ("kl",)
@@ -340,7 +369,9 @@ class KlRise(Rule):
         before, self.pending = self.pending, None
         if accelerating and c >= cfg.min_level and c >= cfg.growth * max(a, 1e-12):
             self.pending = (a, b, c, step)
-        if before is None or not c >= before[1] + (before[2] - before[1]) / 2:
+        if before is None or not (
+            c >= before[1] + cfg.confirm_share * (before[2] - before[1]) and c >= cfg.min_level
+        ):
             return None
         a0, b0, c0, at = before
         return Finding(

@@ -252,17 +252,14 @@ def run_failed_finding(status: str | None, status_info: dict | None, last_step: 
         (advice for pattern, advice in _CAUSES if pattern.search(text)),
         "Read the traceback around that line; fix the cause, then resume from the last checkpoint.",
     )
+    evidence = {"error": text, "where": where, "last_step": last_step}
+    resumed = info.get("resumed_from")
+    if isinstance(resumed, int):
+        # the run itself resumed from a checkpoint: the action goes on from its latest, not from the beginning
+        evidence["resumed_from"] = resumed
     if stopped_by_person(text):
         # a person's stop is not a failure: a warning that says where it stopped and how to go on
         return Finding(
-            Severity.WARN,
-            None,
-            f"The run was stopped{after}{said}. {cause}",
-            {"error": text, "where": where, "last_step": last_step, "stopped": True},
+            Severity.WARN, None, f"The run was stopped{after}{said}. {cause}", evidence | {"stopped": True}
         )
-    return Finding(
-        Severity.ERROR,
-        None,
-        f"The run failed{after}{said}. {cause}",
-        {"error": text, "where": where, "last_step": last_step},
-    )
+    return Finding(Severity.ERROR, None, f"The run failed{after}{said}. {cause}", evidence)

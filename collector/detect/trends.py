@@ -345,7 +345,7 @@ class NoLearningGrad(ZeroStreak):
     rule_id = "no_learning"
     roles = ("grad_norm",)
     settings = NoLearningRule
-    severities = (Severity.ERROR,)
+    severities = (Severity.WARN, Severity.ERROR)
     screen = ZeroStreakScreen("zero_grad", absolute=True)
     meaning = "nothing was being learned there"
     caused_by = ("reward_collapse",)  # incidents: an RL reward with no spread gives zero gradients
@@ -357,7 +357,27 @@ class NoLearningGrad(ZeroStreak):
     def points_needed(self) -> int:
         return self.cfg.for_points
 
+    rl = False  # an RL run: zero gradients are most often the reward's doing
+
+    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
+        self.rl = facts.is_rl
+        return super().feed(step, value, facts)
+
     def finding(self, value: float, points: int, since: int) -> Finding:
+        if self.rl:
+            # a GRPO/PPO group whose rewards are all equal has zero advantages, so zero gradients: the reward's
+            # trouble (reward_collapse says it as the error), not frozen weights
+            return Finding(
+                Severity.WARN,
+                value,
+                f"{self.metric} = {fmt(value)} for {points} logged points in a row (since step {since}): the policy "
+                f"is not being updated. In an RL run this is most often the reward: every response in each group "
+                f"got the same reward (zero spread: all right or all wrong), so the advantages, and with them the "
+                f"gradients, are zero; check the reward's spread (reward_std, critic/score) and the reward "
+                f"function. Only if the rewards still vary: no trainable parameters or a detached loss.",
+                {"zero_threshold": self.cfg.zero_grad, "points": points, "since_step": since, "rl": True},
+                first_step=since,
+            )
         return Finding(
             Severity.ERROR,
             value,

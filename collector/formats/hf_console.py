@@ -26,6 +26,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # tqdm's bar: ` 10%|█         | 20/181 [03:20<26:49, 10.00s/it]`.
 _BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 _LOGGING_STEPS = re.compile(r"logging_steps\s*[=:]\s*(\d+)")
+# The Trainer resuming from a checkpoint: `  Continuing training from global step 1000`.
+_RESUMED = re.compile(r"Continuing training from global step (\d+)")
 # The Trainer's start-up banner: `  Total optimization steps = 200` (also `200,` with a thousands comma).
 _TOTAL_STEPS = re.compile(r"Total optimization steps\s*=\s*([\d,]+)")
 TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "reward")
@@ -42,8 +44,8 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     not bad lines. `info`: `total_steps` and `current_step` from the training bar, `step_source` ("bar" or
     "order"), `completed`, and `error` ({"line", "text", "file"}: a traceback's exception line or a
     launcher's kill message, and `path`) when one came after the last logged dict (None once the run logs
-    again). `state` (JSON)
-    carries the bar, the dict count and the decision between reads.
+    again), `resumed_from` (the checkpoint step of HF's `Continuing training from global step N`, else None).
+    `state` (JSON) carries the bar, the dict count and the decision between reads.
     """
     st = _State(state)
     lines, consumed = complete_lines(data)
@@ -52,6 +54,8 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     points = result.points
     for index, (line_no, start, piece) in enumerate(pieces):
         brace = piece.find("{'")
+        if not piece.strip():
+            st.cleared = True  # tqdm.write clears the bar's line before it prints a message
         for bar in _BAR.finditer(piece if brace < 0 else piece[:brace]):
             _note_bar(int(bar.group(1)), int(bar.group(2)), st)
         if brace < 0:
@@ -60,6 +64,8 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
                 _note_logging_steps(piece, st)
             elif "Total optimization steps" in piece:
                 _note_total_steps(piece, st)
+            elif "Continuing training from global step" in piece and (resumed := _RESUMED.search(piece)):
+                st.resumed_from = int(resumed.group(1))
             continue
         values = dict_numbers(piece[brace:])
         kind = _kind(values) if not holds_text(piece[brace:]) else None
@@ -71,7 +77,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
                     result.consumed, result.lines = start, line_no - first_line
                     break
             st.logged += 1
-            step = st.logged * st.logging_steps
+            step = st.step_base + st.logged * st.logging_steps
             if st.mode == "bar" and st.bar is not None:
                 step = st.bar if st.last_step is None or st.bar > st.last_step else st.last_step + 1
             st.last_step = step
@@ -90,6 +96,7 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         "step_source": st.mode,
         "completed": st.completed,
         "error": reported(st.error, path),
+        "resumed_from": st.resumed_from,
     }
     return result
 
@@ -106,6 +113,7 @@ def _pieces(lines: list[bytes], first_line: int):
             and not may_be_error(raw)
             and b"logging_steps" not in raw
             and b"Total optimization steps" not in raw
+            and b"Continuing training" not in raw
         ):
             continue
         text = raw.decode("utf-8", errors="replace")
@@ -128,6 +136,10 @@ class _State:
         "steps_from",
         "completed",
         "error",
+        "resumed_from",
+        "cleared",
+        "marks",
+        "step_base",
     )
 
     def __init__(self, state: object) -> None:
@@ -143,6 +155,11 @@ class _State:
         self.steps_from: str | None = saved.get("steps_from", "state" if "logging_steps" in saved else None)
         self.completed: bool = saved.get("completed", False)
         self.error: dict | None = saved.get("error")  # {"line", "text", "traceback"}
+        self.resumed_from: int | None = saved.get("resumed_from")  # the checkpoint step the run resumed from
+        self.cleared: bool = saved.get("cleared", False)  # the bar's line was just cleared (tqdm.write)
+        # per bar total: {"first", "last": the counts a log was written at, "gaps": {spacing: times}}
+        self.marks: dict = saved.get("marks", {})
+        self.step_base: int = saved.get("step_base", 0)  # ordered dicts count from this step
 
     def to_json(self) -> dict:
         return {name: getattr(self, name) for name in self.FIELDS}
@@ -165,16 +182,40 @@ def _decide(st: _State, first: str, ahead: list[tuple[int, int, str]]) -> str | 
             if int(bar.group(2)) == st.total and int(bar.group(1)) != st.bar:
                 return "bar"
         if brace >= 0 and _kind(dict_numbers(piece[brace:])) == "train" and not holds_text(piece[brace:]):
+            if st.steps_from is None:
+                _spacing_from_marks(st)
             return "order"
     return None
 
 
 def _note_bar(count: int, total: int, st: _State) -> None:
+    # The Trainer prints each log with tqdm.write: the bar's line is cleared and the bar drawn again at the same
+    # count. That count is a logging step, in the order the (maybe buffered) dicts come: a mark, per bar total.
+    if st.cleared and count == st.bar and total == st.total and not st.logged:
+        marks = st.marks.setdefault(str(total), {"first": count, "last": count, "gaps": {}})
+        gap = count - marks["last"]
+        if gap > 0:
+            marks["gaps"][str(gap)] = marks["gaps"].get(str(gap), 0) + 1
+            marks["last"] = count
+    st.cleared = False
     # The training bar is the one in progress when the first dict is logged; evaluation bars have their own
     # total and are ignored after that.
     if st.logged and st.total is not None and total != st.total:
         return
     st.bar, st.total = count, total
+
+
+def _spacing_from_marks(st: _State) -> None:
+    """Dicts numbered by order, no `logging_steps` known: the training bar's marks (its count each time a log
+    was written over it) give it, when three or more marks agree on a spacing; the first mark is the first
+    dict's step (a resumed run's too)."""
+    marks = st.marks.get(str(st.total))
+    if not marks or not marks["gaps"]:
+        return
+    gap, times = max(marks["gaps"].items(), key=lambda item: (item[1], -int(item[0])))
+    if times >= 2 and 2 * times > sum(marks["gaps"].values()):
+        st.logging_steps, st.steps_from = int(gap), "bar marks"
+        st.step_base = marks["first"] - int(gap)
 
 
 def _kind(values: dict[str, float]) -> str | None:
@@ -242,7 +283,11 @@ def sniff(head: bytes) -> bool:
 def run_info(info: dict) -> RunInfo:
     """Total steps from the training bar; `completed` once the final summary dict was printed."""
     status = "completed" if info.get("completed") else None
-    facts = {k: info[k] for k in ("current_step", "step_source", "error") if info.get(k) is not None}
+    facts = {
+        k: info[k]
+        for k in ("current_step", "step_source", "error", "resumed_from")
+        if info.get(k) is not None
+    }
     return RunInfo(status=status, total_steps=info.get("total_steps"), status_info=facts or None)
 
 

@@ -208,3 +208,34 @@ def test_a_record_the_script_printed_itself_is_not_a_logged_dict():
     # quoted numbers are still numbers (TRL prints them so); only words make a dict the script's own
     quoted = hf_console.parse(b"{'loss': '0.5', 'reward': 'nan', 'epoch': '0.1'}\n")
     assert sorted(quoted.points.metric) == ["epoch", "loss", "reward"]
+
+
+def marked_log(start: int = 0) -> bytes:
+    """stdout block-buffered, the bar on stderr: each log is written with tqdm.write, which clears the bar's
+    line and draws it again at the same count (a mark); the dicts come later, in a clump."""
+    total, pieces = 40, []
+    for i in range(start, start + 23):
+        pieces.append(bar(i, total))
+        if i > start and (i - start) % 5 == 0:
+            pieces += [" " * 40, "", bar(i, total)]  # cleared, then redrawn at the logging step
+    out = ["\r".join(pieces)]
+    out += [f"{{'loss': {1.0 - i / 10}, 'grad_norm': 0.3, 'epoch': {i / 10}}}" for i in range(1, 5)]
+    out.append("\r".join(bar(i, total) for i in range(start + 23, total + 1)))
+    return ("\n".join(out) + "\n").encode()
+
+
+def test_the_bars_marks_space_clumped_dicts_where_the_log_does_not_say_its_logging_steps():
+    # marks at 5, 10, 15, 20: logged every 5 steps; the four dicts that came later are steps 5-20
+    rows, _, info = feed(marked_log(), [])
+    assert [s for s, n, _, _ in rows if n == "loss"] == [5, 10, 15, 20]
+    assert info["step_source"] == "order"
+    # split anywhere, the same steps
+    data = marked_log()
+    for cut in range(0, len(data) + 1, 53):
+        assert feed(data, [cut])[0] == rows, cut
+    # a run resumed at step 10: its first mark is 15, so are its dicts' steps
+    resumed, _, _ = feed(marked_log(start=10), [])
+    assert [s for s, n, _, _ in resumed if n == "loss"] == [15, 20, 25, 30]
+    # printed logging_steps still win over the marks
+    printed, _, _ = feed(b"logging_steps=2,\n" + marked_log(), [])
+    assert [s for s, n, _, _ in printed if n == "loss"] == [2, 4, 6, 8]

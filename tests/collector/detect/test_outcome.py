@@ -88,7 +88,9 @@ def _ctrl_c() -> str:
     """A person pressed Ctrl-C two thirds through a run resumed from a checkpoint: KeyboardInterrupt."""
     dicts = "".join(HF_DICT % (0.5 - 0.01 * i, 0.1 * i) + BAR % (60 + i, 60 + i, 90) for i in range(1, 6))
     return (
-        "Continuing training from checkpoint, will skip to saved global_step\n"
+        "  Continuing training from checkpoint, will skip to saved global_step\n"
+        "  Continuing training from epoch 2\n"
+        "  Continuing training from global step 60\n"
         + BAR % (60, 60, 90)
         + "\n"
         + dicts
@@ -214,6 +216,17 @@ def test_a_persons_ctrl_c_is_a_stopped_run_with_a_warning_not_a_failure(verdicts
     message = stopped[0]["message"]
     assert message.startswith("The run was stopped after step") and quoted in message, message
     assert advice in message and "failed" not in message, message
+
+
+def test_a_resumed_run_stopped_by_hand_goes_on_from_its_checkpoint_not_the_beginning(verdicts):
+    [stopped] = [a for a in verdicts["ctrl_c"]["alerts"] if a["rule"] == "run_failed"]
+    action = stopped["action"]
+    assert action is not None and action["restart_step"] == 60, stopped
+    assert (
+        "resumed from the checkpoint at step 60" in action["text"]
+        and "beginning" not in action["text"].split("not from")[0]
+    )
+    assert action["command"] == "trainer.train(resume_from_checkpoint=True)"
 
 
 def test_signals_are_told_by_whole_name_or_number_and_messages_show_text_not_reprs():

@@ -34,11 +34,19 @@ def test_kl_rise_needs_the_next_block_to_stay_up():
     kl = _blocks(0.04, 0.04, 0.04, 0.05, 0.06, 0.09, 0.04, 0.04, 0.04, 0.04)
     steps = list(range(1, len(kl) + 1))
     assert not _of(detect_series({"actor/kl_loss": (steps, kl)}), "kl_rise")
-    # the same climb, and the next block stays up (at least halfway up the last climb): a warning there
+    # the same climb goes on, past a level that matters (0.1, as kl_spike's) and stays up: a warning at the
+    # check confirming the climb 0.09 -> 0.12 -> 0.2 (to step 40)
     kl = _blocks(0.04, 0.04, 0.04, 0.05, 0.06, 0.09, 0.12, 0.2, 0.3, 0.4)
     [rise] = _of(detect_series({"actor/kl_loss": (steps, kl)}), "kl_rise")
-    assert str(rise.severity) == "warn" and rise.first_step == 35  # the check confirming the climb to 30
+    assert str(rise.severity) == "warn" and rise.first_step == 45
     assert "accelerating" in rise.message
+
+
+def test_a_healthy_grpo_kl_creeping_up_at_a_low_level_is_no_acceleration():
+    # a healthy GRPO run: KL 0.028 -> 0.03 -> 0.07 and stays about there (below the 0.1 that matters)
+    kl = _blocks(0.02, 0.025, 0.028, 0.03, 0.07, 0.075, 0.07, 0.072, 0.07, 0.074)
+    steps = list(range(1, len(kl) + 1))
+    assert not _of(detect_series({"actor/kl_loss": (steps, kl)}), "kl_rise")
 
 
 def test_an_entropy_above_its_first_points_once_is_a_notice_and_lasting_a_warning():
@@ -62,3 +70,24 @@ def test_one_batch_of_cut_answers_is_a_notice_two_a_warning():
     clip[21] = 0.96
     [twice] = _of(detect_series({"response_length/clip_ratio": (steps, clip)}), "response_truncation")
     assert str(twice.severity) == "warn" and twice.first_step == 21
+
+
+def test_zero_variance_groups_are_the_rewards_error_not_frozen_weights():
+    # the reward falls to 0 with zero spread in every group from step 200: every advantage, so every
+    # gradient, is exactly 0. reward_collapse is the error, said as the reward reaches its floor; the zero
+    # gradients are a warning naming the reward, never "no trainable parameters"
+    from tests.collector.detect.synth import healthy_ppo
+
+    series = healthy_ppo(seed=5)
+    for name, floor in (("critic/score/mean", 0.0), ("critic/score/std", 0.0), ("actor/grad_norm", 0.0)):
+        steps, values = series[name]
+        series[name] = (steps, [v if s < 200 else floor for s, v in zip(steps, values, strict=True)])
+    events = detect_series(series)
+    collapse = [e for e in events if e.rule == "reward_collapse" and e.metric == "critic/score/mean"]
+    assert collapse and str(collapse[0].severity) == "error", [(e.rule, e.metric, e.severity) for e in events]
+    assert 200 <= collapse[0].first_step <= 210  # as the window reaches the floor, not 20 points later
+    assert "collapsed to a constant 0" in collapse[0].message
+    zero = [e for e in events if e.rule == "no_learning"]
+    assert all(str(e.severity) == "warn" for e in zero) and zero
+    assert all("no trainable parameters" not in e.message.split("Only if")[0] for e in zero)
+    assert "the same reward" in zero[0].message
