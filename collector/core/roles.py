@@ -138,6 +138,17 @@ def role_of(metric: str) -> str | None:
     return role
 
 
+EVALUATION_ROLES = ("val_loss", "val_score", "eval_metric")
+
+
+def step_order(metric: str) -> tuple[bool, str]:
+    """Where a metric's point stands among the points of one step when detection judges them, on every path
+    (read live, read back from the store): training metrics first, then evaluations (a trainer logs an
+    evaluation after the training record of its step, and a rule reading the training loss at an evaluation
+    reads that step's), each by name."""
+    return role_of(metric) in EVALUATION_ROLES, metric
+
+
 def value_scale(metric: str) -> float:
     """The factor that turns a stored value into the real quantity: `train/lr(1e-3)` -> 1e-3, else 1.0."""
     found = _SCALE.search(metric)

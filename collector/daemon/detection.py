@@ -23,6 +23,7 @@ from pathlib import Path
 
 from collector.advice import action as action_mod
 from collector.core.model import BEFORE_ALL_STEPS, Points, RunInfo
+from collector.core.roles import step_order
 from collector.core.runtime import alerts_log_path
 from collector.core.severity import Severity
 from collector.core.stop_request import STOP_FILE, stop_path
@@ -165,7 +166,7 @@ class Detection:
             # the detector learns the usual pace and `stalled` can tell a hung run from a slow one.
             now = time.time()
             points = Points(points.step, points.metric, points.value, [now] * len(points.step))
-        self._handle(run, self.detector(run).update(_by_step_and_name(points)))
+        self._handle(run, self.detector(run).update(_as_stored(points)))
         self.fed_to[run] = max(self.fed_to.get(run, points.step[0]), max(points.step))
         self._keep_firing(run)
 
@@ -343,21 +344,20 @@ class Detection:
                 log.warning("alert sink %s did not close cleanly: %s", type(sink).__name__, e)
 
 
-def _by_step_and_name(points: Points) -> Points:
+def _as_stored(points: Points) -> Points:
     """A batch whose steps only go forward as the store holds it and a collector started again reads it back
-    (`store.read.point_columns`): one value per (step, metric), the later one, and each step's points in the
-    order of their metric names; so a rule that reads another metric's latest value at the same step (the
-    training loss at an evaluation) or counts a step written twice judges the same on both paths. A batch
-    that goes back (a resumed run rewriting its steps) keeps its file order."""
+    (`store.read.point_columns`): one value per (step, metric), the later one, and each step's points in
+    `core.roles.step_order` (training metrics, then evaluations, by name); so a rule that reads another metric
+    at the same step (the training loss at an evaluation) or counts a step written twice judges the same on
+    both paths. A batch that goes back (a resumed run rewriting its steps) keeps its file order."""
     steps, names = points.step, points.metric
     if not all(a <= b for a, b in zip(steps, steps[1:], strict=False)):
         return points
     last = {(s, m): i for i, (s, m) in enumerate(zip(steps, names, strict=True))}
-    if len(last) == len(steps) and all(
-        a < b or m <= n for a, b, m, n in zip(steps, steps[1:], names, names[1:], strict=False)
-    ):
-        return points  # already so (most batches: one metric a step, or names in order)
-    order = [last[key] for key in sorted(last)]
+    keys = [(s, *step_order(m)) for s, m in last]
+    if len(last) == len(steps) and all(a <= b for a, b in zip(keys, keys[1:], strict=False)):
+        return points  # already so (most batches: one metric a step, or in that order)
+    order = [last[(s, m)] for s, _, m in sorted(keys)]
     return Points(*([column[i] for i in order] for column in (steps, names, points.value, points.wall_time)))
 
 

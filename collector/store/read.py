@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from collector.core.model import AFTER_ALL_STEPS, BEFORE_ALL_STEPS, Points
+from collector.core.roles import step_order
 from collector.store.db import Store
 
 
@@ -225,9 +226,10 @@ def points_from(
 def point_columns(
     store: Store, run: str, after_step: int, limit: int
 ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
-    """About `limit` points of a run with step > `after_step`, whole steps only, in the order of
-    `points_from` (step, then metric), as columns for judging a backlog in bulk: (steps int64, metric codes
-    into the returned names, the names, values float64). Empty columns: nothing stored past `after_step`.
+    """About `limit` points of a run with step > `after_step`, whole steps only, each step's points in
+    `core.roles.step_order` (training metrics, then evaluations, each by name: the order the live path judges
+    them in), as columns for judging a backlog in bulk: (steps int64, metric codes into the returned names, the
+    names, values float64). Empty columns: nothing stored past `after_step`.
     """
     names = [r[0] for r in store.rows("SELECT metric FROM series WHERE run_id = ? ORDER BY metric", [run])]
     sql = """SELECT p.step, s.code, p.value FROM point_rows p
@@ -247,12 +249,13 @@ def point_columns(
         ]
         if nxt is not None:
             table = store.cursor().execute(sql, [run, after_step, nxt]).fetchnumpy()
-    return (
-        np.asarray(table["step"], dtype=np.int64),
-        np.asarray(table["code"], dtype=np.int64),
-        names,
-        np.asarray(table["value"], dtype=np.float64),
-    )
+    steps, codes = np.asarray(table["step"], dtype=np.int64), np.asarray(table["code"], dtype=np.int64)
+    values = np.asarray(table["value"], dtype=np.float64)
+    later = np.array([step_order(n)[0] for n in names], dtype=bool)
+    if len(codes) and later.any():  # evaluations after the training metrics of their step
+        order = np.lexsort((codes, later[codes], steps))
+        steps, codes, values = steps[order], codes[order], values[order]
+    return steps, codes, names, values
 
 
 def playback_range(store: Store, run: str, metrics: list[str] | None, start: int, end: int) -> dict:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.core.model import Points
+from collector.core.roles import step_order
 from collector.core.runtime import Settings
 from collector.daemon.detection import Detection
 from collector.daemon.service import Collector
@@ -66,7 +67,7 @@ def _run(seed: int, n: int) -> list[tuple[int, str, float]]:
         data[m] = v
     rows = []
     for i in range(n):
-        for m in names:
+        for m in sorted(names, key=step_order):  # a step's points as every path judges them (`step_order`)
             if m != "val/loss" or i % 10 == 9:
                 rows.append(((i + 1) * every, m, float(data[m][i])))
     return rows
