@@ -44,18 +44,23 @@ def checkpoint_step(path: object) -> int | None:
 
 def hf_checkpoints_from_state(info: dict, last_step: int | None) -> list[dict]:
     """INFERRED checkpoint list of an HF run from its trainer_state info (no folders seen): multiples of
-    `save_steps` up to the last step, the `best_model_checkpoint`, and the final step (HF saves at the end).
+    `save_steps` up to the last step (unless the `best_model_checkpoint` lies off that grid: then the run saved
+    by another strategy, such as per epoch), the `best_model_checkpoint`, and the final step (HF saves at the end).
     Each item: step, path (`checkpoint-N`), complete None and bytes None (unknown: nobody has seen the
     folder), inferred True, inferred_from (the state file's fact it rests on). Older checkpoints may in fact have been deleted by `save_total_limit`.
     """
     last = last_step if last_step is not None else info.get("global_step")
     steps: dict[int, str] = {}  # step -> the fact it was inferred from
     save_steps = _whole(info.get("save_steps"))
+    best = checkpoint_step(info.get("best_model_checkpoint"))
+    if best is not None and save_steps is not None and best % save_steps and best != last:
+        # a best checkpoint off the save_steps grid (and not the final save) was saved by another strategy
+        # (save_strategy "epoch": at each evaluation); trainer_state.json keeps save_steps' default all the same
+        save_steps = None
     if isinstance(last, int) and last > 0:
         if save_steps is not None:
             steps.update((s, "save_steps") for s in range(save_steps, last + 1, save_steps))
         steps.setdefault(last, "global_step (HF saves at the end)")
-    best = checkpoint_step(info.get("best_model_checkpoint"))
     if best is not None:
         steps[best] = "best_model_checkpoint"
     return implied_saves(steps, "checkpoint-")

@@ -172,6 +172,22 @@ def test_hf_checkpoints_are_inferred_from_save_steps_best_and_final():
     assert checkpoint_step("./results/checkpoint-2800/") == 2800 and checkpoint_step(None) is None
 
 
+def test_a_best_checkpoint_off_the_save_steps_grid_means_saves_were_not_by_steps():
+    # save_strategy "epoch" (a Gemma-2B LoRA run of 3 epochs): the state file still holds save_steps' 500, but
+    # the saves were at the epoch ends, best_model_checkpoint among them; no checkpoint-23000 ever existed
+    info = {"save_steps": 500, "global_step": 68559, "best_model_checkpoint": "./results/checkpoint-45706"}
+    found = hf_checkpoints_from_state(info, 68559)
+    assert [(c["step"], c["inferred_from"]) for c in found] == [
+        (45706, "best_model_checkpoint"),
+        (68559, "global_step (HF saves at the end)"),
+    ]
+    # on the grid, or the final save itself, it says nothing against save_steps
+    on_grid = {"save_steps": 500, "global_step": 1200, "best_model_checkpoint": "out/checkpoint-1000"}
+    assert [c["step"] for c in hf_checkpoints_from_state(on_grid, 1200)] == [500, 1000, 1200]
+    final = {"save_steps": 500, "global_step": 1203, "best_model_checkpoint": "out/checkpoint-1203"}
+    assert [c["step"] for c in hf_checkpoints_from_state(final, 1203)] == [500, 1000, 1203]
+
+
 def test_says_when_the_best_evaluation_has_no_checkpoint_left():
     # max_ckpt_to_keep deleted the checkpoint of the best evaluation (the trainer's overfit demo)
     out = recommend_checkpoint(AdviceInput([ckpt(400), ckpt(500)], EVALS, [], "val/loss", "min"))
