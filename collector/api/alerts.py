@@ -7,6 +7,7 @@ from __future__ import annotations
 from collector.runs.lookup import NotFound
 from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
+from collector.store import lake as store_lake
 from collector.store.db import Store
 
 
@@ -34,7 +35,18 @@ def alert(runs: RunService, alert_id: int) -> dict:
 
 
 def set_alert_state(store: Store, alert_id: int, state: str, note: str | None) -> dict:
-    """Acknowledge or resolve an alert (with an optional note); the alert as stored. NotFound for an unknown id."""
+    """Acknowledge or resolve an alert (with an optional note); the alert as stored. NotFound for an unknown id.
+    On a team's lake the change is asked of the collector that raised the alert (`state_requested`; the alert
+    shows it once that collector has applied and published it)."""
+    if store.lake_reader:
+        if state not in ("acked", "resolved"):
+            raise ValueError(f"an alert can be set to acked or resolved, not {state!r}")
+        try:
+            found = store_alerts.get_alert(store, alert_id)
+        except store_alerts.AlertNotFound as e:
+            raise NotFound(str(e)) from None
+        store_lake.ask_alert_state(store.cursor(), alert_id, state, note)
+        return found | {"state_requested": state}
     try:
         return store_alerts.set_state(store, alert_id, state, note)
     except store_alerts.AlertNotFound as e:

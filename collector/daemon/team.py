@@ -19,6 +19,7 @@ from typing import Any
 
 from collector.core.runtime import Settings, ensure_token, remove_marker, write_marker
 from collector.core.stop_request import write_stop_request
+from collector.store import alerts as store_alerts
 from collector.store import lake
 from collector.store.db import Store
 
@@ -54,6 +55,7 @@ class TeamPublishing:
         try:
             written = self.publisher.publish()
             self._carry_out_stops()
+            self._carry_out_alert_changes()
         except Exception as e:  # Postgres restarting, a network drop: the file keeps everything meanwhile
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
@@ -78,6 +80,16 @@ class TeamPublishing:
                 outcome = "written" if written else "a request was already there"
             self.publisher.stop_done(run, asked_at, outcome)
             log.info("team lake: stop of %s asked through the lake: %s", run, outcome)
+
+    def _carry_out_alert_changes(self) -> None:
+        for local_id, state, note, asked_at in self.publisher.alert_changes_asked():
+            try:
+                store_alerts.set_state(self.publisher.store, local_id, state, note)
+                outcome = state  # the next batch carries the alert's new state and history into the lake
+            except (store_alerts.AlertNotFound, ValueError) as e:
+                outcome = str(e)
+            self.publisher.alert_change_done(local_id, asked_at, outcome)
+            log.info("team lake: alert %d set to %s through the lake: %s", local_id, state, outcome)
 
     def _loop(self) -> None:
         last_compacted = time.monotonic()

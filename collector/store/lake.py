@@ -48,6 +48,8 @@ TEAM_TABLES = [
     "CREATE TABLE IF NOT EXISTS {lake}.team_marks (ns BIGINT, series BIGINT, points BIGINT, last_step BIGINT)",
     """CREATE TABLE IF NOT EXISTS {lake}.team_stops (run_id VARCHAR, reason VARCHAR, asked_at DOUBLE,
        asked_by VARCHAR, done_at DOUBLE, outcome VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS {lake}.team_alert_changes (alert_id BIGINT, state VARCHAR, note VARCHAR,
+       asked_at DOUBLE, done_at DOUBLE, outcome VARCHAR)""",
 ]
 
 
@@ -192,6 +194,7 @@ class LakePublisher:
         self.published: dict[str, set[int]] | None = None  # table -> hashes of this collector's rows there
         self.marks: dict[int, tuple[int, int]] = {}  # local series id -> (points, last step) in the lake
         self.commits = 0
+        self.unpublished: set[str] = set()  # tables left out (no run or id column to tell whose rows)
         self.beat_at = time.time()  # the heartbeat last written (registering writes one)
         self.last_error: str | None = None
         self._connect()
@@ -273,9 +276,23 @@ class LakePublisher:
             self._drop_connection()
             raise
 
+    def _publishable(self, tables: dict[str, list[tuple[str, str]]]) -> dict[str, list[tuple[str, str]]]:
+        """The tables whose rows can be told apart by owner; any other is left out, said once in the log."""
+        out = {}
+        for table, columns in tables.items():
+            try:
+                self._owned(table, columns)
+            except StoreError as e:
+                if table not in self.unpublished:
+                    self.unpublished.add(table)
+                    log.error("team lake: %s; it is not published", e)
+                continue
+            out[table] = columns
+        return out
+
     def _publish_once(self) -> dict:
         cur = self.cur
-        tables = local_tables(cur)
+        tables = self._publishable(local_tables(cur))
         cur.execute("BEGIN TRANSACTION")
         try:
             if self.published is None:
@@ -459,6 +476,25 @@ class LakePublisher:
         ).fetchall()
         return [(r[len(self.name) + 1 :], reason, at) for r, reason, at in rows]
 
+    def alert_changes_asked(self) -> list[tuple[int, str, str | None, float]]:
+        """Acks and resolves asked on a reader for this collector's alerts: (local id, state, note, asked_at)."""
+        self._connect()
+        rows = self.cur.execute(
+            f"""SELECT alert_id, state, note, asked_at FROM {LAKE}.team_alert_changes
+                WHERE (alert_id >> 32) = ? AND done_at IS NULL ORDER BY asked_at""",
+            [self.ns],
+        ).fetchall()
+        return [(a & 0xFFFFFFFF, state, note, at) for a, state, note, at in rows]
+
+    def alert_change_done(self, local_id: int, asked_at: float, outcome: str) -> None:
+        self._retry(
+            lambda: self.cur.execute(
+                f"""UPDATE {LAKE}.team_alert_changes SET done_at = ?, outcome = ?
+                    WHERE alert_id = ? AND asked_at = ?""",
+                [time.time(), outcome, (self.ns << 32) | local_id, asked_at],
+            )
+        )
+
     def stop_done(self, run: str, asked_at: float, outcome: str) -> None:
         self._retry(
             lambda: self.cur.execute(
@@ -475,6 +511,14 @@ def open_lake_reader(spec: LakeSpec, memory_mb: int) -> duckdb.DuckDBPyConnectio
     attach(con, spec)
     con.execute(f"USE {LAKE}")
     return con
+
+
+def ask_alert_state(cur: duckdb.DuckDBPyConnection, alert_id: int, state: str, note: str | None) -> None:
+    """A reader's ack or resolve: a row the collector that raised the alert applies (then publishes it)."""
+    cur.execute(
+        f"INSERT INTO {LAKE}.team_alert_changes VALUES (?, ?, ?, ?, NULL, NULL)",
+        [alert_id, state, note, time.time()],
+    )
 
 
 # What a query on a pooled Postgres connection says once the server restarted under it.

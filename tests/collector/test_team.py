@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.api.client import ApiError, Client
+from collector.api.client import Client
 from tests.collector.test_daemon_support import REPO, Daemon, cli, cli_json, wait_for
 from tests.pg_support import PgServer, postgres_missing
 
@@ -109,9 +109,14 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             "bob's NaN alert in the lake",
         )
         assert [a["first_step"] for a in nan] == [201]
-        # Alerts stay the owning collector's: acknowledging one on the team's API is refused, saying where.
-        with pytest.raises(ApiError, match="make the change on the collector that owns the run"):
-            client.post(f"/api/alerts/{nan[0]['id']}/ack", {"note": "seen"})
+        # An ack on the team's API is applied by the collector that raised the alert, then published back.
+        asked = client.post(f"/api/alerts/{nan[0]['id']}/ack", {"note": "seen on the team page"})
+        assert asked["state_requested"] == "acked"
+        wait_for(
+            lambda: client.get(f"/api/alerts/{nan[0]['id']}")["state"] == "acked",
+            "the ack applied by bob, published",
+        )
+        assert client.get(f"/api/alerts/{nan[0]['id']}")["note"] == "seen on the team page"
         # A second collector may not take a live collector's name.
         twin = subprocess.run(
             [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(tmp_path / "twin.duckdb"),
