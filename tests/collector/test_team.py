@@ -137,6 +137,29 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             d.ensure_stopped()
 
 
+def test_team_mode_asked_of_the_wrong_venv_or_without_its_folder_says_what_to_do(tmp_path, python):
+    """Without DuckLake (the project's DuckDB 2.0 venv) or without --data-path: a clear error, nothing started."""
+    (tmp_path / "root").mkdir()
+    base = [
+        python,
+        "-m",
+        "collector",
+        "serve",
+        "--db",
+        str(tmp_path / "c.duckdb"),
+        str(tmp_path / "root"),
+        "--once",
+    ]
+    store = ["--store", "ducklake:postgres:dbname=lake host=127.0.0.1 port=1 user=nobody"]
+    wrong_venv = subprocess.run(
+        [*base, *store, "--data-path", str(tmp_path / "lake")], cwd=REPO, capture_output=True, text=True
+    )
+    assert wrong_venv.returncode == 1
+    assert "team mode needs DuckDB 1.4.4" in wrong_venv.stderr and "make team-venv" in wrong_venv.stderr
+    no_folder = subprocess.run([*base, *store], cwd=REPO, capture_output=True, text=True)
+    assert no_folder.returncode == 1 and "--store needs --data-path" in no_folder.stderr, no_folder.stderr
+
+
 def test_kill_9_mid_commit_and_postgres_restarted_lose_and_duplicate_nothing(pg, tmp_path):
     rng = random.Random(20261126)
     dsn, data = pg.new_database("kill"), tmp_path / "lake"
