@@ -7,7 +7,6 @@ anywhere in the run stays visible; non-finite points and buckets are red crosses
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import plotly.graph_objects as go
@@ -164,19 +163,10 @@ def _add_alerts(fig: go.Figure, alerts: list[dict]) -> None:
         )
 
 
-def _label_level(fig: go.Figure, y: float, text: str, color: str, log_y: bool, above: bool) -> None:
-    # Plotly places annotations on a log axis by log10 of the value (shapes take the value itself).
-    fig.add_annotation(
-        x=1,
-        xref="paper",
-        xanchor="right",
-        y=math.log10(y) if log_y else y,
-        yref="y",
-        yanchor="bottom" if above else "top",
-        text=text,
-        showarrow=False,
-        font={"color": color, "size": 11},
-    )
+def _legend_entry(fig: go.Figure, name: str, line: dict) -> None:
+    """A legend entry for a line drawn as a shape (a threshold, a save): in the legend, the level's name never
+    collides with the alerts' labels over the chart."""
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name, line=line))
 
 
 def _step_range(series_list: list[dict]) -> dict:
@@ -227,25 +217,14 @@ def metric_figure(
             line_width=0,
             layer="below",
         )
-        _label_level(fig, normal_band[0], "normal range", "#2ca02c", log_y, above=True)
+        _legend_entry(fig, "normal range", {"color": "#2ca02c", "width": 8})
     if warning_line is not None:
         fig.add_hline(y=warning_line, line_dash="dash", line_color=SEVERITY_COLORS["warn"])
-        _label_level(
-            fig, warning_line, f"warning {warning_line:g}", SEVERITY_COLORS["warn"], log_y, above=True
-        )
+        _legend_entry(fig, f"warning {warning_line:g}", {"dash": "dash", "color": SEVERITY_COLORS["warn"]})
     for step in checkpoint_steps:
         fig.add_vline(x=step, line_dash="dot", line_color="#7f7f7f", line_width=1, opacity=0.7)
-    if checkpoint_steps:
-        # vlines have no legend entry; an invisible trace gives the dotted lines a name.
-        fig.add_trace(
-            go.Scatter(
-                x=[None],
-                y=[None],
-                mode="lines",
-                name="checkpoint saved",
-                line={"dash": "dot", "color": "#7f7f7f"},
-            )
-        )
+    if checkpoint_steps:  # vlines have no legend entry of their own
+        _legend_entry(fig, "checkpoint saved", {"dash": "dot", "color": "#7f7f7f"})
     _add_alerts(fig, alerts)
     note = bucket_note(series_list)
     legend = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0}
@@ -266,7 +245,8 @@ def metric_figure(
         # 330 px chart into unreadable digits
         yaxis={"title": y_title or "", "type": "log", "minorloglabels": "none"}
         if log_y
-        else {"title": y_title or "", "type": "linear"},
+        # ".4~g": small values keep their digits (5e-4 reads 0.0005, not 0 or 500µ)
+        else {"title": y_title or "", "type": "linear", "tickformat": ".4~g"},
         yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
         meta={"bucket_note": note},
     )

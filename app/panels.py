@@ -27,6 +27,7 @@ class Panel:
 
 
 ROLE_PANELS = (
+    Panel("Validation score", ("val_score",), y_title="score"),
     Panel("Loss", ("loss", "val_loss"), y_title="loss"),
     Panel("Learning rate", ("lr",), y_title="learning rate", smooth=False),
     Panel("Gradient norm", ("grad_norm",), y_title="grad norm", always_log=True),
@@ -36,6 +37,29 @@ ROLE_PANELS = (
     Panel("Entropy", ("entropy",), y_title="entropy"),
     Panel("Response length", ("response_length",), y_title="tokens"),
 )
+
+
+# The panels a run page shows first, by the run's kind (the API's `kind`): what a person judges that run by.
+FIRST_PANELS = {
+    "rl": ("Validation score", "Reward", "KL divergence", "Entropy", "Response length"),
+    "sft": ("Loss", "Learning rate", "Gradient norm"),
+}
+# The headline tiles: (label, role) per run kind, each the last value of the run's first metric in that role.
+HEADLINES = {
+    "rl": (
+        ("Validation score", "val_score"),
+        ("Reward", "reward"),
+        ("KL", "kl"),
+        ("Entropy", "entropy"),
+        ("Response length", "response_length"),
+    ),
+    "sft": (
+        ("Train loss", "loss"),
+        ("Val loss", "val_loss"),
+        ("Learning rate", "lr"),
+        ("Grad norm", "grad_norm"),
+    ),
+}
 
 
 def metric_names(detail_metrics: object) -> list[str]:
@@ -88,10 +112,12 @@ def metrics_by_role(
     return roles
 
 
-def role_panels(roles: dict[str, list[str]], decorations: dict | None = None) -> list[Panel]:
-    """The role panels this run has data for, each with its metrics filled in, in the page's order, and
-    with the normal band and warning line the API sent for its role (`decorations`: role -> {normal_band:
-    [low, high], warning_line})."""
+def role_panels(
+    roles: dict[str, list[str]], decorations: dict | None = None, kind: str | None = None
+) -> list[Panel]:
+    """The role panels this run has data for, each with its metrics filled in, in the page's order (the
+    panels of its `kind` first, see FIRST_PANELS), and with the normal band and warning line the API sent
+    for its role (`decorations`: role -> {normal_band: [low, high], warning_line})."""
     panels = []
     for panel in ROLE_PANELS:
         metrics = tuple(m for role in panel.roles for m in roles.get(role, []))
@@ -106,4 +132,5 @@ def role_panels(roles: dict[str, list[str]], decorations: dict | None = None) ->
             if isinstance(sent.get("warning_line"), int | float):
                 panel = replace(panel, warning_line=float(sent["warning_line"]))
         panels.append(panel)
-    return panels
+    first = FIRST_PANELS.get(kind or "sft", ())
+    return sorted(panels, key=lambda p: first.index(p.title) if p.title in first else len(first))

@@ -64,14 +64,6 @@ def from_api(series: dict) -> dict:
     }
 
 
-def constant_value(series: dict) -> float | None:
-    """The value of a series that holds one finite value at every step (two points or more), else None."""
-    if len(series["steps"]) < 2 or series["nonfinite_steps"]:
-        return None
-    low, high = min(series["mins"]), max(series["maxs"])
-    return low if low == high else None
-
-
 def last_step(series: dict) -> int | None:
     """The highest step held, or None for an empty series."""
     return series["steps"][-1] if series["steps"] else None

@@ -12,9 +12,9 @@ import streamlit as st
 from app import ui, zoom
 from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, holds, load_series, seed, window_series
-from app.panels import Panel, api_roles, metric_names, metrics_by_role, role_panels
+from app.panels import HEADLINES, Panel, api_roles, metric_names, metrics_by_role, role_panels
 from app.playback import playback_control, stop_control
-from app.series import constant_value, group_metrics, real_units_name, scaled, unit_scale
+from app.series import group_metrics, real_units_name, scaled, unit_scale
 
 api = ui.api()
 run = ui.require_run()
@@ -25,14 +25,22 @@ seed(run, detail.get("series") or [])
 st.title(run)
 status = detail.get("status") or "unknown"
 last, total = detail.get("last_step"), detail.get("total_steps")
-top, bottom = st.columns(3), st.columns(3)
+kind = detail.get("kind") or "sft"
+facts = {m["metric"]: m for m in detail.get("metrics") or [] if isinstance(m, dict) and "metric" in m}
+top = st.columns(4)
 top[0].metric("Status", status)
 top[1].metric("Step", f"{last:,} / {total:,}" if last is not None and total else f"{last or 0:,}")
 top[2].metric("Open alerts", ui.alert_counts_text(detail.get("open_alerts")))
-bottom[0].metric("Train loss", ui.fmt_number(detail.get("train_loss")))
-bottom[1].metric("Val loss", ui.fmt_number(detail.get("val_loss")))
 rec = detail.get("recommended_step")
-bottom[2].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
+top[3].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
+# What this kind of run is judged by, each the last value of its first metric in that role (the API says
+# the run's kind and each metric's role and last value).
+all_roles = metrics_by_role(sorted(facts), api_roles(detail.get("metrics")), None)
+headlines = HEADLINES.get(kind, HEADLINES["sft"])
+for tile, (label, role) in zip(st.columns(len(headlines)), headlines, strict=True):
+    metric = next(iter(all_roles.get(role, [])), None)
+    value = facts[metric].get("last_value") if metric in facts else None
+    tile.metric(label, ui.fmt_number(value), help=f"`{metric}`, last value" if metric else "not logged")
 if last is not None and total:
     st.progress(min(last / total, 1.0), text=f"{last / total:.0%} of {total:,} steps")
 if detail.get("anomaly_detected"):
@@ -74,8 +82,23 @@ def files_of_run(detail: dict) -> None:
 files_of_run(detail)
 
 names = metric_names(detail.get("metrics"))
-roles = metrics_by_role(names, api_roles(detail.get("metrics")), None)
-panels = role_panels(roles, detail.get("decorations"))
+# The API tells which metrics are the same series under another name, hold one value throughout, or were
+# logged once as the run's summary: those are said, not drawn (again).
+twins: dict[str, list[str]] = {}
+for name, fact in facts.items():
+    if fact.get("same_as"):
+        twins.setdefault(fact["same_as"], []).append(name)
+constants = {
+    m: f["constant"] for m, f in facts.items() if f.get("constant") is not None and not f.get("same_as")
+}
+summary = {m: f for m, f in facts.items() if f.get("summary_only")}
+said = {m for m, f in facts.items() if f.get("same_as")} | set(constants) | set(summary)
+charted = [n for n in names if n not in said]
+roles = {
+    role: [m for m in metrics if m in charted]
+    for role, metrics in metrics_by_role(names, api_roles(detail.get("metrics")), None).items()
+}
+panels = role_panels({r: m for r, m in roles.items() if m}, detail.get("decorations"), kind)
 
 controls = st.columns([3, 1, 1, 1])
 smoothing = controls[0].slider(
@@ -100,13 +123,15 @@ def panel_figure(panel: Panel, series: dict[str, dict], alerts: list[dict]):
         if factor != 1.0:
             # lr(1e-3) is logged x1000: draw it in real units under its real name
             s = {**scaled(s, factor), "label": f"{real_units_name(metric)} (from {metric})"}
+        if twins.get(metric):  # the same values logged under other names: drawn once, named by all
+            s = {**s, "label": " = ".join([s.get("label") or metric, *twins[metric]])}
         drawn.append(s)
     return metric_figure(
         drawn,
         title=panel.title,
         smoothing=smoothing if panel.smooth else 0.0,
         log_y=log_y or panel.always_log,
-        alerts=alerts_for(alerts, panel.metrics),
+        alerts=alerts_for(alerts, [*panel.metrics, *(t for m in panel.metrics for t in twins.get(m, []))]),
         y_title=panel.y_title,
         normal_band=panel.normal_band,
         warning_line=panel.warning_line,
@@ -130,6 +155,56 @@ def alerts_table(alerts: list[dict]) -> None:
             return
         columns = ("id", "severity", "rule", "metric", "first_step", "last_step", "state", "message")
         st.dataframe([{k: a.get(k) for k in columns} for a in alerts], hide_index=True)
+
+
+def said_figures(window) -> None:
+    """What is said, not drawn: series logged under two names, constants, the run's summary values."""
+    if twins:
+        st.caption(
+            "Drawn once under both names (the same value at every step): "
+            + "; ".join(
+                f"`{kept}` = " + ", ".join(f"`{t}`" for t in others) for kept, others in twins.items()
+            )
+        )
+    rows = [
+        {"metric": m, "value": ui.fmt_number(v), "kind": "the same at every step"}
+        for m, v in constants.items()
+    ]
+    rows += [
+        {
+            "metric": m,
+            "value": ui.fmt_number(f.get("last_value")),
+            "kind": f"logged once, at step {f['last_step']:,}",
+        }
+        for m, f in summary.items()
+    ]
+    if rows and window is None:
+        st.subheader("Values, not charts")
+        st.dataframe(rows, hide_index=True, width="stretch")
+
+
+def other_metrics(groups: dict[str, list[str]], series: dict[str, dict], alerts: list[dict]) -> None:
+    """Every other metric, in groups by prefix, folded (a folded group draws nothing: a page of 80 metrics
+    opens fast); a group with an alert opens by itself, and the search opens the groups it matches."""
+    if not groups:
+        return
+    st.subheader("Other metrics")
+    query = st.text_input("Find a metric", placeholder="part of a name, e.g. entropy", key="metric_search")
+    alerted = {a.get("metric") for a in alerts}
+    for group, metrics in groups.items():
+        shown = [m for m in metrics if query.lower() in m.lower()] if query else metrics
+        if not shown:
+            continue
+        key = f"group-{group}-{query}"
+        opened = bool(query) or bool(alerted & set(shown))
+        label = f"{group}/" if group != "other" else "other metrics"
+        with st.expander(f"{label} ({len(shown)})", expanded=opened, key=key, on_change="rerun"):
+            if not st.session_state.get(key, opened):
+                continue
+            cols = st.columns(2)
+            for i, metric in enumerate(shown):
+                with cols[i % 2]:
+                    draw_panel(Panel(metric, (), metrics=(metric,)), series, alerts, key=f"metric-{metric}")
 
 
 @st.fragment(run_every=ui.settings().refresh_s if live else None)
@@ -163,19 +238,8 @@ def charts() -> None:
             st.subheader("Per epoch")
             st.plotly_chart(epoch_figure(rows, metric=epoch_metric), key="epoch-view")
 
-    for group, metrics in group_metrics(names, exclude=role_metrics).items():
-        st.subheader(f"{group}/" if group != "other" else "other metrics")
-        # A metric with one value at every step (GPU memory on a CPU run) is a line, not a chart.
-        flat = {m: constant_value(series[m]) for m in metrics if window is None and m in series}
-        flat = {m: v for m, v in flat.items() if v is not None}
-        if flat:
-            st.caption(
-                "The same value at every step: " + ", ".join(f"`{m}` = {v:g}" for m, v in flat.items())
-            )
-        cols = st.columns(2)
-        for i, metric in enumerate(m for m in metrics if m not in flat):
-            with cols[i % 2]:
-                draw_panel(Panel(metric, (), metrics=(metric,)), series, alerts, key=f"metric-{metric}")
+    said_figures(window)
+    other_metrics(group_metrics(charted, exclude=role_metrics), series, alerts)
     alerts_table(alerts)
 
 

@@ -10,7 +10,7 @@ from collector.advice.verl_saves import verl_save_freq
 from collector.api import incidents as api_incidents
 from collector.api import run_files
 from collector.api.series import metrics
-from collector.core.roles import role_of
+from collector.core.roles import RL_ROLES, role_of
 from collector.detect import registry
 from collector.detect.config import DetectConfig
 from collector.detect.runlevel import STALLED
@@ -134,15 +134,22 @@ def run(service: RunService, run_id: str) -> dict:
     out |= anomaly(store_read.open_error_alerts(store).get(run_id))
     out["config"] = store_read.parse_json(r["config"])
     out["status_info"] = store_read.parse_json(r["status_info"])
+    shapes = store_read.metric_shapes(store, run_id)
+    # One value at the end of a run that logs series (HF's train_runtime, total_flos): a figure, not a chart.
+    has_series = any(s["points"] > 1 for s in stats)
     out["metrics"] = [
         {
             "metric": s["metric"],
             "points": s["points"],
             "last_step": s["last_step"],
+            "last_value": s["last_value"],
             "role": role_of(s["metric"]),
+            **shapes.get(s["metric"], {"constant": None, "same_as": None}),
+            "summary_only": has_series and s["points"] == 1,
         }
         for s in stats
     ]
+    out["kind"] = "rl" if any(m["role"] in RL_ROLES for m in out["metrics"]) else "sft" if stats else None
     out["sources"], out["skipped_files"] = run_files.files_of(store, run_id)
     out["failing_files"] = run_files.failing_of(store, run_id)
     out["decorations"] = panel_decorations(service.thresholds_of(r["path"]))

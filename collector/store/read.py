@@ -36,6 +36,39 @@ def metric_stats(store: Store, run: str | None = None) -> list[dict]:
     )
 
 
+def metric_shapes(store: Store, run: str) -> dict[str, dict]:
+    """Per metric of `run`: `constant` (its value when its points, two or more, all hold the same finite value,
+    else None) and `same_as` (the first metric by name logging the very same values at the same steps, else
+    None: verl's `critic/score/mean` and `critic/rewards/mean`, a value logged under two names). One pass of
+    aggregates, then a comparison of whole series only among metrics whose aggregates agree."""
+    rows = store.rows(
+        """SELECT metric, count(*), min(value), max(value), min(step), max(step), sum(value)
+           FROM points WHERE run_id = ? GROUP BY metric ORDER BY metric""",
+        [run],
+    )
+    out = {m: {"constant": None, "same_as": None} for m, *_ in rows}
+    candidates: dict[tuple, list[str]] = {}
+    for metric, n, lo, hi, first, last, total in rows:
+        if n > 1 and lo == hi and math.isfinite(lo):
+            out[metric]["constant"] = lo
+        elif n > 1:
+            key = (n, repr(lo), repr(hi), first, last, repr(round(total, 6)) if total is not None else None)
+            candidates.setdefault(key, []).append(metric)
+    alike = [metric for group in candidates.values() if len(group) > 1 for metric in group]
+    if not alike:
+        return out
+    shapes = store.rows(
+        f"""SELECT metric, hash(list(step ORDER BY step)), hash(list(value ORDER BY step)) FROM points
+            WHERE run_id = ? AND metric IN ({", ".join("?" * len(alike))}) GROUP BY metric ORDER BY metric""",
+        [run, *alike],
+    )
+    first_of: dict[tuple, str] = {}
+    for metric, steps, values in shapes:
+        first = first_of.setdefault((steps, values), metric)
+        out[metric]["same_as"] = None if first == metric else first
+    return out
+
+
 def open_alert_counts(store: Store) -> dict[str, dict[str, int]]:
     """Per run: open (not resolved) alerts by severity."""
     counts: dict[str, dict[str, int]] = {}

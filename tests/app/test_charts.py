@@ -111,7 +111,12 @@ def test_downsampled_series_draws_band_nan_markers_and_says_so():
     )
     fig = figure_json(metric_figure([series], title="grad_norm", normal_band=(0.1, 10), warning_line=100))
     names = [t["name"] for t in fig["data"]]
-    assert names == ["train/grad_norm max", "train/grad_norm min", "train/grad_norm", NONFINITE_TRACE]
+    assert names == ["train/grad_norm max", "train/grad_norm min", "train/grad_norm", NONFINITE_TRACE,
+                     "normal range", "warning 100"]  # fmt: skip
+    # the levels are named in the legend, not written over the chart where alert labels go
+    assert not [
+        a for a in fig["layout"].get("annotations", []) if "normal" in a["text"] or "warning" in a["text"]
+    ]
     band_max = fig["data"][0]["y"]
     assert 750.0 in band_max  # the spike inside a bucket stays visible
     nan_trace = fig["data"][3]
@@ -192,14 +197,8 @@ def test_a_bucket_with_a_nan_and_a_spike_draws_both():
     assert by_name[NONFINITE_TRACE]["x"] == [40]  # and the NaN's marker, in the same bucket
 
 
-def test_a_series_with_one_value_at_every_step_is_constant_and_others_are_not():
-    from app.series import constant_value, from_api
-
-    flat = from_api({"metric": "perf/max_memory_allocated_gb", "steps": [1, 2, 3], "values": [0, 0, 0]})
-    assert constant_value(flat) == 0.0
-    # Buckets whose means agree but whose spread differs are not constant; nor is a NaN, nor a single point.
-    bands = {"steps": [1, 2], "values": [1, 1], "min": [1, 0.5], "max": [1, 1.5], "downsampled": True}
-    assert constant_value(from_api(bands)) is None
-    assert constant_value(from_api({"steps": [1, 2], "values": [1, None]})) is None
-    assert constant_value(from_api({"steps": [1], "values": [3]})) is None
-    assert constant_value(from_api({"steps": [1, 2], "values": [3, 3.5]})) is None
+def test_small_values_keep_their_digits_on_the_axis():
+    # a constant lr of 5e-4 read "0" on a -0.5..1 axis: the ticks say 0.0005
+    series = {"metric": "lr", "steps": [1, 2, 3], "values": [5e-4, 4e-4, 3e-4]}
+    fig = figure_json(metric_figure([from_api(series)], title="lr"))
+    assert fig["layout"]["yaxis"]["tickformat"] == ".4~g"

@@ -220,7 +220,7 @@ def test_run_page_of_the_verl_smoke_run(smoke_env):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Status"] == detail["status"] == "completed"
     # other verl metrics are grouped by prefix below the role panels
-    assert any(s.value == "perf/" for s in at.subheader)
+    assert any(e.label.startswith("perf/ (") for e in at.expander)
 
 
 def test_smoothing_and_log_scale_controls_change_the_loss_chart(app_env):
