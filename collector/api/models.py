@@ -135,6 +135,12 @@ class MetricInfo(Answer):
     role: str | None
     scale: float = 1.0
     label: str = ""
+    last_value: float | None = None
+    # what the run page says instead of drawing: the first metric (by name) holding the very same values at
+    # the same steps, the one value it holds throughout, or a value logged once at the end of a run of series
+    same_as: str | None = None
+    constant: float | None = None
+    summary_only: bool = False
 
 
 class Source(Answer):
@@ -182,6 +188,7 @@ class RunDetail(RunSummary):
     skipped_files: list[SkippedFile]
     failing_files: list[FailingFile]
     decorations: dict[str, Decoration]
+    kind: str | None = None  # "rl" (a metric of an RL-only role), "sft", or None (no metric yet)
 
 
 class Series(Answer):

@@ -288,3 +288,35 @@ def test_an_incident_is_acked_and_resolved_through_all_of_its_alerts(tmp_path):
             assert e.value.status == 404 and "no incident" in str(e.value)
     finally:
         daemon.ensure_stopped()
+
+
+def test_run_detail_says_what_the_run_page_says_instead_of_drawing(tmp_path):
+    # issue 23.1: a series logged twice, a constant, a value logged once at the end, and the run's kind come
+    # from the API (the page draws, it does not decide)
+    run = tmp_path / "root" / "grpo"
+    run.mkdir(parents=True)
+    with (run / "metrics.jsonl").open("w") as f:
+        for step in range(1, 51):
+            score = 0.2 + step * 0.01
+            data = {"critic/score/mean": score, "critic/rewards/mean": score, "actor/lr": 5e-4}
+            data |= {"actor/entropy": 1.0 - step * 0.001, "actor/kl_loss": step * 1e-3}
+            f.write(json.dumps({"step": step, "data": data}) + "\n")
+        f.write(json.dumps({"step": 50, "data": {"train_runtime": 1234.5}}) + "\n")
+    daemon = Daemon(tmp_path / "rw.duckdb", [tmp_path / "root"]).start()
+    try:
+        client = daemon.client()
+
+        def all_metrics() -> dict | None:
+            detail = client.get("/api/runs/grpo")
+            return detail if len(detail["metrics"]) == 6 else None
+
+        detail = wait_for(all_metrics, "every metric")
+        facts = {m["metric"]: m for m in detail["metrics"]}
+        assert detail["kind"] == "rl"
+        assert facts["critic/score/mean"]["same_as"] == "critic/rewards/mean"
+        assert facts["critic/rewards/mean"]["same_as"] is None
+        assert facts["actor/lr"]["constant"] == 5e-4 and facts["actor/entropy"]["constant"] is None
+        assert facts["train_runtime"]["summary_only"] and not facts["actor/entropy"]["summary_only"]
+        assert facts["actor/kl_loss"]["last_value"] == pytest.approx(0.05)
+    finally:
+        daemon.ensure_stopped()
