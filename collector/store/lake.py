@@ -45,7 +45,8 @@ POINTS_TABLE = "point_rows"
 TEAM_TABLES = [
     """CREATE TABLE IF NOT EXISTS {lake}.team_collectors (name VARCHAR, ns BIGINT, host VARCHAR, pid BIGINT,
        started_at DOUBLE, heartbeat_at DOUBLE)""",
-    "CREATE TABLE IF NOT EXISTS {lake}.team_marks (ns BIGINT, series BIGINT, points BIGINT, last_step BIGINT)",
+    """CREATE TABLE IF NOT EXISTS {lake}.team_marks (ns BIGINT, series BIGINT, points BIGINT, last_step BIGINT,
+       replaced BIGINT)""",
     """CREATE TABLE IF NOT EXISTS {lake}.team_stops (run_id VARCHAR, reason VARCHAR, asked_at DOUBLE,
        asked_by VARCHAR, done_at DOUBLE, outcome VARCHAR)""",
     """CREATE TABLE IF NOT EXISTS {lake}.team_alert_changes (alert_id BIGINT, state VARCHAR, note VARCHAR,
@@ -192,7 +193,9 @@ class LakePublisher:
         load_extensions(self.cur)
         self.attached = False
         self.published: dict[str, set[int]] | None = None  # table -> hashes of this collector's rows there
-        self.marks: dict[int, tuple[int, int]] = {}  # local series id -> (points, last step) in the lake
+        self.marks: dict[
+            int, tuple[int, int, int]
+        ] = {}  # local series -> (points, last step, replaced) in the lake
         self.commits = 0
         self.unpublished: set[str] = set()  # tables left out (no run or id column to tell whose rows)
         self.beat_at = time.time()  # the heartbeat last written (registering writes one)
@@ -361,9 +364,10 @@ class LakePublisher:
             q = f"SELECT {self._hash(columns)} FROM ({self._mapped(table, columns, LAKE)})"
             self.published[table] = {h for (h,) in self.cur.execute(q).fetchall()}
         rows = self.cur.execute(
-            f"SELECT series & 4294967295, points, last_step FROM {LAKE}.team_marks WHERE ns = ?", [self.ns]
+            f"SELECT series & 4294967295, points, last_step, replaced FROM {LAKE}.team_marks WHERE ns = ?",
+            [self.ns],
         ).fetchall()
-        self.marks = {s: (n, last) for s, n, last in rows}
+        self.marks = {s: (n, last, replaced) for s, n, last, replaced in rows}
 
     def _publish_table(self, table: str, columns: list[tuple[str, str]], written: dict) -> set[int]:
         """Rows whose hash is new are inserted, rows gone or changed deleted (a changed row is both);
@@ -388,15 +392,20 @@ class LakePublisher:
             written["rows"] += len(new)
         return local
 
-    def _publish_points(self, columns: list[tuple[str, str]], written: dict) -> dict[int, tuple[int, int]]:
+    def _publish_points(
+        self, columns: list[tuple[str, str]], written: dict
+    ) -> dict[int, tuple[int, int, int]]:
         """Per series: the points past its mark appended; a series whose earlier points changed (a resumed
-        run rewriting steps) replaced whole. The marks go in the same transaction."""
+        run rewriting steps: a value replaced moves to `points_replaced`, so its count there grows) replaced
+        whole. The marks (points, last step, values replaced) go in the same transaction."""
         cur = self.cur
         now = {
-            sid: (n, last)
-            for sid, n, last in cur.execute(
-                """SELECT s.id, m.points, m.last_step FROM series s
-                   JOIN metric_stats m ON m.run_id = s.run_id AND m.metric = s.metric"""
+            sid: (n, last, replaced)
+            for sid, n, last, replaced in cur.execute(
+                """SELECT s.id, m.points, m.last_step, coalesce(r.n, 0) FROM series s
+                   JOIN metric_stats m ON m.run_id = s.run_id AND m.metric = s.metric
+                   LEFT JOIN (SELECT run_id, metric, count(*) AS n FROM points_replaced GROUP BY ALL) r
+                     ON r.run_id = s.run_id AND r.metric = s.metric"""
             ).fetchall()
         }
         changed = {sid: v for sid, v in now.items() if self.marks.get(sid) != v}
@@ -414,9 +423,9 @@ class LakePublisher:
                         [appended, [self.marks[s][1] for s in appended]],
                     ).fetchall()
                 )
-            for sid, (n, _) in changed.items():
+            for sid, (n, _, replaced) in changed.items():
                 mark = self.marks.get(sid)
-                if mark is not None and counts.get(sid, 0) == n - mark[0]:
+                if mark is not None and mark[2] == replaced and counts.get(sid, 0) == n - mark[0]:
                     after[sid] = mark[1]  # a plain append
                 else:
                     after[sid] = -(2**62)  # replaced whole
@@ -444,8 +453,8 @@ class LakePublisher:
         if changed:
             cur.execute(
                 f"""INSERT INTO {LAKE}.team_marks SELECT ?, (({self.ns}::BIGINT << 32) | unnest(?)), unnest(?),
-                    unnest(?)""",
-                [self.ns, list(changed), [v[0] for v in changed.values()], [v[1] for v in changed.values()]],
+                    unnest(?), unnest(?)""",
+                [self.ns, list(changed), *([v[i] for v in changed.values()] for i in range(3))],
             )
         return {sid: v for sid, v in (self.marks | changed).items() if sid not in gone}
 

@@ -197,6 +197,20 @@ def test_kill_9_mid_commit_and_postgres_restarted_lose_and_duplicate_nothing(pg,
         )
         assert "publishing again" in carol.log.read_text()
         assert carol.proc.poll() is None, "the collector exited while Postgres was down"
+        # A resumed run rewrites its last 100 steps with other values: the lake holds what the collector's own
+        # file holds, value for value (the rewritten series is published again whole).
+        with metrics.open("a") as f:
+            for s in range(written - 99, written + 1):
+                f.write(json.dumps({"step": s, "data": {"train/loss": 2.0 / s, "train/lr": s * 1e-6}}) + "\n")
+        own = carol.client()
+        wait_for(lambda: raw(own, "live")[1][-1] == 2.0 / written, "carol's file to hold the rewritten steps")
+        wait_for(
+            lambda: raw(client, "carol/live") == raw(own, "live"), "the lake to hold the rewritten values"
+        )
+        steps, values = raw(client, "carol/live")
+        assert steps == list(range(1, written + 1)) and values[-100:] == [
+            2.0 / s for s in range(written - 99, written + 1)
+        ]
     finally:
         carol.ensure_stopped()
         reader.ensure_stopped()
