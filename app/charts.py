@@ -17,7 +17,8 @@ SEVERITY_COLORS = {"error": "#d62728", "warn": "#ff7f0e", "info": "#1f77b4"}
 # Plotly's default colour cycle, spelled out so the band can reuse a line's colour with transparency.
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 NONFINITE_TRACE = "NaN/inf"
-ALERT_LABEL_ROWS = 4  # alert labels stack in this many rows below a chart's top edge
+# one marker shape per rule on a chart: two rules of one severity (one colour) stay apart in the legend
+ALERT_SYMBOLS = ("triangle-down", "diamond", "square", "star", "circle")
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -139,27 +140,48 @@ def _add_nonfinite(fig: go.Figure, series_list: list[dict]) -> None:
     )
 
 
+def _alert_groups(alerts: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """The drawn alerts by (rule, severity), each group by first step: one legend entry each."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for alert in sorted(
+        (a for a in alerts if a.get("first_step") is not None), key=lambda a: a["first_step"]
+    ):
+        groups.setdefault((alert.get("rule", "alert"), alert.get("severity", "info")), []).append(alert)
+    return groups
+
+
 def _add_alerts(fig: go.Figure, alerts: list[dict]) -> None:
-    drawn = [a for a in alerts if a.get("first_step") is not None]
-    for row, alert in enumerate(sorted(drawn, key=lambda a: a["first_step"])):
-        color = SEVERITY_COLORS.get(alert.get("severity", ""), SEVERITY_COLORS["info"])
-        first = alert["first_step"]
-        last = first if alert.get("last_step") is None else alert["last_step"]
-        if last > first:
-            fig.add_vrect(x0=first, x1=last, fillcolor=color, opacity=0.15, line_width=0, layer="below")
-        else:
-            fig.add_vline(x=first, line_color=color, line_width=2, opacity=0.6)
-        # One row per alert (four, then round again): labels of alerts that start close together do not overlap.
-        fig.add_annotation(
-            x=first,
-            xref="x",
-            xanchor="left",
-            y=1 - 0.07 * (row % ALERT_LABEL_ROWS),
-            yref="paper",
-            yanchor="top",
-            text=f"{alert.get('rule', 'alert')} ({alert.get('severity', '?')})",
-            showarrow=False,
-            font={"color": color, "size": 11},
+    # Each episode a band (or a line) coloured by severity; its name is a legend entry per rule and severity,
+    # with a marker at each episode's start along the top edge, never a label on the plot (labels there
+    # piled up over each other and over the threshold labels).
+    for n, ((rule, severity), group) in enumerate(_alert_groups(alerts).items()):
+        color = SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"])
+        for alert in group:
+            first = alert["first_step"]
+            last = first if alert.get("last_step") is None else alert["last_step"]
+            if last > first:
+                fig.add_vrect(x0=first, x1=last, fillcolor=color, opacity=0.15, line_width=0, layer="below")
+            else:
+                fig.add_vline(x=first, line_color=color, line_width=2, opacity=0.6)
+        steps = [
+            f"{a['first_step']:,}"
+            if a.get("last_step") in (None, a["first_step"])
+            else f"{a['first_step']:,}–{a['last_step']:,}"
+            for a in group
+        ]
+        count = f" ×{len(group)}" if len(group) > 1 else ""
+        # On the hidden 0..1 axis, as the NaN crosses: at the top whatever the data's range or log scale.
+        fig.add_trace(
+            go.Scatter(
+                x=[a["first_step"] for a in group],
+                y=[0.99] * len(group),
+                yaxis="y2",
+                name=f"{rule} ({severity}){count}",
+                mode="markers",
+                marker={"symbol": ALERT_SYMBOLS[n % len(ALERT_SYMBOLS)], "size": 10, "color": color},
+                text=[f"{rule} ({severity}) at step {where}" for where in steps],
+                hoverinfo="text",
+            )
         )
 
 
@@ -202,7 +224,8 @@ def metric_figure(
     Draws, per series, the min-max band when downsampled, the raw points under the smoothed line when
     smoothing is on, and the (smoothed) line; then red crosses at the top for non-finite points, a shaded
     `normal_band`, a dashed `warning_line`, checkpoint saves as dotted lines, and each alert episode as a
-    band from its first to last step coloured by severity.
+    band from its first to last step coloured by severity, named in the legend (one entry per rule and
+    severity, a marker at each episode's start), never by a label on the plot.
     """
     fig = go.Figure()
     for i, series in enumerate(series_list):
@@ -227,10 +250,12 @@ def metric_figure(
         _legend_entry(fig, "checkpoint saved", {"dash": "dot", "color": "#7f7f7f"})
     _add_alerts(fig, alerts)
     note = bucket_note(series_list)
-    legend = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0}
+    # under the plot, left-aligned: however many lines it wraps to, it never runs into the title
+    # (0.3 of the plot: below the step axis's ticks and title at every height a 330 px chart keeps)
+    legend = {"orientation": "h", "yanchor": "top", "y": -0.3, "xanchor": "left", "x": 0.0}
     bottom = 10
     if legend_below:
-        lines = len(series_list) + bool(checkpoint_steps)
+        lines = len(series_list) + bool(checkpoint_steps) + len(_alert_groups(alerts))
         legend = {"orientation": "v", "yref": "container", "yanchor": "bottom", "y": 0.0, "x": 0.0}
         bottom = LEGEND_LINE_PX * lines + 50  # room for the lines and the step axis's title
         height += bottom + 40  # the plot keeps the height it has with the legend on top

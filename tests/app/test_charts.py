@@ -146,17 +146,51 @@ def test_raw_series_with_smoothing_keeps_raw_points_under_the_line_and_marks_ale
     assert [a["rule"] for a in shown] == ["val_loss_rise", "stall"]
     fig = figure_json(metric_figure([series, val], title="loss", smoothing=0.6, log_y=True, alerts=shown))
     names = [t["name"] for t in fig["data"]]
-    assert names == ["train/loss raw", "train/loss", "val/loss raw", "val/loss"]
+    assert names == [
+        "train/loss raw",
+        "train/loss",
+        "val/loss raw",
+        "val/loss",
+        "val_loss_rise (warn)",
+        "stall (error)",
+    ]
     assert fig["data"][0]["y"] == [float(10 - i) for i in range(10)]
     assert fig["data"][1]["y"] != fig["data"][0]["y"]  # the line on top is the smoothed one
     assert fig["layout"]["yaxis"]["type"] == "log"
     rect = [s for s in fig["layout"]["shapes"] if s.get("type") == "rect"]
     assert rect[0]["x0"] == 5 and rect[0]["x1"] == 10 and rect[0]["fillcolor"] == "#ff7f0e"
     assert fig["layout"]["meta"]["bucket_note"] is None
-    # Alerts that start a step apart (the demo's val_loss_rise and loss_spike) label on rows of their own.
-    labels = {a["text"]: a["y"] for a in fig["layout"]["annotations"] if a.get("yref") == "paper"}
-    assert set(labels) == {"val_loss_rise (warn)", "stall (error)"}
-    assert labels["val_loss_rise (warn)"] > labels["stall (error)"]
+    # Alerts are named in the legend, not by labels on the plot (issue 23.2: they overlapped each other and
+    # the threshold labels); a marker at each episode's start sits on the top edge
+    assert not [
+        a for a in fig["layout"].get("annotations", []) if "(warn)" in a["text"] or "(error)" in a["text"]
+    ]
+    marks = {t["name"]: t for t in fig["data"][4:]}
+    assert marks["val_loss_rise (warn)"]["x"] == [5] and marks["stall (error)"]["x"] == [9]
+    assert (
+        marks["val_loss_rise (warn)"]["yaxis"] == "y2"
+        and marks["val_loss_rise (warn)"]["marker"]["color"] == "#ff7f0e"
+    )
+    assert marks["val_loss_rise (warn)"]["text"] == ["val_loss_rise (warn) at step 5–10"]
+
+
+def test_recurring_alerts_are_one_legend_entry_beside_the_thresholds():
+    series = raw_series("grad_norm", list(range(1, 101)), [1.0] * 100)
+    spikes = [
+        {"rule": "grad_spike", "severity": "error", "metric": "grad_norm", "first_step": s, "last_step": s}
+        for s in (10, 11, 12, 60)
+    ]
+    fig = figure_json(
+        metric_figure([series], title="grad", alerts=spikes, warning_line=5.0, normal_band=(0.5, 2))
+    )
+    (mark,) = [t for t in fig["data"] if t["name"].startswith("grad_spike")]
+    assert mark["name"] == "grad_spike (error) ×4" and mark["x"] == [10, 11, 12, 60]
+    # the thresholds are named in the legend too: nothing is written over the plot to collide
+    assert not fig["layout"].get("annotations")
+    assert {"normal range", "warning 5", "grad_spike (error) ×4"} <= {t["name"] for t in fig["data"]}
+    below = figure_json(metric_figure([series], title="grad", alerts=spikes, legend_below=True))
+    plain = figure_json(metric_figure([series], title="grad", legend_below=True))
+    assert below["layout"]["height"] > plain["layout"]["height"]  # the legend's alert line has its room
 
 
 def test_checkpoint_saves_are_marked_on_the_step_time_chart():

@@ -178,7 +178,7 @@ def test_run_page_marks_every_alert_of_the_run_on_its_chart(app_env):
         marked = [
             fig["layout"]["title"]["text"]
             for fig in figs
-            if any(label in a.get("text", "") for a in fig["layout"].get("annotations", []))
+            if any(t.get("name", "").startswith(label) and alert["first_step"] in t["x"] for t in fig["data"])
             and any(t.get("name") == alert["metric"] for t in fig["data"])
         ]
         assert marked, f"alert {label} on {alert['metric']} is not marked on the chart of that metric"
