@@ -1,4 +1,5 @@
-"""The collector's HTTP API as the dashboard uses it: one method per endpoint, JSON in and out.
+"""The collector's HTTP API as the dashboard uses it: one method per endpoint. A run's detail and first view
+come back as the API's types (`collector.api.models`: `RunDetail`, `RunView`); the other answers as JSON data.
 
 Transport (address, token, errors) is the collector's client; this class only names the calls the pages
 make, so a page reads `api.checkpoints(run)` rather than a path string.
@@ -9,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
+
+from collector.api.models import RunDetail, RunView
 
 # Bucket count for a chart: about one bucket per horizontal pixel of a wide chart.
 CHART_POINTS = 2000
@@ -25,8 +28,10 @@ class DashboardApi:
     def __init__(self, client: Any) -> None:
         self.client = client
 
-    def _get(self, path: str, params: dict | list | None = None) -> Any:
-        return self.client.get(path, params=params)
+    def _get(self, path: str, params: dict | list | None = None, model: Any = None) -> Any:
+        if model is None:
+            return self.client.get(path, params=params)
+        return self.client.get(path, params=params, model=model)
 
     def _post(self, path: str, body: dict) -> Any:
         return self.client.post(path, body)
@@ -37,8 +42,8 @@ class DashboardApi:
     def runs(self) -> list[dict]:
         return self._get("/api/runs")
 
-    def run(self, run: str) -> dict:
-        return self._get(f"/api/runs/{_run_path(run)}")
+    def run(self, run: str) -> RunDetail:
+        return self._get(f"/api/runs/{_run_path(run)}", model=RunDetail)
 
     def metrics(
         self,
@@ -60,13 +65,13 @@ class DashboardApi:
 
     def view(
         self, run: str, *, points: int = CHART_POINTS, series: bool = True, start: int | None = None
-    ) -> dict:
+    ) -> RunView:
         """The run page's first view in one request: the run's fields plus `series` (every metric,
         downsampled), `alerts` and `checkpoint_steps`; `series=False` leaves the series out."""
         params: list[tuple[str, Any]] = [("points", points), ("series", "true" if series else "false")]
         if start is not None:
             params.append(("start", start))
-        return self._get(f"/api/runs/{_run_path(run)}/view", params=params)
+        return self._get(f"/api/runs/{_run_path(run)}/view", params=params, model=RunView)
 
     def epochs(self, run: str, metric: str) -> Any:
         return self._get(f"/api/runs/{_run_path(run)}/epochs", params={"metric": metric})

@@ -1,14 +1,15 @@
 """Which metrics a run page draws in which panel, from the metric roles the collector names.
 
-Roles (loss, val_loss, grad_norm, lr, ...) come from the API's run detail when it sends them, else from
-`collector.core.roles.role_of`, the collector's own naming function; nothing here judges the values. A
-panel's normal band and warning line come from the run detail's `decorations` (the run's own thresholds).
+Roles (loss, val_loss, grad_norm, lr, ...) come from the API's run detail (`metrics`, typed as
+`collector.api.models.MetricInfo`); nothing here names or judges them. A panel's normal band and warning line
+come from the run detail's `decorations` (the run's own thresholds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+
+from collector.api.models import Decoration, MetricInfo
 
 
 @dataclass(frozen=True)
@@ -62,58 +63,22 @@ HEADLINES = {
 }
 
 
-def metric_names(detail_metrics: object) -> list[str]:
-    """Metric names from the run detail's `metrics` field: a list of names, of {name|metric, ...}, or a dict."""
-    if isinstance(detail_metrics, dict):
-        return sorted(detail_metrics)
-    names = []
-    for item in detail_metrics or []:
-        if isinstance(item, str):
-            names.append(item)
-        elif isinstance(item, dict):
-            name = item.get("name") or item.get("metric")
-            if name:
-                names.append(name)
-    return sorted(names)
+def metric_names(metrics: list[MetricInfo]) -> list[str]:
+    """The names of the run detail's `metrics`, sorted."""
+    return sorted(m.metric for m in metrics)
 
 
-def api_roles(detail_metrics: object) -> dict[str, list[str]] | None:
-    """Role -> metrics from the run detail's `metrics` entries that carry a `role`, or None when none do."""
-    if not isinstance(detail_metrics, list) or not any(
-        isinstance(m, dict) and "role" in m for m in detail_metrics
-    ):
-        return None
+def metrics_by_role(metrics: list[MetricInfo]) -> dict[str, list[str]]:
+    """Role -> the run's metrics in that role (each sorted), as the API names each metric's role."""
     roles: dict[str, list[str]] = {}
-    for item in detail_metrics:
-        name = item.get("name") or item.get("metric")
-        if item.get("role") and name:
-            roles.setdefault(item["role"], []).append(name)
-    for names in roles.values():
-        names.sort()
-    return roles
-
-
-def metrics_by_role(
-    names: list[str], api_roles: dict | None, role_of: Callable[[str], str | None] | None
-) -> dict[str, list[str]]:
-    """Role -> the run's metrics in that role, from the API's roles when given, else `role_of` per name."""
-    roles: dict[str, list[str]] = {}
-    if api_roles:
-        for role, metrics in api_roles.items():
-            listed = [metrics] if isinstance(metrics, str) else list(metrics or [])
-            roles[role] = [m for m in listed if m in names] or listed
-        return roles
-    if role_of is None:
-        return roles
-    for name in names:
-        role = role_of(name)
-        if role:
-            roles.setdefault(role, []).append(name)
+    for m in sorted(metrics, key=lambda m: m.metric):
+        if m.role:
+            roles.setdefault(m.role, []).append(m.metric)
     return roles
 
 
 def role_panels(
-    roles: dict[str, list[str]], decorations: dict | None = None, kind: str | None = None
+    roles: dict[str, list[str]], decorations: dict[str, Decoration] | None = None, kind: str | None = None
 ) -> list[Panel]:
     """The role panels this run has data for, each with its metrics filled in, in the page's order (the
     panels of its `kind` first, see FIRST_PANELS), and with the normal band and warning line the API sent
@@ -125,12 +90,13 @@ def role_panels(
             continue
         panel = replace(panel, metrics=metrics)
         for role in panel.roles:
-            sent = (decorations or {}).get(role) or {}
-            band = sent.get("normal_band")
-            if isinstance(band, list | tuple) and len(band) == 2:
-                panel = replace(panel, normal_band=(float(band[0]), float(band[1])))
-            if isinstance(sent.get("warning_line"), int | float):
-                panel = replace(panel, warning_line=float(sent["warning_line"]))
+            sent = (decorations or {}).get(role)
+            if sent is None:
+                continue
+            if sent.normal_band is not None and len(sent.normal_band) == 2:
+                panel = replace(panel, normal_band=(sent.normal_band[0], sent.normal_band[1]))
+            if sent.warning_line is not None:
+                panel = replace(panel, warning_line=sent.warning_line)
         panels.append(panel)
     first = FIRST_PANELS.get(kind or "sft", ())
     return sorted(panels, key=lambda p: first.index(p.title) if p.title in first else len(first))

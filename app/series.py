@@ -8,11 +8,9 @@ and `nonfinite_steps` (steps whose value, or some value in whose bucket, is NaN 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 # "lr(1e-3)" is the old verl trainer's name for the learning rate multiplied by 1000.
-_UNIT_SUFFIX = re.compile(r"\((1e-?\d+)\)\s*$")
 
 
 def _number(value: Any) -> float:
@@ -116,17 +114,6 @@ def debiased_ema(values: list[float], weight: float) -> list[float]:
         count += 1
         smoothed.append(last / (1 - weight**count))
     return smoothed
-
-
-def unit_scale(metric: str) -> float:
-    """The factor that brings a metric logged in scaled units back to real units: `lr(1e-3)` -> 1e-3, else 1."""
-    match = _UNIT_SUFFIX.search(metric)
-    return float(match.group(1)) if match else 1.0
-
-
-def real_units_name(metric: str) -> str:
-    """The metric's name without a unit suffix: `train/lr(1e-3)` -> `train/lr`."""
-    return _UNIT_SUFFIX.sub("", metric).strip()
 
 
 def scaled(series: dict, factor: float) -> dict:

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
             return _serve(args)
         if args.command == "ingest":
             return _ingest(args)
-        result = _query(args)
+        result = _as_typed(args, _query(args))
     except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
         print(f"collector {args.command}: {printable(e)}", file=sys.stderr)
         return EXIT_USAGE
@@ -395,6 +395,37 @@ def _query(args: argparse.Namespace) -> Any:
         return direct(store)
     finally:
         store.close()
+
+
+def _as_typed(args: argparse.Namespace, result: Any) -> Any:
+    """The command's answer read as its type (`collector.api.models`, the API's own), then as the JSON data the
+    tables and `--json` print: an answer of another shape (a collector of another version) is an error
+    naming the field, not a table printed wrong. Fields the model does not name are kept, absent ones stay
+    absent."""
+    from pydantic import TypeAdapter
+
+    from collector.api import models
+
+    c = args.command
+    model = {
+        "runs": list[models.RunSummary],
+        "metrics": models.Series,
+        "alerts": list[models.Alert] if args.json else list[models.Incident],
+        "incidents": list[models.Incident],
+        "ack": models.AlertDetail,
+        "resolve": models.AlertDetail,
+        "stop": models.StopAnswer,
+        "files": list[models.ProblemFile],
+        "checkpoints": models.Advice,
+    }.get(c)
+    if model is None:
+        return result
+    adapter = TypeAdapter(model)
+    try:
+        typed = adapter.validate_python(result)
+    except ValueError as e:
+        raise CliError(f"the answer to {c} is not what this command reads: {e}") from None
+    return adapter.dump_python(typed, exclude_unset=True, by_alias=True)
 
 
 def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]]:

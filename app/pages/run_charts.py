@@ -12,58 +12,60 @@ import streamlit as st
 from app import ui, zoom
 from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, holds, load_series, seed, window_series
-from app.panels import HEADLINES, Panel, api_roles, metric_names, metrics_by_role, role_panels
+from app.panels import HEADLINES, Panel, metric_names, metrics_by_role, role_panels
 from app.playback import playback_control, stop_control
-from app.series import group_metrics, real_units_name, scaled, unit_scale
+from app.series import group_metrics, scaled
+from collector.api.models import RunDetail
 
 api = ui.api()
 run = ui.require_run()
 
 # One request for everything the page shows first; the series only when this session holds none yet.
-detail = api.view(run, series=not holds(run))
-seed(run, detail.get("series") or [])
+detail = api.view(run, series=not holds(run))  # a `RunView` (collector.api.models)
+seed(run, [s.model_dump(exclude_unset=True) for s in detail.series])
 st.title(run)
-status = detail.get("status") or "unknown"
-last, total = detail.get("last_step"), detail.get("total_steps")
-kind = detail.get("kind") or "sft"
-facts = {m["metric"]: m for m in detail.get("metrics") or [] if isinstance(m, dict) and "metric" in m}
+status = detail.status or "unknown"
+last, total = detail.last_step, detail.total_steps
+kind = detail.kind or "sft"
+# what the API says of each metric: its role, last value, scale (`lr(1e-3)`), shape (constant, a twin)
+facts = {m.metric: m for m in detail.metrics}
 top = st.columns(4)
 top[0].metric("Status", status)
 top[1].metric("Step", f"{last:,} / {total:,}" if last is not None and total else f"{last or 0:,}")
-top[2].metric("Open alerts", ui.alert_counts_text(detail.get("open_alerts")))
-rec = detail.get("recommended_step")
+top[2].metric("Open alerts", ui.alert_counts_text(detail.open_alerts.model_dump()))
+rec = detail.recommended_step
 top[3].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
 # What this kind of run is judged by, each the last value of its first metric in that role (the API says
 # the run's kind and each metric's role and last value).
-all_roles = metrics_by_role(sorted(facts), api_roles(detail.get("metrics")), None)
+all_roles = metrics_by_role(detail.metrics)
 headlines = HEADLINES.get(kind, HEADLINES["sft"])
 for tile, (label, role) in zip(st.columns(len(headlines)), headlines, strict=True):
     metric = next(iter(all_roles.get(role, [])), None)
-    value = facts[metric].get("last_value") if metric in facts else None
+    value = facts[metric].last_value if metric in facts else None
     tile.metric(label, ui.fmt_number(value), help=f"`{metric}`, last value" if metric else "not logged")
 if last is not None and total:
     st.progress(min(last / total, 1.0), text=f"{last / total:.0%} of {total:,} steps")
-if detail.get("anomaly_detected"):
-    st.error(f"Anomaly: {detail.get('anomaly_reason')}", icon=":material/warning:")
-stop_reason = (detail.get("status_info") or {}).get("stop_reason")
+if detail.anomaly_detected:
+    st.error(f"Anomaly: {detail.anomaly_reason}", icon=":material/warning:")
+stop_reason = (detail.status_info or {}).get("stop_reason")
 if status == "stopped" and stop_reason:
     st.info(f"Stopped on request: {stop_reason}", icon=":material/stop_circle:")
 if status in ("running", "stalled"):
     stop_control(api, run)
 
 
-def files_of_run(detail: dict) -> None:
+def files_of_run(detail: RunDetail) -> None:
     """Every file of the run: those read (with their counts and any warning) and those not read, with why."""
-    sources, skipped = detail.get("sources") or [], detail.get("skipped_files") or []
-    for f in detail.get("failing_files") or []:
+    sources, skipped = detail.sources, detail.skipped_files
+    for f in detail.failing_files:
         st.error(
-            f"`{f['path']}` could not be read ({f['reason']}); nothing of it was stored. "
-            f"Failed {f['attempts']} time(s) in a row since {ui.fmt_time(f['since'])}; "
-            f"the collector tries again at {ui.fmt_time(f['next_try_at'])}.",
+            f"`{f.path}` could not be read ({f.reason}); nothing of it was stored. "
+            f"Failed {f.attempts} time(s) in a row since {ui.fmt_time(f.since)}; "
+            f"the collector tries again at {ui.fmt_time(f.next_try_at)}.",
             icon=":material/error:",
         )
-    warned = [s for s in sources if s.get("warning")]
-    unexpected = [f for f in skipped if not f.get("copy")]  # a copy of metrics read elsewhere is no news
+    warned = [s for s in sources if s.warning]
+    unexpected = [f for f in skipped if not f.copy_]  # a copy of metrics read elsewhere is no news
     if warned or unexpected:
         st.warning(
             f"{len(unexpected)} file(s) of this run not read, {len(warned)} read without a point: see below."
@@ -72,33 +74,28 @@ def files_of_run(detail: dict) -> None:
         f"Files of this run ({len(sources)} read, {len(skipped)} not read)", expanded=bool(warned)
     ):
         columns = ("path", "format", "lines", "points", "bad_lines", "warning")
-        st.dataframe([{k: s.get(k) for k in columns} for s in sources], hide_index=True)
+        st.dataframe([{k: getattr(s, k) for k in columns} for s in sources], hide_index=True)
         if skipped:
             st.dataframe(
-                [{k: f.get(k) for k in ("path", "reason", "bytes")} for f in skipped], hide_index=True
+                [{"path": f.path, "reason": f.reason, "bytes": f.bytes} for f in skipped], hide_index=True
             )
 
 
 files_of_run(detail)
 
-names = metric_names(detail.get("metrics"))
+names = metric_names(detail.metrics)
 # The API tells which metrics are the same series under another name, hold one value throughout, or were
 # logged once as the run's summary: those are said, not drawn (again).
 twins: dict[str, list[str]] = {}
 for name, fact in facts.items():
-    if fact.get("same_as"):
-        twins.setdefault(fact["same_as"], []).append(name)
-constants = {
-    m: f["constant"] for m, f in facts.items() if f.get("constant") is not None and not f.get("same_as")
-}
-summary = {m: f for m, f in facts.items() if f.get("summary_only")}
-said = {m for m, f in facts.items() if f.get("same_as")} | set(constants) | set(summary)
+    if fact.same_as:
+        twins.setdefault(fact.same_as, []).append(name)
+constants = {m: f.constant for m, f in facts.items() if f.constant is not None and not f.same_as}
+summary = {m: f for m, f in facts.items() if f.summary_only}
+said = {m for m, f in facts.items() if f.same_as} | set(constants) | set(summary)
 charted = [n for n in names if n not in said]
-roles = {
-    role: [m for m in metrics if m in charted]
-    for role, metrics in metrics_by_role(names, api_roles(detail.get("metrics")), None).items()
-}
-panels = role_panels({r: m for r, m in roles.items() if m}, detail.get("decorations"), kind)
+roles = {role: [m for m in metrics if m in charted] for role, metrics in all_roles.items()}
+panels = role_panels({r: m for r, m in roles.items() if m}, detail.decorations, kind)
 
 controls = st.columns([3, 1, 1, 1])
 smoothing = controls[0].slider(
@@ -111,18 +108,19 @@ if controls[3].button("Reload all points"):
     forget(run)
     zoom.reset(run)
 
-checkpoint_steps = detail.get("checkpoint_steps") or []
-first_draw = {"alerts": detail.get("alerts")}  # the view's alerts serve the first draw; refreshes ask again
+checkpoint_steps = detail.checkpoint_steps
+# the view's alerts serve the first draw (as the alerts route's JSON, which refreshes ask for again)
+first_draw = {"alerts": [a.model_dump(exclude_unset=True, by_alias=True) for a in detail.alerts]}
 
 
 def panel_figure(panel: Panel, series: dict[str, dict], alerts: list[dict]):
     drawn = []
     for metric in panel.metrics:
         s = series[metric]
-        factor = unit_scale(metric)
-        if factor != 1.0:
-            # lr(1e-3) is logged x1000: draw it in real units under its real name
-            s = {**scaled(s, factor), "label": f"{real_units_name(metric)} (from {metric})"}
+        info = facts.get(metric)
+        if info is not None and info.scale != 1.0:
+            # lr(1e-3) is logged x1000: draw it in real units under its real name, as the API scales it
+            s = {**scaled(s, info.scale), "label": f"{info.label} (from {metric})"}
         if twins.get(metric):  # the same values logged under other names: drawn once, named by all
             s = {**s, "label": " = ".join([s.get("label") or metric, *twins[metric]])}
         drawn.append(s)
@@ -173,8 +171,8 @@ def said_figures(window) -> None:
     rows += [
         {
             "metric": m,
-            "value": ui.fmt_number(f.get("last_value")),
-            "kind": f"logged once, at step {f['last_step']:,}",
+            "value": ui.fmt_number(f.last_value),
+            "kind": f"logged once, at step {f.last_step:,}",
         }
         for m, f in summary.items()
     ]

@@ -6,7 +6,7 @@ import streamlit as st
 
 from app import ui
 from app.charts import metric_figure
-from app.panels import api_roles, metric_names, metrics_by_role
+from app.panels import metric_names, metrics_by_role
 from app.series import from_api
 
 ROLE_PREFIX = "role:"
@@ -28,12 +28,9 @@ if len(chosen) < 2:
     st.stop()
 
 details = {run: api.run(run) for run in chosen}
-per_run = {run: set(metric_names(d.get("metrics"))) for run, d in details.items()}
+per_run = {run: set(metric_names(d.metrics)) for run, d in details.items()}
 # Runs from different trainers name the same quantity differently (`loss`, `train/loss`): offer roles too.
-roles_per_run = {
-    run: metrics_by_role(sorted(per_run[run]), api_roles(d.get("metrics")), None)
-    for run, d in details.items()
-}
+roles_per_run = {run: metrics_by_role(d.metrics) for run, d in details.items()}
 shared_roles = sorted(set.intersection(*(set(r) for r in roles_per_run.values())))
 everywhere = sorted(set.union(*per_run.values()))
 options = [ROLE_PREFIX + r for r in shared_roles] + everywhere

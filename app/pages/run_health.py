@@ -38,11 +38,11 @@ else:
 
 st.subheader("Config (run.json)")
 detail = api.run(run)
-config = detail.get("config")
+config = detail.config
 if config:
     st.json(config, expanded=1)
 else:
     st.caption("This run recorded no run.json config.")
-if detail.get("status_info"):
+if detail.status_info:
     with st.expander("Status file (status.json)"):
-        st.json(detail["status_info"])
+        st.json(detail.status_info)

@@ -2,10 +2,12 @@
 
 client = Client.for_db(Path("runs/runwatch.duckdb"))   # None when no collector is running
 client.get("/api/runs"); client.post("/api/alerts/3/ack", {"note": "known"})
+client.get("/api/runs/a", model=models.RunDetail)   # parsed into the answer's type (collector.api.models)
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,8 +84,11 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def get(self, path: str, params: dict | list | None = None) -> Any:
-        return self._call("GET", path, params=params)
+    def get(self, path: str, params: dict | list | None = None, model: Any = None) -> Any:
+        """The answer as JSON data, or parsed into `model` (a `collector.api.models` type, or `list[...]` of
+        one): a ValueError (pydantic's ValidationError) names the field when the answer does not fit it."""
+        data = self._call("GET", path, params=params)
+        return data if model is None else parse(data, model)
 
     def post(self, path: str, body: dict | None = None) -> Any:
         return self._call("POST", path, json=body or {})
@@ -113,3 +118,15 @@ class Client:
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     yield json.loads(line[6:])
+
+
+def parse(data: Any, model: Any) -> Any:
+    """`data` (an API answer) as `model`: a `collector.api.models` type or `list[...]` of one."""
+    return _adapter(model).validate_python(data)
+
+
+@functools.cache
+def _adapter(model: Any) -> Any:
+    from pydantic import TypeAdapter  # (imported when a typed answer is first asked for)
+
+    return TypeAdapter(model)

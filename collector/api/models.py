@@ -132,9 +132,13 @@ class MetricInfo(Answer):
     metric: str
     points: int
     last_step: int | None
+    last_value: float | None = None
     role: str | None
     scale: float = 1.0
     label: str = ""
+    constant: float | None = None  # the one value it holds at every step
+    same_as: str | None = None  # the metric it repeats, value for value
+    summary_only: bool = False  # one value at the end of a run that logs series: a figure, not a chart
     last_value: float | None = None
     # what the run page says instead of drawing: the first metric (by name) holding the very same values at
     # the same steps, the one value it holds throughout, or a value logged once at the end of a run of series
@@ -181,6 +185,7 @@ class Decoration(Answer):
 class RunDetail(RunSummary):
     """`GET /api/runs/{run}`."""
 
+    kind: str | None = None  # rl, sft (None: no metric yet)
     config: dict[str, Any] | None
     status_info: dict[str, Any] | None
     metrics: list[MetricInfo]
@@ -267,10 +272,13 @@ class StopAnswer(Answer):
 
 
 class Checkpoint(Answer):
+    """A checkpoint of the advice; an inferred one (a save the run's files imply, no folder seen) may have no
+    `complete`/`bytes`."""
+
     step: int
-    path: str | None
-    complete: bool | None
-    bytes: int | None
+    path: str | None = None
+    complete: bool | None = None
+    bytes: int | None = None
     value: float | None = None
     inferred: bool = False
     inferred_from: str | None = None

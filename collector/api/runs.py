@@ -10,7 +10,7 @@ from collector.advice.verl_saves import verl_save_freq
 from collector.api import incidents as api_incidents
 from collector.api import run_files
 from collector.api.series import metrics
-from collector.core.roles import RL_ROLES, role_of
+from collector.core.roles import RL_ROLES, real_units_name, role_of, value_scale
 from collector.detect import registry
 from collector.detect.config import DetectConfig
 from collector.detect.runlevel import STALLED
@@ -146,6 +146,9 @@ def run(service: RunService, run_id: str) -> dict:
             "role": role_of(s["metric"]),
             **shapes.get(s["metric"], {"constant": None, "same_as": None}),
             "summary_only": has_series and s["points"] == 1,
+            # what a chart needs to draw it in real units (detection rescales by the same factor)
+            "scale": value_scale(s["metric"]),
+            "label": real_units_name(s["metric"]),
         }
         for s in stats
     ]

@@ -3,6 +3,7 @@
 Stable interface (the API and the app pick panels with it; the detectors pick rules with it):
 
 - `role_of(metric) -> str | None`: one of the roles below, or None for a metric no rule reads by role.
+- `real_units_name(metric) -> str`: the name without that scale (`train/lr(1e-3)` -> `train/lr`).
 - `value_scale(metric) -> float`: what a stored value must be multiplied by to get the real quantity
   (`train/lr(1e-3)` is logged as lr x 1000, so its scale is 1e-3; everything else is 1.0).
 - `direction_of(role) -> "min" | "max" | None`: which way is better, for roles where that is defined.
@@ -155,6 +156,11 @@ def value_scale(metric: str) -> float:
     if found is None:
         return 1.0
     return float(found.group(1))
+
+
+def real_units_name(metric: str) -> str:
+    """The metric's name in real units, without the scale `value_scale` reads: `train/lr(1e-3)` -> `train/lr`."""
+    return _SCALE.sub("", metric)
 
 
 def direction_of(role: str | None) -> str | None:

@@ -13,9 +13,7 @@ from app.series import (
     debiased_ema,
     from_api,
     group_metrics,
-    real_units_name,
     scaled,
-    unit_scale,
 )
 
 
@@ -75,9 +73,13 @@ def test_append_new_adds_only_points_past_the_last_step():
 
 
 def test_lr_in_scaled_units_is_shown_in_real_units():
-    assert unit_scale("train/lr(1e-3)") == pytest.approx(1e-3)
-    assert unit_scale("train/lr") == 1.0
-    assert real_units_name("train/lr(1e-3)") == "train/lr"
+    # the scale and the real name come from the API (core.roles, as detection reads them), 2.5e-4 too
+    from collector.core.roles import real_units_name, value_scale
+
+    assert value_scale("train/lr(1e-3)") == pytest.approx(1e-3)
+    assert value_scale("lr(2.5e-4)") == pytest.approx(2.5e-4)
+    assert value_scale("train/lr") == 1.0
+    assert real_units_name("train/lr(1e-3)") == "train/lr" and real_units_name("train/lr") == "train/lr"
     series = scaled(raw_series("train/lr(1e-3)", [1, 2], [0.5, 1.0]), 1e-3)
     assert series["values"] == pytest.approx([5e-4, 1e-3])
 

@@ -154,15 +154,11 @@ def test_run_page_lists_the_files_it_reads_and_those_it_does_not(app_env):
     at = open_page("run", run=NAN_GRAD_RUN)
     [files] = [e for e in at.expander if e.label.startswith("Files of this run")]
     assert (
-        files.label
-        == f"Files of this run ({len(detail['sources'])} read, {len(detail['skipped_files'])} not read)"
+        files.label == f"Files of this run ({len(detail.sources)} read, {len(detail.skipped_files)} not read)"
     )
     [table] = files.dataframe
-    assert list(table.value["path"]) == [s["path"] for s in detail["sources"]]
-    assert (
-        list(table.value["points"]) == [s["points"] for s in detail["sources"]]
-        and detail["sources"][0]["points"] > 0
-    )
+    assert list(table.value["path"]) == [s.path for s in detail.sources]
+    assert list(table.value["points"]) == [s.points for s in detail.sources] and detail.sources[0].points > 0
 
 
 def test_run_page_marks_every_alert_of_the_run_on_its_chart(app_env):
@@ -218,7 +214,7 @@ def test_run_page_of_the_verl_smoke_run(smoke_env):
     raw = trace(loss, "train/loss raw")["y"]
     assert raw == [v if math.isfinite(v) else None for v in series["values"]]
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Status"] == detail["status"] == "completed"
+    assert metrics["Status"] == detail.status == "completed"
     # other verl metrics are grouped by prefix below the role panels
     assert any(e.label.startswith("perf/ (") for e in at.expander)
 

@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import TypeAdapter
 
 from app.connection import read_marker, roots_differ
-from app.panels import api_roles, metric_names, metrics_by_role, role_panels
+from app.panels import metric_names, metrics_by_role, role_panels
 from app.settings import DEFAULT_REFRESH_S, SettingsError, read_settings
+from collector.api.models import MetricInfo
 
 
 def test_defaults_work_from_the_repository_root(tmp_path: Path):
@@ -64,32 +66,20 @@ def test_marker_of_a_dead_process_is_stale(tmp_path: Path):
     assert read_marker(db) is None
 
 
-def test_panels_follow_the_collector_roles():
-    from collector.core.roles import role_of
-
-    names = metric_names(
-        [{"name": "train/loss", "points": 3}, {"name": "val/loss"}, {"name": "train/lr(1e-3)"}]
+def test_panels_follow_the_roles_the_api_sends():
+    # the run detail's `metrics` as the client parses them (collector.api.models.MetricInfo)
+    metrics = TypeAdapter(list[MetricInfo]).validate_python(
+        [
+            {"metric": "val/loss", "points": 2, "last_step": 10, "role": "val_loss"},
+            {"metric": "train/loss", "points": 9, "last_step": 10, "role": "loss"},
+            {"metric": "train/lr(1e-3)", "points": 9, "last_step": 10, "role": "lr", "scale": 1e-3},
+            {"metric": "perf/mfu", "points": 9, "last_step": 10, "role": None},
+        ]
     )
-    assert names == ["train/loss", "train/lr(1e-3)", "val/loss"]
-    roles = metrics_by_role(names, None, role_of)
-    panels = role_panels(roles)
-    assert [(p.title, p.metrics) for p in panels] == [
+    assert metric_names(metrics) == ["perf/mfu", "train/loss", "train/lr(1e-3)", "val/loss"]
+    roles = metrics_by_role(metrics)
+    assert roles == {"loss": ["train/loss"], "lr": ["train/lr(1e-3)"], "val_loss": ["val/loss"]}
+    assert [(p.title, p.metrics) for p in role_panels(roles)] == [
         ("Loss", ("train/loss", "val/loss")),
         ("Learning rate", ("train/lr(1e-3)",)),
     ]
-    # roles sent by the API win over the local naming function
-    api_roles = {"loss": "train/loss", "grad_norm": ["actor/grad_norm"]}
-    assert metrics_by_role(["train/loss", "actor/grad_norm"], api_roles, role_of) == {
-        "loss": ["train/loss"],
-        "grad_norm": ["actor/grad_norm"],
-    }
-
-
-def test_roles_sent_per_metric_in_the_run_detail_are_used():
-    detail_metrics = [
-        {"metric": "train/loss", "points": 9, "role": "loss"},
-        {"metric": "val/loss", "points": 2, "role": "val_loss"},
-        {"metric": "perf/mfu", "points": 9, "role": None},
-    ]
-    assert api_roles(detail_metrics) == {"loss": ["train/loss"], "val_loss": ["val/loss"]}
-    assert api_roles([{"metric": "train/loss"}]) is None

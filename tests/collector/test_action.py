@@ -109,7 +109,11 @@ def test_an_action_and_the_advice_name_the_same_step_when_no_checkpoint_was_seen
     # the advice keeps step 1500 (its best evaluation; no folder seen): the action never says "restart from the
     # beginning" as if there were nothing, it names that step
     alert = {"rule": "run_failed", "severity": "error", "metric": "", "first_step": 2000, "last_step": 2000}
-    rec = {"recommended": {"step": 1500, "path": None, "reason": "best"}, "checkpoints": [], "metric": "eval_loss"}
+    rec = {
+        "recommended": {"step": 1500, "path": None, "reason": "best"},
+        "checkpoints": [],
+        "metric": "eval_loss",
+    }
     act = action_for_alert(alert, rec, Trainer("hf", "an HF console log"), None, [])
     assert "the checkpoint advice's step 1500 is the one to go back to" in act["text"]
     assert not act["text"].startswith("There is no checkpoint")
