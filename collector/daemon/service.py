@@ -35,6 +35,7 @@ from collector.daemon.detection import Detection, default_sinks
 from collector.formats import discover
 from collector.ingest import fs
 from collector.ingest.reader import Ingestor
+from collector.store.damage import DamagedDatabase, damage_met
 from collector.store.db import Store
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class Collector:
 
             self.team = TeamPublishing(self.store, settings, self.ingestor.run_dirs)
         self._stop = threading.Event()
+        self.damage: DamagedDatabase | None = None  # damage met while serving: the daemon stops, saying it
         self._requests: list[Path] = []
         self._requests_lock = threading.Lock()
 
@@ -197,6 +199,8 @@ class Collector:
             server.should_exit = True
             api_thread.join(timeout=10)
             remove_marker(self.db, os.getpid())
+        if self.damage is not None:
+            raise self.damage
 
     def stop(self) -> None:
         self._stop.set()
@@ -220,6 +224,8 @@ class Collector:
                 pending = self.ingestor.ingest(sorted(pending))
                 self.store.disk.stored()
             except Exception as e:  # one bad cycle must not kill the daemon; the next cycle retries
+                if self._damaged(e):
+                    break
                 if self.store.disk.failed(e):
                     log.error("ingest cycle failed for a full disk (%s); retrying", e)
                 else:
@@ -261,8 +267,21 @@ class Collector:
                 if self._reachable(run):
                     self._safely(self.detection.scan_checkpoints, run)
             checkpoint_runs.clear()
-        # Final commit: what is already on disk goes in before exit.
-        self._safely(lambda: self.ingestor.ingest(self.ingestor.discover()))
+        # Final commit: what is already on disk goes in before exit (not into a damaged file).
+        if self.damage is None:
+            self._safely(lambda: self.ingestor.ingest(self.ingestor.discover()))
+
+    def _damaged(self, error: BaseException) -> bool:
+        """Whether `error` says the database file is damaged (a part not read at start-up); then the daemon
+        stops, and `serve` ends with the one message the CLI gives, instead of retrying a cycle that cannot
+        succeed."""
+        found = damage_met(self.db, error, "The collector stopped")
+        if found is None:
+            return False
+        if self.damage is None:
+            self.damage = found
+            self._stop.set()
+        return True
 
     def _discover(self) -> list[str]:
         """The rescan's discovery; a failure (a remote host dropping mid-way) is logged and retried later."""
@@ -283,8 +302,9 @@ class Collector:
             return fn(*args)
         except ConnectionError as e:  # a remote host out of reach: its state says so; no traceback
             log.warning("%s: %s; the collector goes on", getattr(fn, "__name__", "step"), e)
-        except Exception:
-            log.exception("%s failed; the collector goes on", getattr(fn, "__name__", "step"))
+        except Exception as e:
+            if not self._damaged(e):
+                log.exception("%s failed; the collector goes on", getattr(fn, "__name__", "step"))
         return None
 
 

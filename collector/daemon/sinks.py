@@ -104,23 +104,27 @@ class ConsoleSink:
 
 
 class JsonlSink:
-    """Append-only JSON lines file; every event is one line, written and flushed before `send` returns."""
+    """Append-only JSON lines file; every event is one line, written and flushed before `send` returns. The
+    file is opened (created) at the first event: a command that stops before writing one (a damaged
+    database) leaves no empty log beside the database."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 -- held open across sends, closed in close()
+        self._file: IO[str] | None = None
         self._lock = threading.Lock()
 
     def send(self, alert: dict) -> None:
         line = json.dumps(_json_safe(alert), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         with self._lock:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 -- held open across sends, closed in close()
             self._file.write(line + "\n")
             self._file.flush()
 
     def close(self) -> None:
         with self._lock:
-            if not self._file.closed:
+            if self._file is not None and not self._file.closed:
                 self._file.close()
 
 

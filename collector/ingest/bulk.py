@@ -24,6 +24,7 @@ from collector.formats import jsonl
 from collector.ingest.fs import Files
 from collector.ingest.segments import SIG_BYTES, read_range, written_at
 from collector.store import points as store_points
+from collector.store.damage import damage_met
 from collector.store.db import SourceState, Store
 from collector.store.points import BulkMismatch, NotPlainVerl
 
@@ -253,7 +254,9 @@ class BulkReader:
                     keys = store_points.ndjson_keys(self.store.cursor(), chunk.path)
                 except duckdb.Error:
                     return None
-            except duckdb.Error:
+            except duckdb.Error as e:
+                if damage_met(self.store.path, e, "") is not None:
+                    raise  # the database's fault: the parser would meet it too (and say it less plainly)
                 return None
         self._keys[s.path] = keys
         return BulkRead(new, count, max(after, high) if count else after, new.offset < st.st_size)

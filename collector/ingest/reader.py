@@ -31,6 +31,7 @@ from collector.ingest.failures import Failures
 from collector.ingest.fs import Files, path_of, root_path
 from collector.ingest.segments import Event
 from collector.store import points as store_points
+from collector.store.damage import damage_met
 from collector.store.db import SourceState, Store
 
 log = logging.getLogger("collector.ingest.reader")
@@ -292,6 +293,8 @@ class Ingestor:
             )  # (a commit or a scratch copy: /api/health says it)
             for p, s in before.items():
                 self.sources[p] = s
+            if damage_met(self.store.path, e, "") is not None:
+                raise  # the database's fault, not the file's: the command or the daemon stops, saying so
             if not quiet:
                 self._failed(paths[0], f"{type(e).__name__}: {e}", disk_full)
             return False

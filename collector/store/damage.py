@@ -36,14 +36,23 @@ def damage_of(path: Path, error: str) -> str | None:
     return None
 
 
-def damaged(path: Path, what: str) -> DamagedDatabase:
-    """The error for a damaged database: one message saying what is wrong and what to do."""
+def damaged(path: Path, what: str, done: str = "Nothing was changed") -> DamagedDatabase:
+    """The error for a damaged database: one message saying what is wrong, what was `done` and what to do."""
     return DamagedDatabase(
-        f"the database {path} is damaged: {what}. Nothing was changed. Restore it from a backup, or move it"
+        f"the database {path} is damaged: {what}. {done}. Restore it from a backup, or move it"
         f" aside and start a new database (a new --db path, or the same path once it is moved) and ingest the"
         f" runs again: the run files are the source of truth (acks and notes on alerts live only in the old"
         f" database)"
     )
+
+
+def damage_met(path: Path, error: BaseException, done: str) -> DamagedDatabase | None:
+    """The DamagedDatabase for `error` met while the database was in use (a part not read at start-up:
+    `done` says what was done about it), or None when `error` says nothing of damage."""
+    if isinstance(error, DamagedDatabase):
+        return error
+    what = damage_of(path, str(error)) if isinstance(error, duckdb.Error) else None
+    return damaged(path, what, done) if what else None
 
 
 def check_whole(con: duckdb.DuckDBPyConnection, path: Path) -> None:

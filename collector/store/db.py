@@ -318,7 +318,8 @@ class Store:
                 [time.time()],
             )
         finally:
-            cur.unregister("rw_sources")
+            with contextlib.suppress(duckdb.TransactionException):  # (aborted: the first error goes up)
+                cur.unregister("rw_sources")
 
     def set_runs_progress(
         self,
@@ -345,7 +346,8 @@ class Store:
                 [now],
             )
         finally:
-            cur.unregister("rw_runs")
+            with contextlib.suppress(duckdb.TransactionException):  # (aborted: the first error goes up)
+                cur.unregister("rw_runs")
 
     def clear_quarantine(self, cur: duckdb.DuckDBPyConnection, s: SourceState) -> None:
         """Forget the bad lines kept for `s` (a whole document read again whole: its old lines are gone)."""

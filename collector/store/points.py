@@ -74,7 +74,8 @@ def add_points(
             "CREATE OR REPLACE TEMP TABLE rw_stage AS SELECT *, row_number() OVER () AS seq FROM rw_batch"
         )
     finally:
-        cur.unregister("rw_batch")
+        with contextlib.suppress(duckdb.TransactionException):  # (aborted: the first error goes up)
+            cur.unregister("rw_batch")
     return _merge_stage(cur, s)
 
 
@@ -126,7 +127,10 @@ def add_points_many(cur: duckdb.DuckDBPyConnection, batches: list[tuple[SourceSt
                  first_step = least(excluded.first_step, metric_stats.first_step)"""
         )
     finally:
-        cur.unregister("rw_many")
+        # In a transaction the error above aborted, unregistering fails too: the first error is the one told
+        # (a damaged database must not read as "transaction is aborted"); a later register replaces the view.
+        with contextlib.suppress(duckdb.TransactionException):
+            cur.unregister("rw_many")
     return len(table)
 
 
