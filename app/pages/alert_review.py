@@ -17,6 +17,9 @@ SEVERITY_WORDS = {"error": "error", "warn": "warning", "info": "notice"}
 RANK = {s: i for i, s in enumerate(ui.SEVERITIES)}  # error 0, warn 1, info 2
 EVIDENCE_CHARTS = 3  # the incident's metrics drawn, cause first
 HISTORY_ALERTS = 20  # alerts whose history is fetched (one request each)
+# A longer run name is shortened in the middle to fit its column (RUN_WIDTH px); the review line names it whole.
+RUN_CHARS = 44
+RUN_WIDTH = 320
 
 api = ui.api()
 st.title("Alerts")
@@ -84,7 +87,7 @@ st.dataframe(
     [
         {
             "severity": SEVERITY_WORDS.get(i["severity"], i["severity"]),
-            "run": i["run"],
+            "run": ui.middle(i["run"], RUN_CHARS),
             "trouble": " → ".join(i["rules"]),
             "steps": _steps(i),
             "alerts": i["alert_count"],
@@ -96,7 +99,9 @@ st.dataframe(
     hide_index=True,
     width="stretch",
     column_config={
-        "run": st.column_config.TextColumn("run", width="medium"),
+        "run": st.column_config.TextColumn(
+            "run", help="A long name is shortened in the middle", width=RUN_WIDTH
+        ),
         "message": st.column_config.TextColumn("message", width="large"),
     },
 )

@@ -45,14 +45,6 @@ SORTS = {
 }
 
 
-def middle(text: str, size: int = NAME_CHARS) -> str:
-    """`text` in at most `size` characters, its middle replaced by an ellipsis."""
-    if len(text) <= size:
-        return text
-    tail = (size - 1) // 2
-    return text[: size - 1 - tail] + "…" + text[len(text) - tail :]
-
-
 def progress(run: dict) -> float | None:
     """How far the run is, 0..1: a completed run is done whatever its planned steps said."""
     last, total = run.get("last_step"), run.get("total_steps")
@@ -156,7 +148,7 @@ def _colors(frame: pd.DataFrame) -> pd.DataFrame:
     return styles
 
 
-styled = shown.style.apply(_colors, axis=None).format({"run": middle})
+styled = shown.style.apply(_colors, axis=None).format({"run": lambda name: ui.middle(name, NAME_CHARS)})
 event = st.dataframe(
     styled,
     hide_index=True,
