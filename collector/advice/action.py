@@ -125,7 +125,7 @@ def action_for_alert(
         reason = why
     elif rule in CHECKPOINT_RULES:
         chosen, why = _kept_by_advice(alert, advice)
-        reason = (recommended or {}).get("reason") or why
+        reason = _kept_line(alert, advice) if chosen is not None else _first_sentence(why)
     else:
         chosen, why, reason = _last_good_before(
             alert, advice["checkpoints"], bad_episodes, restart_before, advice_step
@@ -221,6 +221,25 @@ def _lines(
     if skip is not None:
         run += f"; when replaying, skip the batches of steps {skip[0]}-{skip[1]}"
     return {"keep": keep, "run": run, "why": reason}
+
+
+def _kept_line(alert: dict, advice: dict) -> str:
+    """Why a validation alert's checkpoint is the advice's, in one short sentence (`text` has the advice's
+    whole reason)."""
+    rec = advice["recommended"]
+    value = next((c.get("value") for c in advice.get("checkpoints", []) if c["step"] == rec["step"]), None)
+    line = f"The checkpoint advice keeps it: the best {advice.get('metric')}" + (
+        f" ({fmt(value)})" if value is not None else ""
+    )
+    own = (alert.get("evidence") or {}).get("best_step")
+    if own is not None and own != rec["step"]:
+        line += f"; this alert's own best evaluation is step {own} (the full text says why they differ)"
+    return line + "."
+
+
+def _first_sentence(text: str) -> str:
+    head = text.split(". ", 1)[0].split("; ", 1)[0].rstrip(".")
+    return head + "."
 
 
 def _kept_by_advice(alert: dict, advice: dict) -> tuple[dict | None, str]:

@@ -225,8 +225,18 @@ def test_the_action_in_three_short_lines_names_the_command_once():
         "/runs/a",
         [],
     )
-    assert (
-        kept["keep"] == "step 20 (/runs/a/global_step_20)"
-        and kept["why"] == "Step 20 has the lowest val/loss."
+    assert kept["keep"] == "step 20 (/runs/a/global_step_20)"
+    assert kept["why"] == "The checkpoint advice keeps it: the best val/loss."
+    # the advice's whole reason (a paragraph on real runs) stays in text; why is one short line with the value
+    valued = [{**ckpt(20), "value": 1.052}, ckpt(40)]
+    best = action_for_alert(
+        {"rule": "val_loss_rise", "severity": "warn", "metric": "val/loss", "first_step": 40, "last_step": 60,
+         "evidence": {"best_step": 40}},
+        advice(valued, 20), Trainer("hf", "x"), "/runs/a", [],
+    )  # fmt: skip
+    assert best["why"] == (
+        "The checkpoint advice keeps it: the best val/loss (1.052); this alert's own best evaluation is step 40 "
+        "(the full text says why they differ)."
     )
+    assert "Step 20 has the lowest val/loss." in best["text"]
     assert kept["run"].startswith("call this in your training script")
