@@ -125,9 +125,10 @@ def test_every_page_in_chromium_and_acknowledge_by_click(collector, tmp_path: Pa
 def write_steps(path: Path, first: int, last: int) -> None:
     with open(path, "a") as out:
         for step in range(first, last + 1):
+            # every metric varies: the run page says a constant one as a number instead of charting it
             out.write(
-                f'{{"step":{step},"data":{{"train/loss":{3.0 - step * 0.01},"train/grad_norm":1.5,'
-                f'"train/lr":{1e-4 * min(1.0, step / 10)}}}}}\n'
+                f'{{"step":{step},"data":{{"train/loss":{3.0 - step * 0.01},'
+                f'"train/grad_norm":{1.5 + (step % 3) * 0.1},"train/lr":{1e-4 * min(1.0, step / 10)}}}}}\n'
             )
 
 
