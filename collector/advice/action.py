@@ -194,7 +194,15 @@ def action_for_alert(
         "skip_steps": skip,
         "advice_step": advice_step,
         "text": " ".join(parts),
-        **_lines(chosen, resume, skip, reason, never_learned=bool(advice.get("never_learned"))),
+        **_lines(
+            chosen,
+            resume,
+            skip,
+            reason,
+            never_learned=bool(advice.get("never_learned")),
+            # none seen before the trouble: the advice's own step (no folder of it seen) is where to go back to
+            advice_before=advice_step if advice_step is not None and advice_step <= first else None,
+        ),
     }
 
 
@@ -204,6 +212,7 @@ def _lines(
     skip: list[int] | None,
     reason: str,
     never_learned: bool,
+    advice_before: int | None,
 ) -> dict:
     """`keep`, `run`, `why`: the action in three short lines (the command itself is `command`, said once)."""
     if chosen is not None:
@@ -216,6 +225,9 @@ def _lines(
             "none: no checkpoint is better than the base model",
             "fix the cause, then start from the base model",
         )
+    elif advice_before is not None:
+        keep = f"step {advice_before}, the checkpoint advice's, if the trainer saved it (no folder of it was seen)"
+        run = "resume from it with your trainer's resume option; without it, start from the beginning"
     else:
         keep, run = "none to go back to", "fix the cause, then start from the beginning (or the base model)"
     if skip is not None:

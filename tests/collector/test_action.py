@@ -240,3 +240,13 @@ def test_the_action_in_three_short_lines_names_the_command_once():
     )
     assert "Step 20 has the lowest val/loss." in best["text"]
     assert kept["run"].startswith("call this in your training script")
+
+
+def test_keep_names_the_advices_step_when_no_checkpoint_was_seen_before_the_trouble():
+    # the three lines agree with the paragraph: keep says the step the why and the text name
+    alert = {"rule": "nonfinite", "severity": "error", "metric": "loss", "first_step": 300, "last_step": 300}
+    act = action_for_alert(alert, advice([], 200), VERL, "/runs/a", [])
+    assert act["checkpoint"] is None and "step 200" in act["text"] and "200" in act["why"]
+    assert act["keep"].startswith("step 200, the checkpoint advice's, if the trainer saved it")
+    later = action_for_alert(alert, advice([], 400), VERL, "/runs/a", [])
+    assert later["keep"] == "none to go back to"
