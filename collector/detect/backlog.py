@@ -52,7 +52,6 @@ def judge_columns(det: RunDetector, steps, codes, names: list[str], values) -> l
     steps = np.asarray(steps, dtype=np.int64)
     values = np.asarray(values, dtype=np.float64)
     codes = np.asarray(codes, dtype=np.int64)
-    det._replay = False
     if not det.facts.is_rl:
         det.facts.is_rl = any(role_of(m) in RL_ROLES for m in names)
     start, n, rewinds = 0, len(steps), 0
@@ -141,7 +140,7 @@ class _Track:
         self.bad = 0  # next non-finite row
         self.cursor = 0  # next finite index not yet handled
         # what `update` keeps per metric, as the segment found it (rows fed in full change it meanwhile)
-        self.fed0, self.recent0 = self.state.fed, list(self.state.recent.items())
+        self.recent0 = list(self.state.recent.items())
 
 
 class _Segment:
@@ -363,11 +362,10 @@ class _Segment:
         det.episodes.close((STALLED, ""))
 
     def _finish(self) -> None:
-        """Per-metric bookkeeping `update` keeps: last step, the steps remembered for re-reads, points fed."""
+        """Per-metric bookkeeping `update` keeps: last step and the steps remembered for re-reads."""
         for t in self.tracks:
             state = t.state
             state.last_step = int(t.steps[-1])
-            state.fed = t.fed0 + len(t.f_vals) if state.judged or state.noted else state.fed
             # `update` prunes its memory to the last 64 steps each time it passes 128
             keep = len(t.recent0) + len(t.steps)
             if keep > _RECENT_LIMIT:

@@ -20,8 +20,7 @@ Stable interface (the collector calls this; see docs/architecture.md):
   - `open_episodes() -> list[AlertEvent]`: the episodes open now.
   - `note_times(walls)`: the run's pace from its latest points' wall times, without judging them.
   - `resume_episodes(alerts)`: reattach stored open episodes (the daemon does so for `run_failed` and
-    `stalled` once it has judged a run's stored points again after a restart); `update(points, replay=True)`
-    fills the windows from a tail of points without reporting their first ones (see their docstrings).
+    `stalled` once it has judged a run's stored points again after a restart).
   Pure: no I/O, no clock; time is passed in.
 - `detect_series(series, config=None, run_info=None) -> list[AlertEvent]`: every episode (open or closed) of a
   run given as plain lists, `{metric: (steps, values)}`; for tests and one-off reports.
@@ -54,13 +53,12 @@ __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
 _RECENT_LIMIT = 2 * _RECENT
-REPLAY_WARMUP = 50  # points per metric that only fill windows when replaying stored points
 
 
 class _Metric:
     """Per-metric bookkeeping: the rules that read it and the recent steps (to recognise re-reads)."""
 
-    __slots__ = ("rules", "judged", "nonfinite_key", "role", "scale", "last_step", "recent", "fed", "noted")
+    __slots__ = ("rules", "judged", "nonfinite_key", "role", "scale", "last_step", "recent", "noted")
 
     def __init__(self, metric: str, rules: list[Rule], role: str | None, scale: float) -> None:
         self.set_rules(metric, rules)
@@ -71,7 +69,6 @@ class _Metric:
         self.noted = role in ("loss", "lr", "step_time", "val_loss", "val_score", "eval_metric")
         self.last_step: int | None = None
         self.recent: dict[int, float] = {}
-        self.fed = 0
 
     def set_rules(self, metric: str, rules: list[Rule]) -> None:
         self.rules = rules
@@ -89,7 +86,6 @@ class RunDetector:
         self.episodes = Episodes(run_id)
         # what the rules know of the run beyond their metric; filled here, read by the rules
         self.facts = RunFacts(self.config.rules.val_loss_rise.train_window, self.episodes.open_by_key)
-        self._replay = False
         self.last_step: int | None = None
         self._last_wall: float | None = None
         self._intervals: deque[float] = deque(maxlen=50)
@@ -132,15 +128,12 @@ class RunDetector:
 
     # ----- the incremental path -----
 
-    def update(self, points: Points, replay: bool = False, flush: bool = True) -> list[AlertEvent]:
+    def update(self, points: Points, flush: bool = True) -> list[AlertEvent]:
         """Feed a batch of points (file order); return one event per episode opened, changed or closed.
 
-        `replay=True` is for rebuilding state from a tail of stored points after a restart: the first
-        `REPLAY_WARMUP` points of each metric only fill the windows (a baseline cut short would call normal
-        points spikes); non-finite values are still reported. `flush=False` keeps the events for the next
-        call (the batch goes on: an incident's episodes not handed out yet still fold into one).
+        `flush=False` keeps the events for the next call (the batch goes on: an incident's episodes not
+        handed out yet still fold into one).
         """
-        self._replay = replay
         facts = self.facts
         if not facts.is_rl:
             facts.is_rl = any(role_of(m) in RL_ROLES for m in set(points.metric))
@@ -271,11 +264,9 @@ class RunDetector:
             elif role in ("val_loss", "val_score", "eval_metric"):
                 facts.note_eval(step, value if role == "val_loss" else None)
                 facts.note_chosen(metric, step, value)
-        state.fed += 1
-        warming = self._replay and state.fed <= REPLAY_WARMUP
         for rule, key, clear_after in state.judged:
             verdict = rule.feed(step, value, facts)
-            if warming or verdict is HOLD:
+            if verdict is HOLD:
                 continue
             if verdict is None:
                 if key in is_open:

@@ -205,7 +205,7 @@ def test_replay_after_a_restart_continues_stored_episodes_and_ignores_a_cut_base
     )  # odd first point
     again = RunDetector("r")
     again.resume_episodes([stored.to_dict()])
-    events = again.update(points_of(tail), replay=True)
+    events = again.update(points_of(tail))
     assert [(e.rule, e.first_step, e.active) for e in events] == [("no_learning", 1500, True)]
 
 
@@ -225,7 +225,7 @@ def test_a_resumed_episode_whose_condition_cleared_while_down_is_closed():
             }
         ]
     )
-    events = detector.update(points_of(series, start=800), replay=True)
+    events = detector.update(points_of(series, start=800))
     assert [(e.rule, e.first_step, e.active) for e in events] == [("grad_spike", 700, False)]
 
 
@@ -252,7 +252,7 @@ def test_garbage_in_never_raises(seed):
         for _ in range(rng.randint(0, 60)):
             value = rng.choice(specials) if rng.random() < 0.2 else rng.gauss(1, 3)
             points.add(rng.randint(-5, 80), rng.choice(names), value, rng.choice([None, rng.uniform(0, 1e9)]))
-        for event in detector.update(points, replay=rng.random() < 0.2):
+        for event in detector.update(points):
             assert event.severity in ("info", "warn", "error") and event.first_step <= event.last_step
             json.dumps(event.to_dict(), allow_nan=False)
         detector.tick(

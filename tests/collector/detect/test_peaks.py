@@ -44,7 +44,7 @@ def test_the_peak_survives_batches_and_a_restart():
     again.resume_episodes([opened.to_dict()])
     tail = [(s, v) for s, v in zip(steps, values, strict=True) if 600 <= s <= 704]
     later = again.update(Points([s for s, _ in tail], ["train/grad_norm"] * len(tail), [v for _, v in tail],
-                                [None] * len(tail)), replay=True)  # fmt: skip
+                                [None] * len(tail)))  # fmt: skip
     last = [e for e in later if e.rule == "grad_spike"][-1]
     assert last.first_step == 700 and last.value == 60.0 and last.evidence["peak_step"] == 701
 
