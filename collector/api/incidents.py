@@ -1,12 +1,12 @@
 """Incidents as the API answers them (`GET /api/incidents`, `GET /api/runs/{run}/incidents`, the run view's
-`incidents`): `collector.detect.incidents.stored_incidents` over the stored alerts, each with the `action` of
+`incidents`): `collector.runs.incidents.stored_incidents` over the stored alerts, each with the `action` of
 its most severe alert that has one (the same object `GET /api/alerts` gives that alert). Acknowledging or
 resolving an incident (`POST /api/incidents/{id}/ack`, `/resolve`) acts on its alerts, the evidence."""
 
 from __future__ import annotations
 
 from collector.core.severity import SEVERITIES, Severity
-from collector.detect.incidents import stored_incidents
+from collector.runs.incidents import stored_incidents
 from collector.runs.lookup import NotFound, find_run
 from collector.runs.service import RunService
 from collector.store import alerts as store_alerts

@@ -35,6 +35,7 @@ from collector.detect.engine import AlertEvent, RunDetector
 from collector.detect.runlevel import RUN_FAILED, STALLED
 from collector.detect.thresholds import thresholds_for
 from collector.ingest.checkpoints import scan_checkpoints
+from collector.runs.incidents import stored_incidents
 from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
@@ -101,7 +102,7 @@ class Detection:
             if status:
                 self.status[run] = status
             self.detector(run)
-            self._told[run] = inc.told(inc.stored_incidents(self.store, run))
+            self._told[run] = inc.told(stored_incidents(self.store, run))
             self._outcome[run] = (r["status"], status)
             self._cold[run] = backlogs.get(run, r["last_step"])
             if run in backlogs or str((status or {}).get("state", "")).lower() == "running":
@@ -286,9 +287,7 @@ class Detection:
         """Give the sinks one event per incident opened, escalated, re-opened or resolved (the alert that did
         it, with its `incident`), and the stop sink every changed alert with its incident."""
         alerts = store_alerts.list_alerts(self.store, run=run)
-        found = inc.incidents(
-            alerts, inc.run_steps(store_read.runs(self.store, run), store_read.metric_stats(self.store, run))
-        )
+        found = stored_incidents(self.store, run, alerts)
         by_id = {a["id"]: a for a in alerts}
         self._waiting[run] = any(
             i.state != "resolved" and all(by_id[a]["state"] == "resolved" for a in i.alert_ids) for i in found

@@ -9,8 +9,8 @@ Stable interface:
   live or backlog judging) therefore shows the same incidents. `alerts` are dicts as the store lists them
   (`id`, `run`, `rule`, `severity`, `metric`, `first_step`, `last_step`, `state`, `value`, `message`,
   `evidence`); the result is sorted by run, then first step.
-- `run_steps(runs, stats)`: each run's `RunSteps` from the store's rows; `stored_incidents(store, run=None)`:
-  the incidents of the alerts the store holds (the API, the CLI, the sinks and the stop rules ask this).
+- `run_steps(runs, stats)`: each run's `RunSteps` from the store's rows (`collector.runs.incidents` reads
+  them and the alerts: the API, the CLI, the sinks and the stop rules ask there).
 - `told(incidents)` and `changes(before, incidents) -> [(incident, event)]`: the notifications (one per
   incident and its escalations, re-opening or resolution) the sinks get.
 
@@ -36,12 +36,9 @@ from dataclasses import asdict, dataclass, field
 from collector.core.severity import Severity
 from collector.detect import registry
 from collector.detect.base import Rule
-from collector.store import alerts as store_alerts
-from collector.store import read as store_read
-from collector.store.db import Store
 
 __all__ = [
-    "Grouping", "Incident", "RunSteps", "changes", "grouping", "incidents", "run_steps", "stored_incidents", "told",
+    "Grouping", "Incident", "RunSteps", "changes", "grouping", "incidents", "run_steps", "told",
 ]  # fmt: skip
 
 
@@ -255,15 +252,6 @@ def run_steps(runs: list[dict], stats: list[dict]) -> dict[str, RunSteps]:
         ended = str(r.get("status") or "") in ("completed", "failed", "stopped")
         out[r["id"]] = RunSteps(interval, r.get("last_step"), not ended)
     return out
-
-
-def stored_incidents(store: Store, run: str | None = None) -> list[Incident]:
-    """The incidents of the alerts the store holds (of one run, or all): every path that stored the same
-    alerts answers the same. Reads the store, never writes it."""
-    return incidents(
-        store_alerts.list_alerts(store, run=run),
-        run_steps(store_read.runs(store, run), store_read.metric_stats(store, run)),
-    )
 
 
 Told = dict[int, tuple[int, str]]  # incident id -> (severity rank, state) as last told

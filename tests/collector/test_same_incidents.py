@@ -21,7 +21,8 @@ from collector.daemon.detection import Detection
 from collector.daemon.service import Collector
 from collector.detect.backlog import judge_backlog
 from collector.detect.engine import RunDetector
-from collector.detect.incidents import RunSteps, incidents, stored_incidents
+from collector.detect.incidents import RunSteps, incidents
+from collector.runs.incidents import stored_incidents
 from collector.store import alerts as store_alerts
 from collector.store.db import Store
 from tests.conftest import SHARED
