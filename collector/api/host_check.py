@@ -2,45 +2,17 @@
 rebinding: a web page whose own name is made to resolve to 127.0.0.1 would otherwise read `/api/health`
 (the database path and the roots; no token needed) from the user's browser.
 
-On a loopback address (the default) a request's `Host` must name 127.0.0.1, localhost, ::1 or the bound
-address (any port), or a name listed in `RUNWATCH_ALLOWED_HOSTS` (comma-separated; the dashboard's
-setting too); a request without one (not a browser) passes. On another address every name passes (the
-token guards every route that tells anything but health). The same rule as the dashboard's `app/door.py`.
+The names are `collector.core.hosts`' (the dashboard's `app/door.py` asks the same); a request without a
+`Host` (not a browser) passes. On another address every name passes (the token guards every route that
+tells anything but health).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-ALLOWED_HOSTS_ENV = "RUNWATCH_ALLOWED_HOSTS"
-
-
-def is_loopback(address: str | None) -> bool:
-    """True when a bind address reaches this machine only ('' or None means every interface)."""
-    if not address:
-        return False
-    if address.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def host_name(header: str) -> str:
-    """The name in a `Host` header, without its port (`[::1]:8080` -> `::1`)."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header[1:].split("]", 1)[0]
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
-
-
-def allowed_names(bind_address: str, env: dict[str, str]) -> frozenset[str]:
-    extra = {h.strip().lower() for h in env.get(ALLOWED_HOSTS_ENV, "").split(",") if h.strip()}
-    return LOOPBACK_NAMES | {bind_address.strip("[]").lower()} | extra
+from collector.core.hosts import ALLOWED_HOSTS_ENV, allowed_names, host_name, is_loopback
 
 
 class HostCheck:

@@ -13,6 +13,7 @@ from itertools import groupby
 from urllib.parse import urlsplit
 
 from collector.api import runs as api_runs
+from collector.core.hosts import LOOPBACK_NAMES
 from collector.runs.service import RunService
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -21,7 +22,6 @@ FINISHED = ("completed", "failed", "stopped")
 HISTORY_LIMIT = 10_000  # steps per metrics answer by default
 BATCH = 2000  # points per read
 ORIGINS_ENV = "RUNWATCH_ALLOWED_ORIGINS"
-LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
 class JobNotFound(LookupError):
@@ -112,4 +112,4 @@ def origin_allowed(origin: str | None, host: str | None, env: dict[str, str] | N
         return True
     parts = urlsplit(origin)
     name = (parts.hostname or "").lower()
-    return name in LOOPBACK or (host is not None and parts.netloc.lower() == host.lower())
+    return name in LOOPBACK_NAMES or (host is not None and parts.netloc.lower() == host.lower())
