@@ -106,7 +106,7 @@ def scored_reason(
     word = "lowest" if direction == "min" else "highest"
     where = ""
     if best["_eval_step"] != best["step"]:
-        where = f" (evaluated at step {best['_eval_step']}, the evaluation nearest to this save)"
+        where = f" (evaluated at step {best['_eval_step']}, the latest evaluation before this save; none was at its step)"
     others = [
         r for r in sorted(scored, key=lambda r: r["value"], reverse=direction == "max") if r is not best
     ]
