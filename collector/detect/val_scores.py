@@ -118,7 +118,8 @@ class ValScoreDecline(Rule):
             f"{len(self.below)} evaluations, now {fmt(value)} at step {step} ({drop:.1%} lower; the evaluations "
             f"wobble by about {fmt(wobble)}): the model is getting worse on held-out data. Likely causes in an RL "
             f"run: the policy exploits the training reward (reward hacking), too high an lr or too weak a KL "
-            f"penalty, entropy collapse. The checkpoint saved nearest step {self.best_step} scored best; consider "
+            f"penalty, entropy collapse. The evaluation at step {self.best_step} scored best: keep the best-evaluated "
+            f"checkpoint (the checkpoint advice names it, and says when none was saved at that step); consider "
             f"stopping, a lower lr or a stronger KL penalty.",
             {
                 "best_step": self.best_step,
