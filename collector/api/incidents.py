@@ -21,9 +21,11 @@ def incidents(
     severity: str | None = None,
     state: str = "all",
     rule: str | None = None,
+    acted: list[dict] | None = None,
 ) -> list[dict]:
     """The incidents (of `run`, else of every run) at `severity` (exactly), in `state`, naming `rule`, the most
-    recent first; NotFound for an unknown run, ValueError for a state or severity that is not one."""
+    recent first; NotFound for an unknown run, ValueError for a state or severity that is not one. `acted`:
+    the run's alerts already given their actions (`RunService.with_actions`), so its advice is not built twice."""
     if state not in STATES:
         raise ValueError(f"state must be open, acked, resolved or all, not {state!r}")
     if severity is not None and severity not in SEVERITIES:
@@ -33,23 +35,21 @@ def incidents(
         find_run(store, run)
     found = [
         i.to_dict()
-        for i in stored_incidents(store, run)
+        for i in stored_incidents(store, run, acted)
         if (state == "all" or i.state == state)
         and (severity is None or i.severity == severity)
         and (rule is None or rule in i.rules)
     ]
-    return with_actions(runs, sorted(found, key=lambda i: (-i["last_step"], i["run"], -i["id"])))
+    return with_actions(runs, sorted(found, key=lambda i: (-i["last_step"], i["run"], -i["id"])), acted)
 
 
-def with_actions(runs: RunService, listed: list[dict]) -> list[dict]:
+def with_actions(runs: RunService, listed: list[dict], acted: list[dict] | None = None) -> list[dict]:
     """Each incident with `action`: its most severe alert's that has one, the earliest among equals (None
-    where none is due)."""
-    wanted = sorted({a for i in listed for a in i["alert_ids"]})
-    alerts = (
-        {a["id"]: a for a in runs.with_actions(store_alerts.list_alerts(runs.store, ids=wanted))}
-        if wanted
-        else {}
-    )
+    where none is due). `acted`: their alerts already given their actions, else they are read and given here."""
+    if acted is None:
+        wanted = sorted({a for i in listed for a in i["alert_ids"]})
+        acted = runs.with_actions(store_alerts.list_alerts(runs.store, ids=wanted)) if wanted else []
+    alerts = {a["id"]: a for a in acted}
     for i in listed:
         acting = [alerts[a] for a in i["alert_ids"] if a in alerts and alerts[a].get("action") is not None]
         worst = max(acting, key=lambda a: Severity(a["severity"]).rank, default=None)  # max keeps the first

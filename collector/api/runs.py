@@ -182,10 +182,11 @@ def run_view(
     names = [m["metric"] for m in out["metrics"]]
     series = metrics(store, run_id, names, points, start, end)["series"] if with_series and names else []
     index = store_alerts.checkpoints(store, run_id)
+    alerts = service.with_actions(store_alerts.list_alerts(store, run=run_id))
     return out | {
         "series": series,
-        "alerts": service.with_actions(store_alerts.list_alerts(store, run=run_id)),
-        "incidents": api_incidents.incidents(service, run_id),
+        "alerts": alerts,
+        "incidents": api_incidents.incidents(service, run_id, acted=alerts),
         "checkpoint_steps": sorted(c["step"] for c in index),
     }
 
