@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.core.stop_request import stop_path, write_stop_request
+from collector.core.stop_request import check_inside, stop_path, write_stop_request
 from collector.runs.lookup import find_run
 from collector.store import lake as store_lake
 from collector.store import read as store_read
@@ -25,6 +25,8 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
     folder = Path(r["path"])
     if not folder.is_dir():
         raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")
+    if r.get("root"):  # a folder on the way swapped for a link since the run was found: StopFileLink
+        check_inside(folder, r["root"])
     state = (store_read.parse_json(r["status_info"]) or {}).get("state")
     if state in ("completed", "failed", "stopped"):
         raise ValueError(f"run {run_id!r} has ended (status.json: {state}); nothing to stop")

@@ -31,8 +31,9 @@ def stop_path(run_dir: Path | str) -> Path:
 
 
 class StopFileLink(ValueError):
-    """`RUN_DIR/runwatch.stop` is a symbolic link (or not a plain file): runwatch neither reads nor writes
-    through it, since it could point anywhere outside the watched roots."""
+    """`RUN_DIR/runwatch.stop` (or the run folder itself, or a folder between it and its root) is a symbolic
+    link (or not a plain file): runwatch neither reads nor writes through it, since it could point anywhere
+    outside the watched roots."""
 
 
 def write_stop_request(
@@ -49,9 +50,10 @@ def write_stop_request(
     A request already there stands (it is returned, nothing is written). The request is written to a new
     file of an unpredictable name in the run folder (created exclusively, never through a link) and renamed
     over `runwatch.stop`, all relative to the folder opened once. Raises StopFileLink when `runwatch.stop`
-    is a link, OSError when the folder cannot be written (the caller says so to the person or the log).
+    or the run folder is a link (with `root`, also when the folder resolves outside it), OSError when the
+    folder cannot be written (the caller says so to the person or the log).
     """
-    folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    folder = _open_folder(run_dir)
     try:
         existing = _read(folder, run_dir)
         if existing is not None:
@@ -84,7 +86,7 @@ def read_stop_request(run_dir: Path | str) -> dict | None:
     """The stop request of the run, or None when there is none. A file that is not a JSON object (written by
     hand) still asks for a stop: its text becomes the reason. Raises StopFileLink when `runwatch.stop` is a
     link or not a plain file (never followed)."""
-    try:
+    try:  # (the trainer reads its own folder, which may well be a link to scratch space)
         folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     except (FileNotFoundError, NotADirectoryError):
         return None
@@ -92,6 +94,30 @@ def read_stop_request(run_dir: Path | str) -> dict | None:
         return _read(folder, run_dir)
     finally:
         os.close(folder)
+
+
+def check_inside(run_dir: Path | str, root: Path | str) -> None:
+    """Raise StopFileLink when the run folder, links resolved, is not inside its watched `root` (a folder
+    between them was replaced by a link out of the roots after the run was found)."""
+    real, top = os.path.realpath(run_dir), os.path.realpath(root)
+    if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
+        raise StopFileLink(
+            f"the run folder {run_dir} leads to {real}, outside its watched root {root} (a folder on the way is"
+            " a link): runwatch writes no stop request there"
+        )
+
+
+def _open_folder(run_dir: Path | str) -> int:
+    """The run folder, opened without following it if it is itself a link."""
+    try:
+        return os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(run_dir):
+            raise StopFileLink(
+                f"the run folder {run_dir} is a symbolic link (to {os.readlink(run_dir)}): runwatch neither"
+                " reads nor writes a stop request through it (it could point outside the watched roots)"
+            ) from None
+        raise
 
 
 def _read(folder: int, run_dir: Path | str) -> dict | None:

@@ -92,3 +92,31 @@ def test_a_linked_stop_file_is_refused_and_its_target_never_read(daemon, outside
         assert out.returncode == 1 and "is a symbolic link" in out.stderr
         assert "TOP SECRET" not in out.stdout + out.stderr
     assert outside.read_text() == SECRET and (run / STOP_FILE).is_symlink()
+
+
+@pytest.mark.parametrize("swapped", ["run folder", "folder above it"])
+def test_a_run_folder_swapped_for_a_link_out_of_the_roots_gets_no_request(daemon, tmp_path, swapped):  # noqa: F811
+    d, root, db = daemon
+    run = root / "team" / "a"
+    write_running_run(run, nan_step=None)
+    d.start()
+    client = d.client()
+    wait_for(lambda: any(r["id"] == "team/a" for r in client.get("/api/runs")), "the run")
+    elsewhere = tmp_path / "elsewhere"  # outside the roots: the stop request must not land there
+    if swapped == "run folder":
+        write_running_run(elsewhere, nan_step=None)
+        run.rename(tmp_path / "moved")
+        run.symlink_to(elsewhere)
+    else:
+        write_running_run(elsewhere / "a", nan_step=None)
+        run.parent.rename(tmp_path / "moved")
+        run.parent.symlink_to(elsewhere)
+    with pytest.raises(ApiError) as refused:
+        client.post("/api/runs/team/a/stop", {"reason": "x"})
+    assert refused.value.status == 409 and "link" in str(refused.value), refused.value
+    through_api = cli(db, "stop", "team/a", check=False)
+    assert d.stop() == 0
+    direct = cli(db, "stop", "team/a", check=False)  # no collector: the CLI opens the database
+    for out in (through_api, direct):
+        assert out.returncode == 1 and "link" in out.stderr, out.stderr
+    assert not list(elsewhere.rglob(f"*{STOP_FILE}*"))
