@@ -21,7 +21,9 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
     if store.lake_reader:  # team mode: the collector owning the run writes its stop file (store/lake.py)
         reason = reason.strip() or "stop requested from runwatch"
         store_lake.ask_stop(store.cursor(), run_id, reason, by="person")
-        return {"run": run_id, "path": None, "request": {"reason": reason, "by": "person"}, "written": True}
+        # `path`: where the owning collector writes the request, on its machine; `written`: asked of it
+        request = {"reason": reason, "by": "person", "through": "team lake"}
+        return {"run": run_id, "path": str(stop_path(Path(r["path"]))), "request": request, "written": True}
     folder = Path(r["path"])
     if not folder.is_dir():
         raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")
