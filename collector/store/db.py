@@ -67,6 +67,10 @@ class Store:
         """Open (or create) the file; DuckDB uses at most `memory_mb` of memory (its default would be 80% of
         RAM), spilling to disk past it."""
         self.path = Path(path)
+        try:  # a new database's folder (DuckDB creates the file only)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the folder of the database {self.path}: {e}") from None
         try:
             self._con = duckdb.connect(str(self.path), config={"memory_limit": f"{memory_mb}MB"})
         except duckdb.Error as e:
