@@ -93,6 +93,9 @@ class Detection:
         finished, or whose status says it is running (time may make it stalled), is judged again from its first
         stored point now; any other run when it next changes (`judge_again`): until then it costs nothing."""
         backlogs = self.store.detection_backlogs()
+        incidents: dict[str, list[inc.Incident]] = {}  # every run's, in one reading of the store
+        for i in stored_incidents(self.store):
+            incidents.setdefault(i.run, []).append(i)
         for r in store_read.runs(self.store):
             run = r["id"]
             # The run's config and status as last stored: their files are not read again until they change.
@@ -102,7 +105,7 @@ class Detection:
             if status:
                 self.status[run] = status
             self.detector(run)
-            self._told[run] = inc.told(stored_incidents(self.store, run))
+            self._told[run] = inc.told(incidents.get(run, []))
             self._outcome[run] = (r["status"], status)
             self._cold[run] = backlogs.get(run, r["last_step"])
             if run in backlogs or str((status or {}).get("state", "")).lower() == "running":
