@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.api.client import Client
+from collector.api.client import ApiError, Client
 from tests.collector.test_daemon_support import REPO, Daemon, cli, cli_json, wait_for
 from tests.pg_support import PgServer, postgres_missing
 
@@ -117,6 +117,11 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             "the ack applied by bob, published",
         )
         assert client.get(f"/api/alerts/{nan[0]['id']}")["note"] == "seen on the team page"
+        # Incidents are grouped from the lake's alerts; changing one there is refused, saying where to do it.
+        incidents = client.get("/api/runs/bob/exp/sft/incidents")
+        assert [i["run"] for i in incidents] == ["bob/exp/sft"]
+        with pytest.raises(ApiError, match="make the change on the collector that owns the run"):
+            client.post(f"/api/incidents/{incidents[0]['id']}/resolve", {"note": "team page"})
         # A second collector may not take a live collector's name.
         twin = subprocess.run(
             [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(tmp_path / "twin.duckdb"),
