@@ -248,12 +248,15 @@ def run_failed_finding(status: str | None, status_info: dict | None, last_step: 
     shown = " ".join(text.split())
     said = f': "{shown}" ({where})' if shown else f" ({where} says failed, with no error text)"
     after = f" after step {last_step}" if last_step is not None else " before its first logged step"
+    resumed = info.get("resumed_from")
+    go_on = "resume from the last checkpoint"
+    if last_step is None and not isinstance(resumed, int):
+        go_on = "start the run again (it saved no checkpoint to resume from)"  # it failed before step 1
     cause = next(
         (advice for pattern, advice in _CAUSES if pattern.search(text)),
-        "Read the traceback around that line; fix the cause, then resume from the last checkpoint.",
+        f"Read the traceback around that line; fix the cause, then {go_on}.",
     )
     evidence = {"error": text, "where": where, "last_step": last_step}
-    resumed = info.get("resumed_from")
     if isinstance(resumed, int):
         # the run itself resumed from a checkpoint: the action goes on from its latest, not from the beginning
         evidence["resumed_from"] = resumed

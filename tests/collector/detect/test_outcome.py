@@ -328,6 +328,21 @@ def test_run_failed_needs_no_real_path(tmp_path: Path):
     assert any(str(log) in a["message"] for a in alerts if a["rule"] == "run_failed"), alerts
 
 
+def test_a_run_that_failed_before_its_first_step_is_not_told_to_resume_from_a_checkpoint():
+    # verl's reward function raised a bare NotImplementedError before step 1 (a public maze run): nothing saved
+    error = {"error": {"line": 292, "text": "NotImplementedError", "file": "verl_demo.log"}}
+    first = run_failed_finding("failed", error, None)
+    assert "before its first logged step" in first.message
+    assert "start the run again (it saved no checkpoint to resume from)" in first.message
+    assert "resume from the last checkpoint" not in first.message
+    # a run that resumed from a checkpoint, or failed after logging steps, goes on from its checkpoint
+    assert (
+        "resume from the last checkpoint"
+        in run_failed_finding("failed", error | {"resumed_from": 100}, None).message
+    )
+    assert "resume from the last checkpoint" in run_failed_finding("failed", error, 7).message
+
+
 def test_a_full_disk_is_named_as_the_likely_cause():
     for text in (
         "OSError: [Errno 28] No space left on device",
