@@ -13,15 +13,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from collector.api.body_limit import BodyLimit
 from collector.api.host_check import HostCheck
 from collector.api.http import Collector, JSONWithNaN
 from collector.api.routes import advice, alerts, files, health, incidents, monitoring, runs, series
 from collector.api.run_state import VERSION
 from collector.runs.lookup import NotFound
 from collector.runs.service import RunService
+from collector.store.damage import DamagedDatabase, damage_met
 from collector.store.db import Store
 
 # Every router of the API, in the order their routes are matched: `runs` last, since its
@@ -61,11 +65,31 @@ def create_app(
     app.state.collector = Collector(store, Path(db), list(roots), token, runs, request_ingest)
     for router in ROUTERS:
         app.include_router(router)
-    app.add_middleware(HostCheck, bind_address=bind_address)
+    app.add_middleware(BodyLimit)
+    app.add_middleware(HostCheck, bind_address=bind_address)  # (added last: runs first)
     # What a view raises, as the HTTP answer: an unknown run or alert is a 404, a bad argument a 400.
     app.add_exception_handler(NotFound, _answer(404))
     app.add_exception_handler(ValueError, _answer(400))
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(duckdb.Error, _damage_told)
+    app.add_exception_handler(DamagedDatabase, _damage_told)
     return app
+
+
+def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each wrong field and why, without echoing the value sent (a 10 MB note came back whole)."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    detail = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in errors]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _damage_told(request: Request, exc: Exception) -> JSONResponse:
+    """A damaged part of the database met by a route (one not read at start-up): a 500 whose detail is the
+    message the CLI gives (the file, what is wrong, what to do), not a traceback; other errors go on up."""
+    found = damage_met(request.app.state.collector.db, exc, "This request changed nothing")
+    if found is None:
+        raise exc
+    return JSONResponse({"detail": str(found)}, status_code=500)
 
 
 def _answer(status: int) -> Callable[[Request, Exception], JSONResponse]:

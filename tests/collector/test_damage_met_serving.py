@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from collector.api.client import ApiError
 from collector.core.runtime import marker_path
 from collector.store.damage import HEADER_BYTES
 from tests.collector.test_daemon_support import REPO, Daemon, cli
@@ -94,3 +95,44 @@ def test_ingest_on_a_damaged_database_writes_nothing_beside_it(good, tmp_path):
     assert line.startswith(f"collector ingest: the database {db} is damaged: its contents are corrupt"), line
     assert "Transaction" not in line and "Restore it from a backup" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.duckdb"]  # no alert log, WAL, token
+
+
+def test_a_route_that_meets_damage_says_it_and_the_collector_answers_on(tmp_path):
+    root, good = tmp_path / "runs", tmp_path / "good.duckdb"
+    run = root / "r"
+    run.mkdir(parents=True)
+    for scale in (1, 2):  # the file rewritten in place: every earlier value moves to points_replaced
+        lines = (
+            json.dumps({"step": s, "data": {f"m{k}": scale * s + k for k in range(10)}})
+            for s in range(1, 20001)
+        )
+        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        cli(good, "ingest", str(root))
+    with duckdb.connect(str(good), read_only=True) as con:
+        (block_size,) = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+        tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        blocks_of = "SELECT block_id FROM pragma_storage_info(?) WHERE block_id >= 0"
+        used = {t: {b for (b,) in con.execute(blocks_of, [t]).fetchall()} for t in tables}
+    own = used["points_replaced"] - set().union(*(b for t, b in used.items() if t != "points_replaced"))
+    assert own, used
+    raw = bytearray(good.read_bytes())
+    for block in own:  # only the older lives are damaged: the collector starts and ingests on
+        start = HEADER_BYTES + block * block_size
+        for at in range(start + 64, start + block_size, 1024):
+            raw[at] ^= 0xFF
+    db = tmp_path / "damaged.duckdb"
+    db.write_bytes(bytes(raw))
+    daemon = Daemon(db, [root]).start()
+    try:
+        client = daemon.client()
+        with pytest.raises(ApiError) as told:
+            client.get("/api/runs/r/replaced", params={"metric": "m1"})
+        assert told.value.status == 500
+        detail = str(told.value)
+        assert f"the database {db} is damaged: its contents are corrupt" in detail, detail
+        assert "This request changed nothing" in detail and "Restore it from a backup" in detail
+        assert client.get("/api/health")["ok"] is True  # the rest of the database still answers
+        assert daemon.stop() == 0
+    finally:
+        daemon.ensure_stopped()
+    assert "Traceback" not in daemon.log.read_text()

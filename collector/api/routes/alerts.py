@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from collector.api import alerts as api_alerts
 from collector.api import models
@@ -12,8 +12,12 @@ from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
 router = APIRouter(dependencies=TOKEN)
 
 
+# A note is a person's few lines; a bigger one (megabytes) ran DuckDB out of memory on the insert: a 500.
+NOTE_MAX_CHARS = 10_000
+
+
 class Note(BaseModel):
-    note: str | None = None
+    note: str | None = Field(None, max_length=NOTE_MAX_CHARS)
 
 
 @router.get("/api/alerts", response_model=list[models.Alert])

@@ -8,18 +8,19 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from collector.api import models
 from collector.api import runs as api_runs
 from collector.api import stop as api_stop
 from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
+from collector.api.routes.alerts import NOTE_MAX_CHARS
 
 router = APIRouter(dependencies=TOKEN)
 
 
 class StopRequest(BaseModel):
-    reason: str = ""
+    reason: str = Field("", max_length=NOTE_MAX_CHARS)  # (the trainer reads 64 KB of the request at most)
 
 
 @router.get("/api/runs", response_model=list[models.RunSummary])
