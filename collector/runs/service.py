@@ -58,7 +58,7 @@ class RunService:
             alerts=store_alerts.list_alerts(self.store, run=run_id),
             thresholds=self.thresholds_of(r["path"]),
             series=series,
-            source_formats=[s["format"] for s in store_read.sources(self.store, run_id)],
+            source_formats=store_read.source_formats(self.store, run_id),
         )
 
     def advice(self, run_id: str, metric: str | None = None, direction: str | None = None) -> dict:

@@ -345,6 +345,12 @@ def sources(store: Store, run: str | None = None) -> list[dict]:
     )
 
 
+def source_formats(store: Store, run: str) -> list[str]:
+    """The formats of a run's files, by path: what `sources` lists without its per-file counts (a count of
+    quarantined lines per file costs a query each)."""
+    return [f for (f,) in store.rows("SELECT format FROM sources WHERE run_id = ? ORDER BY path", [run])]
+
+
 def skipped_files(store: Store, run: str | None = None) -> list[dict]:
     """Files under runs' folders that are not read: `run`, `path`, `reason`, `bytes`."""
     where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
