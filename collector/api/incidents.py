@@ -12,7 +12,7 @@ from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
 from collector.store.db import Store
 
-STATES = ("open", "acked", "resolved", "all")
+STATES = (*store_alerts.STATES, "all")
 
 
 def incidents(
