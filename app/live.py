@@ -36,18 +36,6 @@ def load_series(api: DashboardApi, run: str, metrics: list[str], *, poll: bool) 
     return {m: held[m] for m in metrics}
 
 
-def holds(run: str) -> bool:
-    """Whether the session already holds series of `run` (a first view needs no series fetched)."""
-    return bool(_held(run))
-
-
-def seed(run: str, series_list: list[dict]) -> None:
-    """Hold the API series of a first view (`GET .../view`), so drawing them needs no request of its own."""
-    held = _held(run)
-    for series in series_list:
-        held.setdefault(series["metric"], from_api(series))
-
-
 def window_series(
     api: DashboardApi, run: str, metrics: list[str], window: tuple[int, int]
 ) -> dict[str, dict]:

@@ -11,7 +11,7 @@ import streamlit as st
 
 from app import ui, zoom
 from app.charts import alerts_for, epoch_figure, metric_figure
-from app.live import forget, holds, load_series, seed, window_series
+from app.live import forget, load_series, window_series
 from app.panels import HEADLINES, Panel, metric_names, metrics_by_role, role_panels
 from app.playback import playback_control, stop_control
 from app.series import group_metrics, scaled
@@ -21,8 +21,9 @@ api = ui.api()
 run = ui.require_run()
 
 # One request for everything the page shows first; the series only when this session holds none yet.
-detail = api.view(run, series=not holds(run))  # a `RunView` (collector.api.models)
-seed(run, [s.model_dump(exclude_unset=True) for s in detail.series])
+# The first view without series: the page fetches the series of what it draws (the role panels and the
+# open groups), not every metric's.
+detail = api.view(run, series=False)  # a `RunView` (collector.api.models)
 st.title(run)
 status = detail.status or "unknown"
 last, total = detail.last_step, detail.total_steps
@@ -181,6 +182,24 @@ def said_figures(window) -> None:
         st.dataframe(rows, hide_index=True, width="stretch")
 
 
+def open_groups(groups: dict[str, list[str]], alerts: list[dict]) -> dict[str, list[str]]:
+    """The groups of other metrics shown open, each with the metrics it shows: those a person opened, those
+    with an alert, and with a search the metrics it matches. Only their series are fetched and drawn."""
+    query = st.session_state.get("metric_search") or ""
+    alerted = {a.get("metric") for a in alerts}
+    opened = {}
+    for group, metrics in groups.items():
+        shown = [m for m in metrics if query.lower() in m.lower()] if query else metrics
+        default = bool(query) or bool(alerted & set(shown))
+        if shown and st.session_state.get(_group_key(group, query), default):
+            opened[group] = shown
+    return opened
+
+
+def _group_key(group: str, query: str) -> str:
+    return f"group-{group}-{query}"
+
+
 def other_metrics(groups: dict[str, list[str]], series: dict[str, dict], alerts: list[dict]) -> None:
     """Every other metric, in groups by prefix, folded (a folded group draws nothing: a page of 80 metrics
     opens fast); a group with an alert opens by itself, and the search opens the groups it matches."""
@@ -193,7 +212,7 @@ def other_metrics(groups: dict[str, list[str]], series: dict[str, dict], alerts:
         shown = [m for m in metrics if query.lower() in m.lower()] if query else metrics
         if not shown:
             continue
-        key = f"group-{group}-{query}"
+        key = _group_key(group, query)
         opened = bool(query) or bool(alerted & set(shown))
         label = f"{group}/" if group != "other" else "other metrics"
         with st.expander(f"{label} ({len(shown)})", expanded=opened, key=key, on_change="rerun"):
@@ -210,7 +229,10 @@ def charts() -> None:
     alerts = first_draw.pop("alerts", None)
     if alerts is None:
         alerts = api.alerts(run=run, state="all")
-    wanted = sorted({m for p in panels for m in p.metrics} | set(names))
+    role_metrics = {m for p in panels for m in p.metrics}
+    groups = group_metrics(charted, exclude=role_metrics)
+    # only what is drawn: the role panels and the open groups (80 metrics' series cost seconds to fetch)
+    wanted = sorted(role_metrics | {m for shown in open_groups(groups, alerts).values() for m in shown})
     zoom.listen(run)
     window = zoom.window(run)
     if window is None:
@@ -222,7 +244,6 @@ def charts() -> None:
         st.info("This run has no metric points yet.")
         alerts_table(alerts)
         return
-    role_metrics = {m for p in panels for m in p.metrics}
     left, right = st.columns(2)
     for i, panel in enumerate(panels):
         with left if i % 2 == 0 else right:
@@ -237,7 +258,7 @@ def charts() -> None:
             st.plotly_chart(epoch_figure(rows, metric=epoch_metric), key="epoch-view")
 
     said_figures(window)
-    other_metrics(group_metrics(charted, exclude=role_metrics), series, alerts)
+    other_metrics(groups, series, alerts)
     alerts_table(alerts)
 
 

@@ -38,7 +38,7 @@ def test_natural_addresses_lead_to_their_pages(app_env, tmp_path: Path):
     ):
         assert _open(page, url + "/") == "Runs"
         assert _open(page, url + "/runs") == "Runs"
-        assert page.locator('[data-testid="stDataFrame"]').count() == 1
+        page.wait_for_selector('[data-testid="stDataFrame"]')  # the overview's table, drawn
         screenshot_whole_page(page, shots / "overview.png")
         for path, title in (("/overview", "Runs"), ("/incidents", "Alerts"), ("/checkpoint", "Checkpoints")):
             assert title in _open(page, url + path), path
