@@ -30,6 +30,7 @@ from pathlib import Path
 
 import duckdb
 
+from collector.core.runtime import pid_alive
 from collector.store.schema import StoreError
 
 log = logging.getLogger("collector")
@@ -94,16 +95,6 @@ def load_extensions(con: duckdb.DuckDBPyConnection) -> None:
             f"for DuckDB 1.4.4 only: run it from the team venv (`make team-venv`, requirements-team.txt). "
             f"Loading them failed: {str(e).splitlines()[0]}"
         ) from None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _engine() -> str:
@@ -242,7 +233,7 @@ class LakePublisher:
         for other_host, other_pid, beat, _ in rows:
             if (other_host, other_pid) == (host, pid) or beat is None or now - beat >= LIVE_S:
                 continue
-            if other_host != host or _pid_alive(other_pid):  # on this host a dead pid frees the name at once
+            if other_host != host or pid_alive(other_pid):  # on this host a dead pid frees the name at once
                 raise StoreError(
                     f"a collector named {self.name!r} is live (host {other_host}, pid {other_pid}, seen "
                     f"{now - beat:.0f} s ago): give this one another --collector name"
