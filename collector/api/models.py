@@ -139,12 +139,6 @@ class MetricInfo(Answer):
     constant: float | None = None  # the one value it holds at every step
     same_as: str | None = None  # the metric it repeats, value for value
     summary_only: bool = False  # one value at the end of a run that logs series: a figure, not a chart
-    last_value: float | None = None
-    # what the run page says instead of drawing: the first metric (by name) holding the very same values at
-    # the same steps, the one value it holds throughout, or a value logged once at the end of a run of series
-    same_as: str | None = None
-    constant: float | None = None
-    summary_only: bool = False
 
 
 class Source(Answer):
@@ -185,7 +179,7 @@ class Decoration(Answer):
 class RunDetail(RunSummary):
     """`GET /api/runs/{run}`."""
 
-    kind: str | None = None  # rl, sft (None: no metric yet)
+    kind: str | None = None  # "rl" (a metric of an RL-only role), "sft", or None (no metric yet)
     config: dict[str, Any] | None
     status_info: dict[str, Any] | None
     metrics: list[MetricInfo]
@@ -193,7 +187,6 @@ class RunDetail(RunSummary):
     skipped_files: list[SkippedFile]
     failing_files: list[FailingFile]
     decorations: dict[str, Decoration]
-    kind: str | None = None  # "rl" (a metric of an RL-only role), "sft", or None (no metric yet)
 
 
 class Series(Answer):
