@@ -10,6 +10,7 @@ import time
 
 from collector.store import failing as store_failing
 from collector.store.db import Store
+from collector.store.disk import is_disk_full
 
 log = logging.getLogger("collector.ingest.failures")
 
@@ -56,8 +57,11 @@ class Failures:
             try:
                 with self.store.transaction() as cur:
                     store_failing.note_failing(cur, path, run_id, reason, attempts, time.time() + wait)
-            except Exception:  # the store itself failing: the caller's log line still names the file
-                log.exception("%s: its failure could not be recorded in the store", path)
+            except Exception as e:  # the store itself failing: the caller's log line still names the file
+                if soon and is_disk_full(e):  # (said by /api/health; no traceback every retry of a full disk)
+                    log.warning("%s: its failure could not be recorded in the store (%s)", path, e)
+                else:
+                    log.exception("%s: its failure could not be recorded in the store", path)
         return self.by_path[path]
 
     def note_unlisted(self, folders: list[tuple[str, str]]) -> None:

@@ -100,6 +100,7 @@ def test_a_full_disk_stalls_ingest_visibly_and_it_resumes_once_freed(small_disk,
         wait_for(lambda: client.get("/api/runs")[0]["last_step"] == 60_000, "ingest to resume", timeout=300)
         wait_for(lambda: client.get("/api/health")["ok"], "health to be ok again")
         assert client.get("/api/health")["ingest"] == {"state": "ok"}
+        assert "Traceback" not in d.log.read_text()  # a full disk is said in one line a retry, not a trace
         assert d.stop() == 0
     finally:
         d.ensure_stopped()
