@@ -205,11 +205,6 @@ class Window:
             return 0.0
         return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
-    def median_mad(self) -> tuple[float, float]:
-        """Median and median absolute deviation of the window (0, 0 when empty)."""
-        mid = self.median()
-        return mid, self.mad()
-
     def diff_noise(self) -> float:
         """Noise sigma of the window from point-to-point differences (MAD of the differences / sqrt 2): a
         steady trend does not inflate it. Scheduled like `median()`: call `noise_due()` once per judged
