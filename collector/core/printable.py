@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import PurePath
 
 # C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a line shows.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -28,7 +29,14 @@ def printable(text: object, newlines: bool = False) -> str:
 
 
 class PrintableFormatter(logging.Formatter):
-    """A log formatter whose messages (which quote run ids and paths) print escaped; tracebacks stay."""
+    """A log formatter whose messages (which quote run ids and paths) print escaped; tracebacks stay. The
+    values put into a message (`%s` arguments: run ids, paths) have their newlines escaped too, so a folder
+    name cannot start a fake log line; the message's own line breaks stay."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(printable(a) if isinstance(a, str | PurePath) else a for a in record.args)
+        return super().format(record)
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
         record.message = printable(record.message, newlines=True)

@@ -1,6 +1,7 @@
 """Run ids and messages from folder names print escaped in every table (issue 24.7): a folder named with ESC
 colour codes, an OSC window title, a bell, a carriage return or a newline cannot restyle or retitle the
-terminal, or fake a row, through `collector ingest`, `runs`, `alerts`, `files` or `check`."""
+terminal, or fake a row (or a log line), through `collector ingest` (and its log), `runs`, `alerts`, `files` or
+`check`."""
 
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ def test_tables_print_hostile_run_ids_escaped(tmp_path):
     (run / "notes.bin").write_bytes(b"\x00\x01\x02binary")  # a file not read: listed with the run
     db = tmp_path / "rw.duckdb"
 
-    outputs = {"ingest": cli(db, "ingest", str(tmp_path / "runs")).stdout}
+    (run / "more.jsonl").write_text('{"step": 41, "data": {"x": 1.0}}\nnot json\n')  # a warning in the log
+    ingest = cli(db, "ingest", str(tmp_path / "runs"))
+    outputs = {"ingest": ingest.stdout, "ingest's log": ingest.stderr}
+    assert "more.jsonl: line 2: invalid JSON" in ingest.stderr, ingest.stderr
     for command in ("runs", "alerts", "files"):
         outputs[command] = cli(db, command).stdout
     outputs["check"] = cli(db, "check", str(tmp_path / "runs"), check=False).stdout
