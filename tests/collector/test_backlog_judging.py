@@ -16,17 +16,8 @@ from collector.detect.engine import RunDetector
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
+from tests.collector.test_daemon_support import Told
 from tests.conftest import REPO
-
-
-class Told(list):
-    """A sink that keeps what it is told."""
-
-    def send(self, alert: dict) -> None:
-        self.append(alert)
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_stored_backlog_judged_in_slices_gives_the_engines_alerts(tmp_path):

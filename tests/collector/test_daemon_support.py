@@ -1,4 +1,5 @@
-"""Helpers for the tests that run the real collector as a subprocess (no tests here).
+"""Helpers for the tests that run the real collector as a subprocess, or its detection with `Told`, a sink
+that keeps what it is told (no tests here).
 
 Waiting uses generous deadlines as failure guards only: nothing asserts how fast something happened.
 """
@@ -95,3 +96,13 @@ class Daemon:
     def ensure_stopped(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.kill9()
+
+
+class Told(list):
+    """A sink that keeps what it is told."""
+
+    def send(self, alert: dict) -> None:
+        self.append(alert)
+
+    def close(self) -> None:
+        pass

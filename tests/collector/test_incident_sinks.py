@@ -13,16 +13,7 @@ from collector.daemon.service import Collector
 from collector.detect.stop import StopSettings, stops_run
 from collector.store import alerts as store_alerts
 from collector.store.db import Store
-
-
-class Told(list):
-    """A sink that keeps what it is told."""
-
-    def send(self, alert: dict) -> None:
-        self.append(alert)
-
-    def close(self) -> None:
-        pass
+from tests.collector.test_daemon_support import Told
 
 
 def test_recurring_spikes_are_told_once_per_incident_change_not_once_per_spike(tmp_path):

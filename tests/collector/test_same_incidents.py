@@ -25,19 +25,10 @@ from collector.detect.incidents import RunSteps, incidents
 from collector.runs.incidents import stored_incidents
 from collector.store import alerts as store_alerts
 from collector.store.db import Store
+from tests.collector.test_daemon_support import Told
 from tests.conftest import SHARED
 
 METRICS = ("train/loss", "train/grad_norm", "train/lr", "val/loss", "actor/kl_loss", "critic/score/mean")
-
-
-class Told(list):
-    """A sink that keeps what it is told."""
-
-    def send(self, alert: dict) -> None:
-        self.append(alert)
-
-    def close(self) -> None:
-        pass
 
 
 def _run(seed: int, n: int) -> list[tuple[int, str, float]]:
