@@ -39,7 +39,10 @@ class GradSpikeRule:
     # says how many, else after this many points (an explosion above `abs_max` is never held back)
     fresh_min_points: int = 20
     z: float = 8.0  # robust z-score (MAD scaled to sigma) above the median
-    ratio: float = 3.5  # and at least this many times the median
+    ratio: float = 3.5  # and at least this many times the median...
+    # ...and this many times the median of the last `level_points` baseline points: a gradient norm that climbs
+    # to a new level over a few steps (as the loss starts to fall) is a level shift, not a spike
+    level_points: int = 10
     abs_max: float = (
         100.0  # above this for `abs_for` points is a spike whatever the baseline (the chart's warning line)
     )
@@ -192,6 +195,13 @@ class GradSpike(Rule):
             return self.window.quantile(self.cfg.tail_quantile)
         return values[min(len(values) - 1, int(self.cfg.tail_quantile * (len(values) - 1) + 0.5))]
 
+    def _recent_level(self) -> float:
+        """The median of the last `level_points` baseline points (flagged points are not among them, so a
+        spike episode does not raise its own bar; the level a series climbed to step by step does)."""
+        vals = self.window.vals
+        recent = sorted(vals[i] for i in range(max(0, len(vals) - self.cfg.level_points), len(vals)))
+        return median_of_sorted(recent) if recent else 0.0
+
     def _routine(self, value: float) -> bool:
         """Whether the run's recent points (spikes included, the latest few and start-up left out) reached
         `routine_fraction` of `value` at least `routine_points` times: spikes of this size are its noise."""
@@ -229,7 +239,11 @@ class GradSpike(Rule):
             self.settled_after = step
             return HOLD
         # the MAD is worked out only for a point far enough above the median to be a spike
-        high = value > cfg.ratio * mid and value > cfg.tail_ratio * self._tail()
+        high = (
+            value > cfg.ratio * mid
+            and value > cfg.tail_ratio * self._tail()
+            and value > cfg.ratio * self._recent_level()
+        )
         mad = self.window.mad() if high else 0.0
         z = robust_z(value, mid, mad, floor=0.05 * abs(mid)) if high else 0.0
         if high and z >= cfg.z:

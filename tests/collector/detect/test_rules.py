@@ -471,6 +471,23 @@ def test_a_lasting_grad_norm_level_shift_becomes_the_new_baseline():
     assert alert.last_step < 1000
 
 
+def test_a_grad_norm_climbing_to_a_new_level_as_the_loss_falls_is_no_spike_but_a_point_far_above_it_is():
+    # a public LoRA run (EthanFeng-coder/saveing): grad_norm ~0.3 while the loss sits, then over a dozen steps it
+    # climbs to 4-6x that as the loss starts to fall, one point 8x the old median (2.4x the points before it)
+    series = healthy_sft(seed=31)
+    steps, values = series["train/grad_norm"]
+    climbed = {
+        s: v * (1 + 4 * min(1.0, (s - 700) / 12)) for s, v in zip(steps, values, strict=True) if s >= 700
+    }
+    climbed[715] = 2.4 * climbed[715]
+    series = replace_values(series, "train/grad_norm", climbed)
+    assert "grad_spike" not in rules_of(detect_series(series, run_info=VERL_INFO))
+    # a single point far above the new level is still a spike
+    series = replace_values(series, "train/grad_norm", {760: 15 * climbed[760]})
+    alert = only(detect_series(series, run_info=VERL_INFO), "grad_spike")
+    assert alert.first_step == 760 and alert.severity == "warn"
+
+
 def test_one_step_ten_times_slower_is_a_warning():
     # the trainer's `stall` scenario: the process sleeps 20 s inside step 10 of 0.5 s steps
     series = replace_values(healthy_sft(seed=30), "train/time(s)", {10: 20.0})
