@@ -128,15 +128,6 @@ def open_run(run: str, page: str = "pages/run_charts.py") -> None:
     st.switch_page(page)
 
 
-def middle(text: str, size: int) -> str:
-    """`text` in at most `size` characters, its middle replaced by an ellipsis (runs of one sweep differ at both
-    ends: the start names the project, the end the run)."""
-    if len(text) <= size:
-        return text
-    tail = (size - 1) // 2
-    return text[: size - 1 - tail] + "…" + text[len(text) - tail :]
-
-
 def human_bytes(n: float | None) -> str:
     if n is None:
         return "?"

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from collector.cli_tables import MIN_NAME, shorten, steps, width, wrap
-from collector.core.printable import printable
+from collector.cli_tables import MIN_NAME, steps, width, wrap
+from collector.core.printable import middle, printable
 from collector.core.runtime import default_db
 from collector.runs.lookup import no_run
 
@@ -125,7 +125,7 @@ def report(verdicts: list[dict], counts: dict[str, int], target: Path) -> list[s
         said = f"(status {v['status']}" + (f", keep step {keep})" if keep is not None else ")")
         label = v["verdict"].upper().ljust(5)
         room = width() - len(label) - len(said) - 4
-        lines.append(f"{label}  {shorten(printable(v['run']), max(room, MIN_NAME))}  {said}")
+        lines.append(f"{label}  {middle(printable(v['run']), max(room, MIN_NAME))}  {said}")
         if v["verdict"] == "ok":
             continue
         for i in v["incidents"]:  # what a person reads: the alerts grouped by trouble

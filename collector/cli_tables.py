@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from collector.core.printable import printable
+from collector.core.printable import middle, printable
 
 ELLIPSIS = "…"
 # The narrowest a shortened name gets: a few characters of each end stay readable.
@@ -27,16 +27,6 @@ FIXED = {"steps", "alerts"}
 def width() -> int:
     """The columns to fit: `$COLUMNS`, else the terminal's width, else 100 (output to a file or a pipe)."""
     return max(40, shutil.get_terminal_size((100, 24)).columns)
-
-
-def shorten(text: str, size: int) -> str:
-    """`text` in at most `size` characters, its middle replaced by an ellipsis when too long."""
-    if len(text) <= size:
-        return text
-    if size <= 1:
-        return text[:size]
-    tail = (size - 1) // 2
-    return text[: size - 1 - tail] + ELLIPSIS + text[len(text) - tail :]
 
 
 def wrap(text: str, columns: int | None = None, indent: str = "") -> list[str]:
@@ -107,7 +97,7 @@ def _narrow(widths: list[int], floors: list[int], excess: int) -> int:
 
 
 def _line(cells: list[str], widths: list[int], limit: int) -> str:
-    line = "  ".join(shorten(c, w).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+    line = "  ".join(middle(c, w).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
     # Only numbers too wide for a very narrow terminal are left: cut, said by the ellipsis.
     return line if len(line) <= limit else line[: limit - 1] + ELLIPSIS
 

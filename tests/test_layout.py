@@ -17,11 +17,13 @@ ORDER = ("core", "formats", "store", "ingest", "detect", "advice", "runs", "api"
 # The app draws what the API returns: it reaches the collector through the client, and finds the running
 # collector's marker file with core.runtime (the app starts a collector when none runs).
 # The answers' types (collector.api.models, pydantic only) are the app's too: it reads the typed objects.
-# The names a browser may use (collector.core.hosts) are one rule for the API and the dashboard.
+# The names a browser may use (collector.core.hosts) are one rule for the API and the dashboard; a long name
+# shortened in its middle (collector.core.printable.middle) reads the same in the CLI and the dashboard.
 APP_MAY_IMPORT = {
     "collector.api.client",
     "collector.api.models",
     "collector.core.hosts",
+    "collector.core.printable",
     "collector.core.runtime",
 }
 # A signal to think, not a reason to cut one concern in two: a module past it is asked whether it holds more

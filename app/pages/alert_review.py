@@ -9,6 +9,7 @@ import streamlit as st
 from app import ui
 from app.charts import metric_figure
 from app.series import from_api
+from collector.core.printable import middle
 
 # Steps of context drawn on each side of an incident, as a share of its length (at least 20 steps).
 CONTEXT_SHARE = 1.0
@@ -87,7 +88,7 @@ st.dataframe(
     [
         {
             "severity": SEVERITY_WORDS.get(i["severity"], i["severity"]),
-            "run": ui.middle(i["run"], RUN_CHARS),
+            "run": middle(i["run"], RUN_CHARS),
             "trouble": " → ".join(i["rules"]),
             "steps": _steps(i),
             "alerts": i["alert_count"],

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
+from collector.core.printable import middle
 
 api = ui.api()
 st.title("Runs")
@@ -148,7 +149,7 @@ def _colors(frame: pd.DataFrame) -> pd.DataFrame:
     return styles
 
 
-styled = shown.style.apply(_colors, axis=None).format({"run": lambda name: ui.middle(name, NAME_CHARS)})
+styled = shown.style.apply(_colors, axis=None).format({"run": lambda name: middle(name, NAME_CHARS)})
 event = st.dataframe(
     styled,
     hide_index=True,

@@ -28,6 +28,17 @@ def printable(text: object, newlines: bool = False) -> str:
     return (_CONTROL_BUT_NEWLINE if newlines else _CONTROL).sub(_escape, str(text))
 
 
+def middle(text: str, size: int) -> str:
+    """`text` in at most `size` characters, its middle replaced by an ellipsis when too long (runs of one sweep
+    differ at both ends: the start names the project, the end the run). For the CLI's tables and the dashboard."""
+    if len(text) <= size:
+        return text
+    if size <= 1:
+        return text[:size]
+    tail = (size - 1) // 2
+    return text[: size - 1 - tail] + "…" + text[len(text) - tail :]
+
+
 class PrintableFormatter(logging.Formatter):
     """A log formatter whose messages (which quote run ids and paths) print escaped; tracebacks stay. The
     values put into a message (`%s` arguments: run ids, paths) have their newlines escaped too, so a folder
