@@ -45,7 +45,7 @@ log = logging.getLogger("collector.detect")
 
 # points judged per catch-up slice: about a quarter second of the backlog path, so live runs keep flowing
 CATCH_UP_POINTS = 500_000
-TIMED_POINTS = 64  # per metric: the latest points whose wall times give a run judged again its pace
+TIMED_POINTS = 64  # the latest steps whose wall times give a run judged again its pace
 RUN_LEVEL_EPISODES = (RUN_FAILED, STALLED)  # episodes judged from the run's facts and time, not its points
 
 
@@ -135,12 +135,7 @@ class Detection:
         det = self.detector(run)
         self._handle(run, list(held.values()))
         # the pace `stalled` judges by: the backlog path passes no wall times
-        recent = store_read.recent_points(self.store, run, TIMED_POINTS)
-        walls: dict[int, float] = {}
-        for step, wall in zip(recent.step, recent.wall_time, strict=True):
-            if wall is not None and wall == wall:
-                walls[step] = max(wall, walls.get(step, wall))
-        det.note_times([walls[s] for s in sorted(walls)])
+        det.note_times(store_read.recent_wall_times(self.store, run, TIMED_POINTS))
         det.resume_episodes(
             [a for a in store_alerts.list_alerts(self.store, run=run)
              if a["state"] != "resolved" and a["rule"] in RUN_LEVEL_EPISODES]

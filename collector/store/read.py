@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from collector.core.model import AFTER_ALL_STEPS, BEFORE_ALL_STEPS, Points
+from collector.core.model import AFTER_ALL_STEPS, BEFORE_ALL_STEPS
 from collector.core.roles import step_order
 from collector.store.db import Store
 
@@ -312,25 +312,17 @@ def playback_range(store: Store, run: str, metrics: list[str] | None, start: int
     }
 
 
-def recent_points(store: Store, run: str, per_metric: int, up_to: int | None = None) -> Points:
-    """The last `per_metric` points of each metric of a run (at or before step `up_to`), in step order:
-    what a detector needs to rebuild its state."""
-    table = (
-        store.cursor()
-        .execute(
-            """SELECT step, metric, value, wall_time FROM points WHERE run_id = ? AND step <= ?
-               QUALIFY row_number() OVER (PARTITION BY metric ORDER BY step DESC) <= ?
-               ORDER BY step, metric""",
-            [run, AFTER_ALL_STEPS if up_to is None else up_to, per_metric],
-        )
-        .fetchnumpy()
+def recent_wall_times(store: Store, run: str, steps: int) -> list[float]:
+    """The wall times of the run's last `steps` timed steps (the latest logged at each), oldest first: the pace
+    a detector learns. One row a step, whatever the number of metrics (a window per metric over 20,000
+    per-layer metrics ran out of DuckDB's memory)."""
+    rows = store.rows(
+        """SELECT step, max(wall_time) FROM points
+           WHERE run_id = ? AND wall_time IS NOT NULL AND NOT isnan(wall_time)
+           GROUP BY step ORDER BY step DESC LIMIT ?""",
+        [run, steps],
     )
-    return Points(
-        step=table["step"].tolist(),
-        metric=table["metric"].tolist(),
-        value=table["value"].tolist(),
-        wall_time=table["wall_time"].tolist(),
-    )
+    return [wall for _, wall in reversed(rows)]
 
 
 def sources(store: Store, run: str | None = None) -> list[dict]:

@@ -67,3 +67,27 @@ def test_per_layer_metrics_stay_within_the_memory_bound(tmp_path, layers, lines)
     assert runs["beside"]["last_step"] == 50
     assert runs["per-layer"]["last_step"] == lines
     assert summary["points_added"] == expected + 50
+
+
+def test_wide_runs_are_judged_whole_beside_each_other(tmp_path):
+    """500 layers x 400 steps and 20,000 names x 30 steps beside a plain run: every run is judged (a stored
+    run's pace was read with a window per metric, and DuckDB ran out of memory on 600,000 points: "detection
+    failed on new points"), and a NaN in the 20,000th name is an alert."""
+    root = tmp_path / "runs"
+    expected = write_layers(root / "layers" / "metrics.jsonl", 500, 400)
+    expected += write_layers(root / "names" / "metrics.jsonl", 20_000, 30)
+    with (root / "names" / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 31, "data": {"layer19999/grad_norm": float("nan")}}) + "\n")
+    (root / "beside").mkdir()
+    (root / "beside" / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "data": {"train/loss": 1 / s}}) + "\n" for s in range(1, 2001))
+    )
+    db = tmp_path / "rw.duckdb"
+
+    code, err, summary, _ = run_ingest(db, root)
+
+    assert code == 0, err
+    assert "detection failed" not in err and "Traceback" not in err, err[-3000:]
+    assert summary["points_added"] == expected + 1 + 2000
+    (alert,) = cli_json(db, "alerts", "--run", "names")
+    assert alert["rule"] == "nonfinite" and alert["metric"] == "layer19999/grad_norm"
