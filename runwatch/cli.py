@@ -20,6 +20,7 @@ COLLECTOR_COMMANDS = {
     "check": "judge a run or the runs under a path in one pass; exit 2 on an error alert",
     "runs": "list the database's runs",
     "alerts": "list alerts",
+    "incidents": "list incidents (alerts grouped by trouble)",
     "ack": "acknowledge an alert",
     "resolve": "resolve an alert",
     "checkpoints": "a run's checkpoints and which to keep",
