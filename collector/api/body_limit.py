@@ -8,7 +8,7 @@ largest body a route takes is a note or a reason (10,000 characters) or a list o
 
 from __future__ import annotations
 
-import json
+from starlette.responses import JSONResponse
 
 MAX_BODY_BYTES = 1 << 20
 
@@ -27,7 +27,7 @@ class BodyLimit:
             return
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await self._refuse(send)
+            await self._refuse(scope, receive, send)
             return
         seen, over, refused = 0, False, False
 
@@ -47,25 +47,18 @@ class BodyLimit:
                 await send(message)
             elif message["type"] == "http.response.start" and not refused:
                 refused = True  # (FastAPI answers a body it could not read with a 400: the 413 says why)
-                await self._refuse(send)
+                await self._refuse(scope, receive, send)
 
         try:
             await self.app(scope, bounded_receive, guarded_send)
         except _TooLarge:
             if not refused:
-                await self._refuse(send)
+                await self._refuse(scope, receive, send)
 
-    async def _refuse(self, send) -> None:
-        body = json.dumps(
-            {"detail": f"the request body is over {self.max_bytes:,} bytes; no route of this API takes one"}
-        ).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-        ]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+    async def _refuse(self, scope, receive, send) -> None:
+        detail = f"the request body is over {self.max_bytes:,} bytes; no route of this API takes one"
+        answer = JSONResponse({"detail": detail}, status_code=413, headers={"connection": "close"})
+        await answer(scope, receive, send)
 
 
 class _TooLarge(Exception):

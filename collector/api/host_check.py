@@ -9,8 +9,9 @@ tells anything but health).
 
 from __future__ import annotations
 
-import json
 import os
+
+from starlette.responses import JSONResponse
 
 from collector.core.hosts import ALLOWED_HOSTS_ENV, allowed_names, host_name, is_loopback
 
@@ -29,11 +30,11 @@ class HostCheck:
             header = dict(scope.get("headers") or []).get(b"host")
             name = host_name(header.decode("latin-1")) if header is not None else None
             if name is not None and name not in self.names:
-                await self._refuse(scope, send, name)
+                await self._refuse(scope, receive, send, name)
                 return
         await self.app(scope, receive, send)
 
-    async def _refuse(self, scope, send, name: str) -> None:
+    async def _refuse(self, scope, receive, send, name: str) -> None:
         detail = (
             f"this collector answers to {', '.join(sorted(self.names))} only, not to {name!r} (a page of"
             f" another site that points its name at this machine is refused); to use another name, set"
@@ -42,7 +43,4 @@ class HostCheck:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": detail[:120]})
             return
-        body = json.dumps({"detail": detail}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 403, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await JSONResponse({"detail": detail}, status_code=403)(scope, receive, send)
