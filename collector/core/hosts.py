@@ -28,8 +28,11 @@ def host_name(header: str) -> str:
     """The name in a `Host` header, without its port (`[::1]:8080` -> `::1`)."""
     header = header.strip().lower()
     if header.startswith("["):
-        return header[1:].split("]", 1)[0]
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+        name, _, port = header[1:].partition("]")
+        return name if port == "" or (port[:1] == ":" and port[1:].isdigit()) else header
+    name, colon, port = header.rpartition(":")
+    # a port is digits: `127.0.0.1:80@evil.example` is not 127.0.0.1 (no browser sends it; none passes)
+    return name if colon and header.count(":") == 1 and port.isdigit() else header
 
 
 def allowed_names(bind_address: str | None, env: Mapping[str, str]) -> frozenset[str]:

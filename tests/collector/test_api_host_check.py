@@ -47,7 +47,12 @@ def test_a_rebinding_name_is_refused_and_loopback_names_pass(daemon):
     ):
         status, body = get(port, "/api/health", host)
         assert status == 200 and body["ok"] is True, (host, status, body)
-    for host in (f"attacker.example:{port}", "attacker.example", f"127.0.0.1.attacker.example:{port}"):
+    for host in (
+        f"attacker.example:{port}",
+        "attacker.example",
+        f"127.0.0.1.attacker.example:{port}",
+        f"127.0.0.1:{port}@attacker.example",
+    ):
         for path in ("/api/health", "/api/identity?challenge=x", "/api/runs"):
             status, body = get(port, path, host)
             assert status == 403, (host, path, status, body)
