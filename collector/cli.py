@@ -201,7 +201,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         what = damage_of(args.db, str(e))
         if what is None:
             raise
-        print(f"collector {args.command}: {printable(damaged(args.db, what))}", file=sys.stderr)
+        # an ingest met it mid-way: the runs it committed before stay (nothing of the failed read went in)
+        done = (
+            "The ingest stopped; runs it stored before stay"
+            if args.command == "ingest"
+            else "Nothing was changed"
+        )
+        error = damaged(args.db, what, done)
+        print(f"collector {args.command}: {printable(error)}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         print(json.dumps(result, allow_nan=True, default=str))

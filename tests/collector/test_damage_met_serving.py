@@ -94,6 +94,7 @@ def test_ingest_on_a_damaged_database_writes_nothing_beside_it(good, tmp_path):
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith(f"collector ingest: the database {db} is damaged: its contents are corrupt"), line
     assert "Transaction" not in line and "Restore it from a backup" in line
+    assert "The ingest stopped; runs it stored before stay" in line and "Nothing was changed" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.duckdb"]  # no alert log, WAL, token
 
 
