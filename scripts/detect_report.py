@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 from collector.advice.hf_saves import checkpoint_step
-from collector.detect.config import DetectConfig
 from collector.detect.engine import AlertEvent, detect_series
 from collector.formats import parser_for
 from collector.runs.inputs import RunInputs, advise
+from collector.settings.config import DetectConfig
 
 Series = dict[str, tuple[list[int], list[float]]]
 

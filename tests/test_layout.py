@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("collector", "app", "trainer", "data", "scripts", "runwatch")
 # The collector's packages, lower to higher: a module imports from its own package or lower ones only.
-ORDER = ("core", "formats", "store", "ingest", "detect", "advice", "runs", "api", "daemon", "cli")
+ORDER = ("core", "formats", "store", "ingest", "detect", "settings", "advice", "runs", "api", "daemon", "cli")
 # The app draws what the API returns: it reaches the collector through the client, and finds the running
 # collector's marker file with core.runtime (the app starts a collector when none runs).
 # The answers' types (collector.api.models, pydantic only) are the app's too: it reads the typed objects.

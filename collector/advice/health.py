@@ -17,7 +17,7 @@ from statistics import median
 
 from collector.core.facts import run_settings
 from collector.detect.base import fmt
-from collector.detect.config import DetectConfig
+from collector.settings.config import DetectConfig
 
 START_STEPS = 100  # "the first 100 steps"
 Series = dict[str, tuple[list[int], list[float]]]

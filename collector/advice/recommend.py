@@ -38,7 +38,7 @@ from collector.advice.hf_saves import (
 )
 from collector.advice.verl_saves import verl_checkpoints_from_config
 from collector.core.roles import eval_metric_direction, role_of
-from collector.detect.config import DetectConfig
+from collector.settings.config import DetectConfig
 
 
 @dataclass(frozen=True)

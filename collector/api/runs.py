@@ -12,13 +12,13 @@ from collector.api import run_files
 from collector.api.series import metrics
 from collector.core.roles import RL_ROLES, real_units_name, role_of, value_scale
 from collector.detect import registry
-from collector.detect.config import DetectConfig
 from collector.detect.runlevel import STALLED
 from collector.ingest.fs import root_state
 from collector.runs.inputs import is_evaluation
 from collector.runs.lookup import find_run
 from collector.runs.service import BAD_RULES, RunService
 from collector.runs.status import run_status
+from collector.settings.config import DetectConfig
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 

@@ -30,13 +30,13 @@ from collector.core.stop_request import STOP_FILE, stop_path
 from collector.daemon.sinks import ConsoleSink, JsonlSink, StopFileSink, WebhookSink, deliver
 from collector.detect import incidents as inc
 from collector.detect.backlog import judge_columns
-from collector.detect.config import DetectConfig
 from collector.detect.engine import AlertEvent, RunDetector
 from collector.detect.runlevel import RUN_FAILED, STALLED
-from collector.detect.thresholds import thresholds_for
 from collector.ingest.checkpoints import scan_checkpoints
 from collector.runs.incidents import stored_incidents
 from collector.runs.service import RunService
+from collector.settings.config import DetectConfig
+from collector.settings.thresholds import thresholds_for
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -82,7 +82,7 @@ class Detection:
         self._markers_seen: dict[str, int | None] = {}
         # Told every change of an alert (after_points is reached while an episode goes on), not only openings.
         self.stopper = StopFileSink(
-            lambda run: self.run_dirs.get(run), lambda run: self.detector(run).config.stop, self._stopped
+            lambda run: self.run_dirs.get(run), lambda run: self._config(run).stop, self._stopped
         )
 
     def _config(self, run: str) -> DetectConfig:

@@ -7,7 +7,8 @@ Stable interface (the collector calls this; see docs/architecture.md):
   the same first_step, so the store upserts. `active=False` means the condition cleared (auto-resolve).
   Spike rules (`grad_spike`, `loss_spike`, `kl_spike`, `step_time_spike`) report the episode's peak:
   `value` and the message are the highest point's, with `evidence.peak` and `evidence.peak_step`.
-- `RunDetector(run_id, config=None, run_info=None)`:
+- `RunDetector(run_id, config=None, run_info=None)`: `config` a `RuleSettings` (None: the defaults; the
+  collector passes runwatch.toml's `collector.settings.config.DetectConfig`, which is one):
   - `update(points) -> list[AlertEvent]`: incremental; points arrive in file order in batches; state per
     metric is bounded (windows of a few dozen points). A point for a step already seen replaces it: the
     same value again (a whole-file re-read of trainer_state.json) is skipped; a different value rewinds that
@@ -37,8 +38,8 @@ from collector.core.model import Points
 from collector.core.roles import RL_ROLES, role_of, value_scale
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Finding, Rule
-from collector.detect.config import DetectConfig
 from collector.detect.episodes import AlertEvent, Episodes
+from collector.detect.rule_settings import RuleSettings
 from collector.detect.rules import rules_for
 from collector.detect.runlevel import (
     NONFINITE,
@@ -79,9 +80,9 @@ class _Metric:
 class RunDetector:
     """Incremental detection for one run. Pure: no I/O, no clock."""
 
-    def __init__(self, run_id: str, config: DetectConfig | None = None, run_info: dict | None = None) -> None:
+    def __init__(self, run_id: str, config: RuleSettings | None = None, run_info: dict | None = None) -> None:
         self.run_id = run_id
-        self.config = config or DetectConfig()
+        self.config = config or RuleSettings()
         self._metrics: dict[str, _Metric] = {}
         self.episodes = Episodes(run_id)
         # what the rules know of the run beyond their metric; filled here, read by the rules
@@ -104,7 +105,7 @@ class RunDetector:
         """Remember steps with a saved checkpoint: a slow step there is the save, not trouble."""
         self.facts.note_checkpoints(steps)
 
-    def set_config(self, config: DetectConfig) -> None:
+    def set_config(self, config: RuleSettings) -> None:
         """Judge from now on with these thresholds (a runwatch.toml changed). Open episodes stay open; each
         metric's rules start afresh, so their windows refill from the next points before they judge."""
         if config is self.config or config == self.config:
@@ -310,7 +311,7 @@ class RunDetector:
 
 def detect_series(
     series: dict[str, tuple[list[int], list[float]]],
-    config: DetectConfig | None = None,
+    config: RuleSettings | None = None,
     run_info: dict | None = None,
     run_id: str = "run",
     checkpoints: list[int] | None = None,

@@ -10,12 +10,12 @@ Stable interface:
   share a `rule_id` (and its settings): `no_learning` on a gradient norm and on a loss.
 - `for_role(role) -> tuple[type[Rule], ...]`: the classes that read a metric of that role.
 - `by_id() -> dict[str, type[Rule]]`: every rule id with its (first) class, in registration order (the
-  sections of `DetectConfig.rules`).
+  sections of `collector.detect.rule_settings.Rules`).
 - `get(rule_id) -> type[Rule] | None`: the (first) class of a rule id; None for a custom rule or an unknown id.
 - `ids_with(**declared) -> frozenset[str]`: the ids of the rules whose class declares these values, e.g.
   `ids_with(action=Action.SKIP_BATCHES)`, `ids_with(unsafe_checkpoint=True)`.
 - `meaning(rule_id) -> str | None`: what an error episode of the rule says about the weights saved during it.
-- `decorations(config) -> dict[str, dict]`: role -> what a chart of that role draws, from a `DetectConfig`'s
+- `decorations(config) -> dict[str, dict]`: role -> what a chart of that role draws, from a `RuleSettings`'
   resolved settings (each rule's `decorations`).
 """
 

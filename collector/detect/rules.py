@@ -3,7 +3,7 @@
 Stable interface:
 
 - `RULES_BY_ROLE`: role -> the rule classes that judge its metrics, each with its `[rules.NAME]` section of
-  `DetectConfig` (its `rule_id`); derived from the registry.
+  `RuleSettings.rules` (its `rule_id`); derived from the registry.
 - `rules_for(metric, role, config) -> list[Rule]`: fresh rule objects for one metric (enabled rules of its
   role, then the user's custom rules that match its name).
 - `UNSAFE_CHECKPOINT_RULES`: the rule ids whose episodes make a checkpoint saved inside them one not to keep
@@ -20,8 +20,8 @@ from types import MappingProxyType
 
 from collector.detect import registry
 from collector.detect.base import Rule
-from collector.detect.config import DetectConfig
 from collector.detect.custom import CustomThreshold, custom_matches
+from collector.detect.rule_settings import RuleSettings
 
 RULES_BY_ROLE: Mapping[str, tuple[tuple[type[Rule], str], ...]] = MappingProxyType(
     {
@@ -35,7 +35,7 @@ UNSAFE_CHECKPOINT_RULES: frozenset[str] = registry.ids_with(unsafe_checkpoint=Tr
 NOT_ABOUT_WEIGHTS_RULES: frozenset[str] = registry.ids_with(about_weights=False)
 
 
-def rules_for(metric: str, role: str | None, config: DetectConfig) -> list[Rule]:
+def rules_for(metric: str, role: str | None, config: RuleSettings) -> list[Rule]:
     """Fresh rule objects for `metric`: its role's enabled rules, then the custom rules matching its name."""
     found: list[Rule] = []
     for cls in registry.for_role(role):

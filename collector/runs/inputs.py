@@ -13,8 +13,8 @@ from collector.advice.errors import error_episodes
 from collector.advice.evaluations import quality_direction
 from collector.advice.recommend import RunContext, advice_for_run
 from collector.core.roles import RL_ROLES, role_of
-from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
+from collector.settings.config import DetectConfig
 
 # The evaluation series the advice reads (besides a metric asked for by name).
 EVAL_ROLES = ("val_loss", "val_score", "eval_metric")

@@ -5,12 +5,12 @@ overview's recommended step, kept per run until something it was built from chan
 from __future__ import annotations
 
 from collector.advice import action as action_mod
-from collector.detect.config import DetectConfig
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
-from collector.detect.thresholds import Thresholds, thresholds_for
 from collector.runs.inputs import RunInputs, add_actions, advise, checklist, is_evaluation
 from collector.runs.lookup import find_run
 from collector.runs.status import run_status
+from collector.settings.config import DetectConfig
+from collector.settings.thresholds import Thresholds, thresholds_for
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store

@@ -284,7 +284,7 @@ def test_advice_for_run_follows_hf_best_metric_and_infers_a_lone_state_files_che
 
 def test_advice_for_run_takes_the_configured_metric_unless_one_is_passed():
     from collector.advice.recommend import advice_for_run
-    from collector.detect.config import AdviceSettings, DetectConfig
+    from collector.settings.config import AdviceSettings, DetectConfig
 
     evals = {"val/loss": EVALS, "exec_success_rate": [(100, 0.2), (200, 0.7), (300, 0.5)]}
     checkpoints = [ckpt(s) for s in (100, 200, 300)]

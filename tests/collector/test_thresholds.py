@@ -18,10 +18,10 @@ from collector.core.severity import SEVERITIES, Severity
 from collector.daemon.service import Collector
 from collector.detect import registry
 from collector.detect.base import Action
-from collector.detect.config import DetectConfig, load_config
 from collector.detect.engine import detect_series
 from collector.detect.rules import RULES_BY_ROLE, UNSAFE_CHECKPOINT_RULES
-from collector.detect.thresholds import Thresholds
+from collector.settings.config import DetectConfig, load_config
+from collector.settings.thresholds import Thresholds
 from collector.store import alerts as store_alerts
 
 

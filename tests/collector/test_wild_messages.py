@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 
-from collector.detect.config import NonfiniteRule
-from collector.detect.runlevel import nonfinite_finding
+from collector.detect.runlevel import NonfiniteRule, nonfinite_finding
 from collector.formats import hf_trainer_state
 from tests.collector.test_daemon_support import cli_json
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from collector.detect.config import Rules
+from collector.detect.rule_settings import Rules
 from tests.scripts.test_demo_end_to_end import run_demo
 
 pytestmark = pytest.mark.slow

@@ -23,10 +23,12 @@ from collector.core.model import Points
 from collector.core.roles import RL_ROLES
 from collector.detect import registry, screens
 from collector.detect.backlog import judge_backlog
-from collector.detect.config import CustomRule, DetectConfig, Rules
+from collector.detect.custom import CustomRule
 from collector.detect.engine import RunDetector
 from collector.detect.rl import EntropyCollapse, KlSpike
+from collector.detect.rule_settings import Rules
 from collector.detect.spikes import GradSpike
+from collector.settings.config import DetectConfig
 
 SFT = (
     "train/loss",

@@ -9,8 +9,9 @@ import random
 import pytest
 
 from collector.core.model import Points
-from collector.detect.config import CustomRule, DetectConfig, load_config
+from collector.detect.custom import CustomRule
 from collector.detect.engine import AlertEvent, RunDetector, detect_series
+from collector.settings.config import DetectConfig, load_config
 from tests.collector.detect.synth import healthy_sft, replace_values
 
 

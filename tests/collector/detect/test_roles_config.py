@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from collector.core.roles import role_of, value_scale
-from collector.detect.config import ConfigError, DetectConfig, load_config
+from collector.settings.config import ConfigError, DetectConfig, load_config
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "collector" / "detect" / "example-runwatch.toml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "collector" / "settings" / "example-runwatch.toml"
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import random
 
-from collector.detect.config import DetectConfig, apply_document
 from collector.detect.engine import detect_series
 from collector.detect.val_scores import is_validation_score
+from collector.settings.config import DetectConfig, apply_document
 
 VAL = "val-core/openai/gsm8k/reward/mean@1"
 

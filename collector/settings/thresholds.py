@@ -18,9 +18,9 @@ import threading
 from pathlib import Path, PurePath
 
 from collector.core.runtime import thresholds_path
-from collector.detect.config import ConfigError, DetectConfig, load_config
+from collector.settings.config import ConfigError, DetectConfig, load_config
 
-log = logging.getLogger("collector.detect")
+log = logging.getLogger("collector.detect")  # (the logger detection's warnings have always used)
 
 RUN_TOML = "runwatch.toml"
 

@@ -1,5 +1,5 @@
 """The `[advice]` settings of runwatch.toml: which evaluation picks the checkpoint to keep, and how far before
-a spike an error alert's action goes back; part of `collector.detect.config.DetectConfig` (`advice`)."""
+a spike an error alert's action goes back; part of `collector.settings.config.DetectConfig` (`advice`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""Detection thresholds, with their seed defaults, and the TOML files that change them.
+"""runwatch.toml: the whole file's settings, with their seed defaults, and the TOML files that change them.
 
 Stable interface:
 
-- `DetectConfig`: under `rules`, each registered rule's settings (the dataclass its class declares as
-  `settings`, e.g. `config.rules.grad_spike.z`; see `collector.detect.registry`), plus `custom`
-  (user threshold rules) and `advice` (the metric and direction that pick the checkpoint to keep; None:
-  the run's own choice, see `collector.advice.recommend.advice_for_run`).
+- `DetectConfig`: what detection reads (a `collector.detect.rule_settings.RuleSettings`: under `rules`, each
+  registered rule's settings, the dataclass its class declares as `settings`, e.g.
+  `config.rules.grad_spike.z`; plus `custom`, user threshold rules), and `advice` (the metric and direction
+  that pick the checkpoint to keep; None: the run's own choice, see
+  `collector.advice.recommend.advice_for_run`) and `stop` (which alerts stop a run, `collector.detect.stop`).
 - `load_config(db_toml, run_toml) -> DetectConfig`: the defaults, then the database's `DB.runwatch.toml`, then
   the run's `RUN_DIR/runwatch.toml` (later files win key by key; custom rules add up). A missing file is
   fine (None or a path that does not exist); a malformed one raises `ConfigError` naming the file and what
@@ -37,14 +38,14 @@ File format (see `example-runwatch.toml` beside this module):
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields, make_dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePath
 
 from collector.core.severity import SEVERITIES
-from collector.detect import registry
-from collector.detect.config_advice import AdviceConfigError, AdviceSettings, parse_advice
 from collector.detect.custom import CustomRule
+from collector.detect.rule_settings import Rules, RuleSettings
 from collector.detect.stop import StopConfigError, StopSettings, parse_stop
+from collector.settings.advice import AdviceConfigError, AdviceSettings, parse_advice
 
 CUSTOM_OPS = (">", ">=", "<", "<=", "==", "!=", "falling", "rising")
 
@@ -53,32 +54,11 @@ class ConfigError(ValueError):
     """A runwatch.toml that cannot be used; the message names the file and the key."""
 
 
-# `[rules.NAME]`: one field per rule id, its settings with their defaults, as the rule classes declare them
-# (`config.rules.grad_spike.z`); a rule registered in `collector.detect.registry` adds its section here
-Rules = make_dataclass(
-    "Rules",
-    [
-        (rule_id, cls.settings, field(default_factory=cls.settings))
-        for rule_id, cls in registry.by_id().items()
-    ],
-    frozen=True,
-)
-Rules.__module__ = __name__  # (Python 3.11 names it `types.Rules`: its repr and pickle find it here)
-
-
-def __getattr__(name: str) -> type:
-    """A rule's settings dataclass by its name (`GradSpikeRule`), as this module once defined them: they live
-    with their rules now."""
-    for cls in registry.RULES:
-        if cls.settings.__name__ == name:
-            return cls.settings
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @dataclass(frozen=True)
-class DetectConfig:
-    rules: Rules = field(default_factory=Rules)
-    custom: tuple[CustomRule, ...] = ()
+class DetectConfig(RuleSettings):
+    """All of runwatch.toml: the rules' part detection reads (`rules`, `custom`), and what the advice and the
+    stop file read."""
+
     advice: AdviceSettings = field(default_factory=AdviceSettings)
     stop: StopSettings = field(default_factory=StopSettings)  # which alerts stop a run (detect/stop.py)
 
