@@ -211,6 +211,10 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
                 claimed = claimed or (named.name if named else None)  # so its folder's run lists it
                 continue
             size = entry.stat().st_size if is_file else 0
+            if not is_file and not is_dir:  # listed on its folder's run, never opened (a FIFO would block)
+                why = unread.LINKED_FOLDER_REASON if entry.is_dir() else unread.NOT_A_FILE_REASON
+                skipped.append((Path(entry.path), why))
+                continue
         except OSError:
             continue
         if is_file:

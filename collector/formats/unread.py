@@ -20,6 +20,8 @@ POINTER_MAX_BYTES = 1024
 LFS_REASON = "Git LFS pointer, not the file: run git lfs pull"
 ANNEX_REASON = "git-annex pointer, not the file: run git annex get"
 OUTSIDE_ROOT_REASON = "a link to a file outside the watched roots: not read (add its folder as a root)"
+NOT_A_FILE_REASON = "not a plain file (a FIFO, socket, device or broken link): not opened, not read"
+LINKED_FOLDER_REASON = "a link to a folder: not followed (add the folder it points to as a root)"
 # Files people keep beside runs that are not run files (code, docs, configs, images, archives).
 NOT_RUN_SUFFIXES = {
     ".py",

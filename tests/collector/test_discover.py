@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
 import pytest
 
+from collector.formats import unread
 from collector.formats.discover import classify, find_runs, run_for_path
 
 
@@ -310,3 +312,22 @@ def test_a_link_to_a_file_outside_the_root_is_listed_not_read(tmp_path):
             "a link to a file outside the watched roots: not read (add its folder as a root)",
         )
     ]
+
+
+def test_a_fifo_or_a_folder_link_in_a_run_is_listed_not_read(tmp_path):
+    """Nothing is skipped in silence: a FIFO (never opened: a read would block), a broken link and a link to
+    a folder (never followed) in a run folder are named on the run with the reason."""
+    run = tmp_path / "root" / "exp"
+    write(run / "metrics.jsonl", '{"step": 1, "data": {"loss": 1}}\n')
+    os.mkfifo(run / "pipe.jsonl")
+    (run / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    (tmp_path / "elsewhere").mkdir()
+    (run / "more").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (found,) = find_runs([tmp_path / "root"])
+    assert [s.path.name for s in found.sources] == ["metrics.jsonl"]
+    skipped = {p.name: why for p, why in found.skipped}
+    assert skipped == {
+        "gone.jsonl": unread.NOT_A_FILE_REASON,
+        "more": unread.LINKED_FOLDER_REASON,
+        "pipe.jsonl": unread.NOT_A_FILE_REASON,
+    }
