@@ -6,6 +6,8 @@ idempotent, so opening an older database brings it up to date and opening a curr
 
 from __future__ import annotations
 
+import functools
+
 import duckdb
 
 # Each entry brings a database from version i to i + 1. Never edit a released entry: add one.
@@ -150,18 +152,24 @@ def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
     return {(t, c) for t, c in rows}
 
 
+@functools.cache
+def _reference_columns(version: int) -> frozenset[tuple[str, str]]:
+    """The columns the migrations up to `version` create, built once per process in memory (every opening of
+    a database compares with them: `check` opens one for each query)."""
+    reference = duckdb.connect(":memory:")
+    try:
+        for statements in MIGRATIONS[:version]:
+            for statement in statements:
+                reference.execute(statement)
+        return frozenset(_columns(reference))
+    finally:
+        reference.close()
+
+
 def _check_columns(con: duckdb.DuckDBPyConnection, version: int) -> None:
     """Refuse a file whose tables do not match its stated version (written by a development build), with a
     clear message instead of a query failing later in the daemon."""
-    reference = duckdb.connect(":memory:")
-    try:
-        migrate_to = MIGRATIONS[:version]
-        for statements in migrate_to:
-            for statement in statements:
-                reference.execute(statement)
-        missing = sorted(_columns(reference) - _columns(con))
-    finally:
-        reference.close()
+    missing = sorted(_reference_columns(version) - _columns(con))
     if missing:
         names = ", ".join(f"{t}.{c}" for t, c in missing[:6])
         raise StoreError(
