@@ -275,6 +275,12 @@ def _kept_by_advice(alert: dict, advice: dict) -> tuple[dict | None, str]:
                 f" It differs from this alert's best evaluation (step {own_best} of {metric}) because the "
                 f"advice chooses by {advice.get('metric')}."
             )
+        elif own_best in ((rec.get("tie") or {}).get("steps") or ()):
+            tie = rec["tie"]
+            text += (
+                f" It differs from this alert's best evaluation (step {own_best}) because the two tie: their values "
+                f"are within the evaluations' own noise ({fmt(tie['noise'])}), and the tie goes to {tie['rule']}."
+            )
         else:
             text += (
                 f" It differs from this alert's best evaluation (step {own_best}) because no complete checkpoint "

@@ -236,14 +236,14 @@ def recommend_checkpoint(given: AdviceInput) -> dict:
         no_rec = errors_mod.never_learned_text(never)
     elif good:
 
-        def choose(cands: list[dict]) -> tuple[dict, str]:
+        def choose(cands: list[dict]) -> tuple[dict, str, dict | None]:
             return _choose(cands, skipped_bad, metric, direction, rows, finite_evals, best_step, rl)
 
-        best, reason = choose(good)
+        best, reason, tie = choose(good)
         inside = errors_mod.covering(best["step"], errs)
         if inside is not None:
-            best, reason = _outside_errors(best, reason, inside, good, errs, choose, rows)
-        recommended = {"step": best["step"], "path": best["path"], "reason": reason}
+            best, reason, tie = _outside_errors(best, reason, tie, inside, good, errs, choose, rows)
+        recommended = {"step": best["step"], "path": best["path"], "reason": reason, "tie": tie}
     elif not rows and len([e for e in finite_evals if e[0] > 0]) >= 2:
         # a step-0 evaluation is the base model's (no checkpoint is saved there); one evaluation is no choice
         recommended = reasons.best_evaluation_only([e for e in finite_evals if e[0] > 0], metric, direction)
@@ -291,14 +291,15 @@ def _choose(
     evals: list[tuple[int, float]],
     best_step: int | None,
     rl: bool,
-) -> tuple[dict, str]:
+) -> tuple[dict, str, dict | None]:
     """The best-evaluated of `cands` (ties: evaluated at its own step, the run's own best, the later), else
-    the latest of them, with the sentence that says why."""
+    the latest of them, with the sentence that says why, and the tie it broke (None without one): the other
+    tied steps, the evaluations' noise that made them equal and the rule that chose."""
     scored = [r for r in cands if r["value"] is not None]
     if not scored:
         best = cands[-1]
         why = reasons.no_evaluation(metric, evals, rl)
-        return best, reasons.latest_reason(best, skipped_bad, rows, why)
+        return best, reasons.latest_reason(best, skipped_bad, rows, why), None
     sign = 1 if direction == "min" else -1
     top = min(sign * r["value"] for r in scored)
     noise = eval_noise(evals)
@@ -307,6 +308,7 @@ def _choose(
     tied = [r for r in scored if sign * r["value"] - top <= noise]
     best = min(tied, key=lambda r: (r["_eval_step"] != r["step"], r["step"] != best_step, -r["step"]))
     reason = reasons.scored_reason(best, scored, skipped_bad, metric, direction, rows, evals)
+    tie = None
     if len(tied) > 1:
         own = [r for r in tied if r["_eval_step"] == r["step"]]
         if best["step"] == best_step:
@@ -316,39 +318,47 @@ def _choose(
         else:
             rule = "the later checkpoint (more training, the same result)"
         reason = reason[:-1] + reasons.tie_text(noise, tied, best, rule)
-    return best, reason
+        tie = {"steps": [r["step"] for r in tied if r is not best], "noise": noise, "rule": rule}
+    return best, reason, tie
 
 
 def _outside_errors(
     best: dict,
     reason: str,
+    tie: dict | None,
     inside: dict,
     good: list[dict],
     errs: list[dict],
-    choose: Callable[[list[dict]], tuple[dict, str]],
+    choose: Callable[[list[dict]], tuple[dict, str, dict | None]],
     rows: list[dict],
-) -> tuple[dict, str]:
+) -> tuple[dict, str, dict | None]:
     """`best` lies inside the error episode `inside`: the best checkpoint outside every error episode instead,
     saying why; with none, `best` (or, without evaluations, the earliest good one) with that caveat."""
     where = errors_mod.inside_text(best["step"], inside)
     clean = [r for r in good if errors_mod.covering(r["step"], errs) is None]
     if clean:
-        pick, text = choose(clean)
+        pick, text, pick_tie = choose(clean)
         earlier = "an earlier" if pick["step"] < best["step"] else "a"
-        return pick, (
-            f"{text[:-1]}. Passed over: {where}; {earlier} checkpoint outside every error episode is kept instead."
+        return (
+            pick,
+            f"{text[:-1]}. Passed over: {where}; {earlier} checkpoint outside every error episode is kept instead.",
+            pick_tie,
         )
     if all(r["value"] is None for r in good) and good[0] is not best:
         # no evaluation to go by: the earliest one spent the least time in the trouble
         best = good[0]
         where = errors_mod.inside_text(best["step"], errors_mod.covering(best["step"], errs))
-        reason = (
-            f"Step {best['step']} is the earliest saved checkpoint, and none was saved outside every error "
-            f"episode (no evaluation to go by){reasons.inferred_text(rows)}{reasons.weights_text(best, rows)}."
+        reason, tie = (
+            (
+                f"Step {best['step']} is the earliest saved checkpoint, and none was saved outside every error "
+                f"episode (no evaluation to go by){reasons.inferred_text(rows)}{reasons.weights_text(best, rows)}."
+            ),
+            None,
         )
     return (
         best,
         f"{reason[:-1]}. Keep it only with a caveat: {where}, and no checkpoint was saved outside every error episode.",
+        tie,
     )
 
 

@@ -282,6 +282,7 @@ class Recommended(Answer):
     step: int
     path: str | None
     reason: str
+    tie: dict | None = None  # the tie the choice broke: {"steps", "noise", "rule"}
 
 
 class Advice(Answer):

@@ -250,3 +250,20 @@ def test_keep_names_the_advices_step_when_no_checkpoint_was_seen_before_the_trou
     assert act["keep"].startswith("step 200, the checkpoint advice's, if the trainer saved it")
     later = action_for_alert(alert, advice([], 400), VERL, "/runs/a", [])
     assert later["keep"] == "none to go back to"
+
+
+def test_a_validation_alert_whose_best_step_lost_a_tie_says_so():
+    # a public verl PPO run (Bihan/dstack-configs): 150 and 190 both scored 0.904, both saved; the advice keeps
+    # 190 by its tie rule, and the action once said no checkpoint was saved at 150
+    from collector.advice.recommend import AdviceInput, recommend_checkpoint
+
+    scores = [(110, 0.892), (120, 0.898), (130, 0.901), (140, 0.897), (150, 0.904), (160, 0.902), (170, 0.896),
+              (180, 0.899), (190, 0.904), (200, 0.893), (210, 0.889), (220, 0.886)]  # fmt: skip
+    saves = [{"step": s, "path": f"/runs/a/global_step_{s}", "complete": True, "bytes": 1} for s, _ in scores]
+    out = recommend_checkpoint(AdviceInput(saves, scores, metric="val/score", direction="max"))
+    assert out["recommended"]["step"] == 190 and 150 in out["recommended"]["tie"]["steps"]
+    decline = {"rule": "val_score_decline", "severity": "warn", "metric": "val/score", "first_step": 200,
+               "last_step": 220, "evidence": {"best_step": 150}}  # fmt: skip
+    text = action_for_alert(decline, out, VERL, "/runs/a", [])["text"]
+    assert "no complete checkpoint" not in text
+    assert "(step 150) because the two tie" in text and "goes to the later checkpoint" in text
