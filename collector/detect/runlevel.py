@@ -238,6 +238,7 @@ def run_failed_finding(status: str | None, status_info: dict | None, last_step: 
     state = str(info.get("state", info.get("status", status or ""))).lower()
     if not error and state != "failed":
         return None
+    raised = error.get("raised_in") if isinstance(error, dict) else None
     if isinstance(error, dict):
         text = str(error.get("text", ""))
         where = f"{error.get('file') or 'the log'}, line {error.get('line')}"
@@ -247,6 +248,9 @@ def run_failed_finding(status: str | None, status_info: dict | None, last_step: 
     # the error line as text, quoted, on one line (never a repr with its escapes)
     shown = " ".join(text.split())
     said = f': "{shown}" ({where})' if shown else f" ({where} says failed, with no error text)"
+    if isinstance(raised, dict) and shown:
+        # an exception named alone says what only with where: the traceback's frame that raised it
+        said += f", raised in {raised.get('function')} ({raised.get('file')}, line {raised.get('line')})"
     after = f" after step {last_step}" if last_step is not None else " before its first logged step"
     resumed = info.get("resumed_from")
     go_on = "resume from the last checkpoint"
@@ -257,6 +261,8 @@ def run_failed_finding(status: str | None, status_info: dict | None, last_step: 
         f"Read the traceback around that line; fix the cause, then {go_on}.",
     )
     evidence = {"error": text, "where": where, "last_step": last_step}
+    if isinstance(raised, dict):
+        evidence["raised_in"] = raised
     if isinstance(resumed, int):
         # the run itself resumed from a checkpoint: the action goes on from its latest, not from the beginning
         evidence["resumed_from"] = resumed

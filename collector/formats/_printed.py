@@ -26,6 +26,10 @@ _FATAL = re.compile(
 _BAR_PREFIX = re.compile(r"^\s*\d+%\|[^|]*\|[^\[]*\[[^\]]*\]\s*")
 _NEAR = 5  # lines: a traceback this close after a fatal line explains it (it does not start a new error)
 _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*)$")
+# A traceback's frame: the last one before an exception line is where it was raised.
+_FRAME = re.compile(r'^File "([^"]+)", line (\d+), in (\S+)')
+# An exception line that is the exception's name alone (`NotImplementedError`): it says what only with where.
+_BARE = re.compile(r"^[A-Za-z_][\w.]*(\(\))?$")
 # Python's words between the exceptions of a chain: the one above is the cause (or the first failure) of the
 # one below, which is often only its consequence (a half-written file, a wrapper).
 _CHAINED = (
@@ -73,7 +77,7 @@ def may_be_error(raw: bytes) -> bool:
         word in raw
         for word in (
             b"Error", b"Exception", b"Interrupt", b"Exit", b"Traceback", b"SIG", b"signal", b"Killed", b"memory",
-            b"above exception",
+            b"above exception", b'File "',
         )
     )  # fmt: skip
 
@@ -116,9 +120,20 @@ def note_error(text: str, line_no: int, error: dict | None) -> dict | None:
         if "cause" not in error and _EXCEPTION_LINE.match(error["text"]):
             return {**error, "cause": {"line": error["line"], "text": error["text"]}}
         return error
+    if in_traceback and (frame := _FRAME.match(text)):
+        return {**error, "frame": {"file": frame[1], "line": int(frame[2]), "function": frame[3]}}
     if in_traceback and _EXCEPTION_LINE.match(text):
         chained = {"cause": error["cause"]} if "cause" in error else {}
-        return {"line": line_no, "text": bad_text(text), "traceback": True, "ignored": ignored, **chained}
+        # the frame above a bare exception is where it was raised (its message would have said what)
+        raised = {"raised_in": error["frame"]} if "frame" in error and _BARE.match(text) else {}
+        return {
+            "line": line_no,
+            "text": bad_text(text),
+            "traceback": True,
+            "ignored": ignored,
+            **chained,
+            **raised,
+        }
     if _FATAL.search(text):
         return {"line": line_no, "text": bad_text(text), "traceback": False, "ignored": False}
     return error
@@ -127,11 +142,14 @@ def note_error(text: str, line_no: int, error: dict | None) -> dict | None:
 def reported(error: dict | None, path: str = "") -> dict | None:
     """The error as a run fact (`{"line", "text", "file"}`), or None when there is none or it was ignored.
     The last exception of a chain is quoted with the first one, which caused it: `text` reads `<last> (raised
-    while handling line N: <first>)`, and `cause` is `{"line", "text"}` of the first."""
+    while handling line N: <first>)`, and `cause` is `{"line", "text"}` of the first. An exception quoted by
+    its name alone (`NotImplementedError`) carries `raised_in`: `{"file", "line", "function"}` of the
+    traceback's frame that raised it."""
     if error is None or error.get("ignored"):
         return None
+    raised = {"raised_in": dict(error["raised_in"])} if "raised_in" in error else {}
     cause = error.get("cause")
     if cause is None:
-        return {"line": error["line"], "text": error["text"], "file": path}
+        return {"line": error["line"], "text": error["text"], "file": path, **raised}
     text = f"{error['text']} (raised while handling line {cause['line']}: {cause['text']})"
-    return {"line": error["line"], "text": text, "file": path, "cause": dict(cause)}
+    return {"line": error["line"], "text": text, "file": path, "cause": dict(cause), **raised}

@@ -225,3 +225,43 @@ def test_settings_and_chains_read_in_pieces_give_the_one_shot_result():
     whole = feed_console(CHAINED_LOG, [])
     for cut in [i + 1 for i, b in enumerate(CHAINED_LOG) if b == ord("\n")]:
         assert feed_console(CHAINED_LOG, [cut]) == whole, cut
+
+
+# a public verl run's end (KotoHanon/VERL-Maze): the reward function raised a bare NotImplementedError, wrapped by Ray
+RAY_BARE_LOG = b"""Error executing job with overrides: ['trainer.save_freq=10']
+Traceback (most recent call last):
+  File "/r/verl/trainer/main_ppo.py", line 53, in main
+    run_ppo(config)
+  File "/r/site-packages/ray/_private/worker.py", line 919, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(NotImplementedError): \x1b[36mray::main_task()\x1b[39m (pid=19443, ip=172.17.0.4)
+  File "/r/verl/trainer/ppo/ray_trainer.py", line 996, in fit
+    reward_tensor = self.reward_fn(batch)
+  File "/r/verl/utils/reward_score/__init__.py", line 37, in _default_compute_score
+    raise NotImplementedError
+NotImplementedError
+
+Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.
+"""
+
+
+def test_a_bare_exception_is_quoted_with_the_frame_that_raised_it():
+    whole = feed_console(RAY_BARE_LOG, [])[2]["error"]
+    assert whole == {
+        "line": 12,
+        "text": "NotImplementedError",
+        "file": "",
+        "raised_in": {
+            "file": "/r/verl/utils/reward_score/__init__.py",
+            "line": 37,
+            "function": "_default_compute_score",
+        },
+    }
+    ends = [i + 1 for i, b in enumerate(RAY_BARE_LOG) if b == ord("\n")]
+    for cut in ends:  # read in pieces, the frame is still found
+        assert feed_console(RAY_BARE_LOG, [cut])[2]["error"] == whole, cut
+    # an exception with a message says what went wrong itself: no frame is added
+    told = RAY_BARE_LOG.replace(
+        b"NotImplementedError\n\nSet", b"NotImplementedError: no reward for maze\n\nSet"
+    )
+    assert "raised_in" not in feed_console(told, [])[2]["error"]

@@ -355,3 +355,16 @@ def test_a_full_disk_is_named_as_the_likely_cause():
         assert "trainer.max_actor_ckpt_to_keep" in found.message and "save_total_limit" in found.message
     oom = run_failed_finding("failed", {"error": {"line": 9, "text": "CUDA out of memory", "file": "x"}}, 3)
     assert "disk" not in oom.message
+
+
+def test_a_bare_exception_names_the_frame_that_raised_it():
+    frame = {"file": "verl/utils/reward_score/__init__.py", "line": 37, "function": "_default_compute_score"}
+    error = {
+        "error": {"line": 292, "text": "NotImplementedError", "file": "verl_demo.log", "raised_in": frame}
+    }
+    found = run_failed_finding("failed", error, None)
+    assert (
+        '"NotImplementedError" (verl_demo.log, line 292), raised in _default_compute_score '
+        "(verl/utils/reward_score/__init__.py, line 37)" in found.message
+    )
+    assert found.evidence["raised_in"] == frame and found.severity == Severity.ERROR
