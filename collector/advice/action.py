@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from collector.detect import registry
-from collector.detect.base import Action, fmt
+from collector.detect.base import Action, fmt, noise_text
 from collector.detect.runlevel import RUN_FAILED
 
 # what each rule's episode calls for, as its class declares it (`collector.detect.base.Action`):
@@ -279,7 +279,7 @@ def _kept_by_advice(alert: dict, advice: dict) -> tuple[dict | None, str]:
             tie = rec["tie"]
             text += (
                 f" It differs from this alert's best evaluation (step {own_best}) because the two tie: their values "
-                f"are within the evaluations' own noise ({fmt(tie['noise'])}), and the tie goes to {tie['rule']}."
+                f"are within the evaluations' own noise ({noise_text(tie['noise'])}), and the tie goes to {tie['rule']}."
             )
         else:
             text += (

@@ -5,7 +5,7 @@
 - `quality_direction(metric)`: "min"/"max" for an evaluation that judges the weights (a loss, an error rate, a
   score), None for what an evaluation logs about itself (runtime, log-probabilities).
 - `evaluation_of(evals, step, previous)`: the evaluation a checkpoint saved at `step` carries.
-- `eval_noise(evals)`: how far two evaluations of equally good weights may differ (closer is a tie).
+- `tie_margin(evals)`: how far two evaluations of equally good weights may differ (closer is a tie).
 - `best_by_every_evaluation(evals_by_metric, steps)`: the checkpoints best by some evaluation (never deletable).
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from collector.advice.hf_saves import checkpoint_step
 from collector.core.roles import eval_metric_direction, role_of
+from collector.detect.base import eval_noise
 
 
 def evaluation_of(
@@ -29,16 +30,12 @@ def evaluation_of(
     return since[-1] if since else (None, None)
 
 
-def eval_noise(evals: list[tuple[int, float]]) -> float:
-    """How far two evaluations of equally good weights may differ: the evaluations' own noise, from how far
-    each strays from the line through its two neighbours (1.21 x their median distance is the spread of
-    independent noise), capped at 1% of the best value so a trend's curve is not taken for noise; 0 with
-    fewer than three evaluations. Values closer than this are a tie."""
+def tie_margin(evals: list[tuple[int, float]]) -> float:
+    """How far two evaluations of equally good weights may differ: the evaluations' own noise (`eval_noise`,
+    the figure the validation alerts use), capped at 1% of the smallest value so a trend's curve is not taken
+    for noise; 0 with fewer than three evaluations. Values closer than this are a tie."""
     values = [v for _, v in evals]
-    strays = sorted(abs(b - (a + c) / 2) for a, b, c in zip(values, values[1:], values[2:], strict=False))
-    if not strays:
-        return 0.0
-    return min(1.21 * strays[len(strays) // 2], 0.01 * min(abs(v) for v in values) if values else 0.0)
+    return min(eval_noise(values), 0.01 * min(abs(v) for v in values)) if values else 0.0
 
 
 # evaluations that say how good the weights are (a loss, an error rate, a score), as opposed to what an

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collector.detect.base import fmt
+from collector.detect.base import fmt, noise_text
 
 # what the advice looked for in an RL run that logs no validation score
 _RL_SCORES = (
@@ -137,7 +137,7 @@ def tie_text(noise: float, tied: list[dict], best: dict, rule: str) -> str:
     """The stated rule that broke a tie: values closer than the evaluations' own noise are equal."""
     steps = ", ".join(f"{r['step']} ({fmt(r['value'])})" for r in tied if r is not best)
     return (
-        f"; step(s) {steps} are within the evaluations' own noise ({fmt(noise)}) of it, a tie, which goes to "
+        f"; step(s) {steps} are within the evaluations' own noise ({noise_text(noise)}) of it, a tie, which goes to "
         f"{rule}."
     )
 

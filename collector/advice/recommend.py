@@ -28,8 +28,8 @@ from collector.advice import reasons
 from collector.advice.evaluations import (
     best_by_every_evaluation,
     choose_metric,
-    eval_noise,
     evaluation_of,
+    tie_margin,
 )
 from collector.advice.hf_saves import (
     hf_checkpoints_from_state,
@@ -173,7 +173,7 @@ def recommend_checkpoint(given: AdviceInput) -> dict:
     true, completeness unknown) and a seen one holding only its trainer_state.json (`state_only`: the run
     saved it, its weights are not here) count as one for the recommendation, are never deletable and free
     nothing anyone has measured; the reason then says the weights are not here. Values closer to the best
-    than the evaluations' own noise (`evaluations.eval_noise`) are a tie, which goes to a checkpoint evaluated
+    than the evaluations' own noise (`evaluations.tie_margin`) are a tie, which goes to a checkpoint evaluated
     at its own step, then the run's own best (`best_step`), then the later one; the reason states the rule.
     Without any usable evaluation the latest good checkpoint is recommended, and the reason says so. With no
     checkpoint at all (none seen, none inferred) but two or more evaluations after step 0, the best one's step
@@ -302,7 +302,7 @@ def _choose(
         return best, reasons.latest_reason(best, skipped_bad, rows, why), None
     sign = 1 if direction == "min" else -1
     top = min(sign * r["value"] for r in scored)
-    noise = eval_noise(evals)
+    noise = tie_margin(evals)
     # values closer to the best than the evaluations' own noise are a tie: evaluated at its own step first,
     # then the run's own best, then the later checkpoint (more training for the same result)
     tied = [r for r in scored if sign * r["value"] - top <= noise]

@@ -254,14 +254,19 @@ def deviations_sorted(values: list[float], mid: float) -> list[float]:
     return sorted(below + [v - mid for v in values[cut:]])
 
 
-def eval_wobble(values: list[float]) -> float:
-    """The sigma of one evaluation's noise, from the robust spread of the steps between evaluations (an
-    eval set is small: its score wobbles); 0.0 with fewer than five evaluations."""
-    diffs = sorted(b - a for a, b in zip(values, values[1:], strict=False))
-    if len(diffs) < 4:
-        return 0.0
-    mid = median_of_sorted(diffs)
-    return MAD_TO_SIGMA * median_of_sorted(deviations_sorted(diffs, mid)) / math.sqrt(2)
+def eval_noise(values: list[float], fewest: int = 3) -> float:
+    """The evaluations' own noise: the sigma of one evaluation's chance error (an eval set is small: its score
+    wobbles), from how far each evaluation strays from the line through its two neighbours (1.21 x their median
+    distance is the sigma of independent noise; a steady trend adds nothing); 0.0 with fewer than `fewest`
+    (at least three) evaluations. The one noise figure of an evaluation series: the validation rules' margins and the checkpoint
+    advice's ties both use it (and print it with `noise_text`)."""
+    strays = sorted(abs(b - (a + c) / 2) for a, b, c in zip(values, values[1:], values[2:], strict=False))
+    return 1.21 * strays[len(strays) // 2] if strays and len(values) >= fewest else 0.0
+
+
+def noise_text(noise: float) -> str:
+    """A noise figure as it is printed: two significant digits (0.0048), no false precision."""
+    return f"{noise:.2g}"
 
 
 class Streak:

@@ -22,7 +22,7 @@ from collector.detect.base import (
     Streak,
     Verdict,
     deviations_sorted,
-    eval_wobble,
+    eval_noise,
     fmt,
     median_of_sorted,
 )
@@ -37,7 +37,9 @@ class ValLossRiseRule:
     big_rise: float = 0.5  # ...or this much above it (relative)...
     big_patience: int = 2  # ...for this many evaluations (a loss that nearly doubles after the first one)
     noise_sigmas: float = 2.0  # and above the best by this many sigmas of the evaluations' own wobble
-    noise_evals: int = 10  # (from the differences between the last this-many evaluations)
+    noise_evals: int = (
+        1000  # (`base.eval_noise` of the last this-many evaluations: all of a run's, as the advice)
+    )
     min_delta: float = 0.01  # relative: an evaluation within 1 % of the best is not "above" it
     train_window: int = 5  # train-loss points averaged at each evaluation to tell whether it still falls
     # an error once it lasts (2x patience evaluations), is large (relative) and far beyond the evals' wobble
@@ -97,7 +99,7 @@ class ValLossRise(Rule):
         self.worse: deque[tuple[int, float]] = deque(maxlen=8)  # the latest evaluations above the best
         self.above = 0  # evaluations in a row above the best
         self.first_above = 0
-        self.history: deque[float] = deque(maxlen=max(3, cfg.noise_evals))  # recent evaluations
+        self.history: deque[float] = deque(maxlen=max(3, cfg.noise_evals))
 
     def rewind(self, step: int) -> None:
         while self.worse and self.worse[-1][0] >= step:
@@ -126,7 +128,7 @@ class ValLossRise(Rule):
         if self.above < (self.cfg.big_patience if big else self.cfg.patience):
             return HOLD
         # the noise model: evaluations wobble (a small eval set); a rise within that wobble is not a turn
-        wobble = eval_wobble(list(self.history))
+        wobble = eval_noise(list(self.history), fewest=5)  # fewer: a jump is no noise
         if value - self.best < self.cfg.noise_sigmas * wobble:
             return HOLD
         train_falls = train_now is None or self.train_at_best is None or train_now < self.train_at_best

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from collector.core.facts import RunFacts
 from collector.core.roles import role_of
 from collector.core.severity import Severity
-from collector.detect.base import HOLD, Action, Finding, Rule, Verdict, eval_wobble, fmt
+from collector.detect.base import HOLD, Action, Finding, Rule, Verdict, eval_noise, fmt, noise_text
 from collector.detect.screens import ValScoreDeclineScreen
 
 
@@ -25,7 +25,9 @@ class ValScoreDeclineRule:
     patience: int = 3  # evaluations in a row below the best by more than both margins below
     min_rel_drop: float = 0.03  # below the best by 3 % of |best| (or of the score's observed range if larger)
     noise_sigmas: float = 2.0  # and by this many sigmas of the evaluations' own wobble
-    noise_evals: int = 10  # (from the differences between the last this-many evaluations)
+    noise_evals: int = (
+        1000  # (`base.eval_noise` of the last this-many evaluations: all of a run's, as the advice)
+    )
     min_evals: int = 5  # evaluations seen before any verdict (fewer give no wobble to judge against)
     error_after: int = 10  # evaluations of one decline that make it an error (example-runwatch.toml's 10)
     clear_after: int = 1  # one evaluation back near the best ends the episode
@@ -99,7 +101,7 @@ class ValScoreDecline(Rule):
             self.below.clear()
             return None
         scale = max(abs(self.best), self.best - self.lowest)
-        wobble = eval_wobble(list(self.history))
+        wobble = eval_noise(list(self.history), fewest=5)  # fewer: a jump is no noise
         margin = max(cfg.min_rel_drop * scale, cfg.noise_sigmas * wobble)
         if self.best - value <= margin:
             self.below.clear()
@@ -116,7 +118,7 @@ class ValScoreDecline(Rule):
             value,
             f"{self.metric} has stayed below its best {fmt(self.best)} (step {self.best_step}) for "
             f"{len(self.below)} evaluations, now {fmt(value)} at step {step} ({drop:.1%} lower; the evaluations "
-            f"wobble by about {fmt(wobble)}): the model is getting worse on held-out data. Likely causes in an RL "
+            f"wobble by about {noise_text(wobble)}): the model is getting worse on held-out data. Likely causes in an RL "
             f"run: the policy exploits the training reward (reward hacking), too high an lr or too weak a KL "
             f"penalty, entropy collapse. The evaluation at step {self.best_step} scored best: keep the best-evaluated "
             f"checkpoint (the checkpoint advice names it, and says when none was saved at that step); consider "

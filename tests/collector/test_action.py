@@ -267,3 +267,25 @@ def test_a_validation_alert_whose_best_step_lost_a_tie_says_so():
     text = action_for_alert(decline, out, VERL, "/runs/a", [])["text"]
     assert "no complete checkpoint" not in text
     assert "(step 150) because the two tie" in text and "goes to the later checkpoint" in text
+
+
+def test_a_validation_alert_and_the_advice_give_one_noise_figure_for_one_series():
+    # the same public verl run: the alert said its evaluations "wobble by about 0.003145", the advice called
+    # their "own noise" 0.00484; one figure (`detect.base.eval_noise`), printed with two digits, in both
+    from collector.advice.recommend import AdviceInput, recommend_checkpoint
+    from collector.detect.engine import detect_series
+
+    scores = [(110, 0.892), (120, 0.898), (130, 0.901), (140, 0.897), (150, 0.904), (160, 0.902), (170, 0.896),
+              (180, 0.899), (190, 0.904), (200, 0.893), (210, 0.872), (220, 0.874), (230, 0.871)]  # fmt: skip
+    series = {"val-core/gsm8k/reward/mean@1": ([s for s, _ in scores], [v for _, v in scores])}
+    (alert,) = [
+        e for e in detect_series(series, run_info={"algorithm": "ppo"}) if e.rule == "val_score_decline"
+    ]
+    saves = [{"step": s, "path": f"/runs/a/global_step_{s}", "complete": True, "bytes": 1} for s, _ in scores]
+    out = recommend_checkpoint(
+        AdviceInput(saves, scores, metric="val-core/gsm8k/reward/mean@1", direction="max")
+    )
+    assert alert.evidence["wobble"] == out["recommended"]["tie"]["noise"] > 0
+    figure = f"{alert.evidence['wobble']:.2g}"
+    assert f"wobble by about {figure})" in alert.message
+    assert f"own noise ({figure})" in out["recommended"]["reason"]
