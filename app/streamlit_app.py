@@ -25,28 +25,31 @@ st.set_page_config(
     page_title="runwatch", page_icon=str(Path(__file__).with_name("favicon.png")), layout="wide"
 )
 
+# The page scripts live in screens/, not pages/: Streamlit runs the first script run of a fresh server as an
+# old-style app built from a pages/ folder beside the main script (until st.navigation is first called), so
+# a first visit to /alerts found no page of that name and showed "Page not found" over the right page.
 PAGES = [
-    st.Page("pages/runs_overview.py", title="Runs", icon=":material/table_rows:", url_path="runs"),
-    st.Page("pages/run_charts.py", title="Run", icon=":material/show_chart:", url_path="run"),
-    st.Page("pages/alert_review.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
+    st.Page("screens/runs_overview.py", title="Runs", icon=":material/table_rows:", url_path="runs"),
+    st.Page("screens/run_charts.py", title="Run", icon=":material/show_chart:", url_path="run"),
+    st.Page("screens/alert_review.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
     st.Page(
-        "pages/checkpoint_picker.py", title="Checkpoints", icon=":material/save:", url_path="checkpoints"
+        "screens/checkpoint_picker.py", title="Checkpoints", icon=":material/save:", url_path="checkpoints"
     ),
-    st.Page("pages/run_compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
-    st.Page("pages/run_health.py", title="Health", icon=":material/health_and_safety:", url_path="health"),
+    st.Page("screens/run_compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("screens/run_health.py", title="Health", icon=":material/health_and_safety:", url_path="health"),
 ]
 # Other addresses people type lead to the page they mean (Streamlit serves the default page at `/` only, so
 # the overview is also a page of its own at `/runs`). Listed after PAGES: switching to a page file picks the
 # first page of that file.
 ALIASES = {
-    ("pages/runs_overview.py", "Runs"): ("overview", "home", "index"),
-    ("pages/run_charts.py", "Run"): ("charts", "metrics", "run-page"),
-    ("pages/alert_review.py", "Alerts"): ("alert", "incidents", "incident", "review"),
-    ("pages/checkpoint_picker.py", "Checkpoints"): ("checkpoint", "ckpt"),
-    ("pages/run_compare.py", "Compare"): ("comparison",),
-    ("pages/run_health.py", "Health"): ("files", "problems"),
+    ("screens/runs_overview.py", "Runs"): ("overview", "home", "index"),
+    ("screens/run_charts.py", "Run"): ("charts", "metrics", "run-page"),
+    ("screens/alert_review.py", "Alerts"): ("alert", "incidents", "incident", "review"),
+    ("screens/checkpoint_picker.py", "Checkpoints"): ("checkpoint", "ckpt"),
+    ("screens/run_compare.py", "Compare"): ("comparison",),
+    ("screens/run_health.py", "Health"): ("files", "problems"),
 }
-HOME = st.Page("pages/runs_overview.py", title="Runs", url_path="start", default=True)
+HOME = st.Page("screens/runs_overview.py", title="Runs", url_path="start", default=True)
 ALIAS_PAGES = [
     st.Page(file, title=title, url_path=path) for (file, title), paths in ALIASES.items() for path in paths
 ]

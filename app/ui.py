@@ -122,7 +122,7 @@ def require_run() -> str:
     return run
 
 
-def open_run(run: str, page: str = "pages/run_charts.py") -> None:
+def open_run(run: str, page: str = "screens/run_charts.py") -> None:
     """Show `run` on `page` (switching pages reruns the app; the sidebar picks the run up first)."""
     st.session_state[PENDING_RUN_KEY] = run
     st.switch_page(page)

@@ -25,11 +25,11 @@ from tests.app.conftest import REPO, SMOKE_RUN, real_run_ids, start_collector, s
 
 APP = str(REPO / "app" / "streamlit_app.py")
 PAGE_FILES = {
-    "run": "pages/run_charts.py",
-    "alerts": "pages/alert_review.py",
-    "checkpoints": "pages/checkpoint_picker.py",
-    "compare": "pages/run_compare.py",
-    "health": "pages/run_health.py",
+    "run": "screens/run_charts.py",
+    "alerts": "screens/alert_review.py",
+    "checkpoints": "screens/checkpoint_picker.py",
+    "compare": "screens/run_compare.py",
+    "health": "screens/run_health.py",
 }
 # A run page draws a dozen charts from a dozen API calls; the machine is shared, so allow for slowness.
 PAGE_TIMEOUT_S = 120
