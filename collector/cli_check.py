@@ -55,11 +55,14 @@ def check(
         if run_ids is not None and not runs:
             raise ValueError(f"{no_run(args.target)} in {db}")
         verdicts = []
+        # every run's alerts and incidents in one query each (a query opens the database when no collector runs)
+        one = run_ids[0] if run_ids is not None else None
+        alerts_of = _by_run(query(argparse.Namespace(db=db, command="alerts", run=one, rule=None, severity=None,
+                                                     state="all")))  # fmt: skip
+        incidents_of = _by_run(query(argparse.Namespace(db=db, command="incidents", run=one, severity=None,
+                                                        state="all", json=True)))  # fmt: skip
         for r in runs:
-            alerts = query(argparse.Namespace(db=db, command="alerts", run=r["id"], rule=None, severity=None,
-                                               state="all"))  # fmt: skip
-            incidents = query(argparse.Namespace(db=db, command="incidents", run=r["id"], severity=None,
-                                                 state="all", json=True))  # fmt: skip
+            alerts, incidents = alerts_of.get(r["id"], []), incidents_of.get(r["id"], [])
             worst = max((a["severity"] for a in alerts), key=_RANK.__getitem__, default=None)
             verdicts.append(
                 {
@@ -146,6 +149,14 @@ def report(verdicts: list[dict], counts: dict[str, int], target: Path) -> list[s
 
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' * (n != 1)}"
+
+
+def _by_run(rows: list[dict]) -> dict[str, list[dict]]:
+    """Rows (alerts, incidents) by their run, each run's in the order given."""
+    out: dict[str, list[dict]] = {}
+    for row in rows:
+        out.setdefault(row["run"], []).append(row)
+    return out
 
 
 def _steps(steps: list[int]) -> str:
