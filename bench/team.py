@@ -99,9 +99,11 @@ def main() -> None:
             scale.make_root(root, args.runs, first)
         for n, root in zip(names, roots, strict=True):
             d = harness.Daemon(work / f"{n}.duckdb", [root], ("--collector", n, *store))
-            daemons.append(d.__enter__())
-        reader = harness.Daemon(work / "reader.duckdb", [], tuple(store)).__enter__()
+            daemons.append(d)  # before it starts: one that never comes up is still stopped below
+            d.__enter__()
+        reader = harness.Daemon(work / "reader.duckdb", [], tuple(store))
         daemons.append(reader)
+        reader.__enter__()
         t0 = time.perf_counter()
         want = args.collectors * args.runs + args.overview_runs
         while (
@@ -192,7 +194,8 @@ def main() -> None:
         }
     finally:
         for d in reversed(daemons):
-            d.__exit__(None, None, None)
+            if d.proc is not None:
+                d.__exit__(None, None, None)
         pg.remove()
     res["met"] = {
         "p95": res.get("p95_ms", float("inf")) < TARGET_P95_MS,
