@@ -108,6 +108,16 @@ st.dataframe(
 )
 
 
+def _done_words(did: str, done: dict) -> str:
+    """The toast after an ack or resolve; on a team's lake the owning collector applies it a moment later."""
+    if done.get("state_requested"):
+        return (
+            f"Asked the collector that owns the run to set {len(done.get('requested') or [])} alert(s) to "
+            f"{done['state_requested']}: shown here once it has applied it (a few seconds)"
+        )
+    return f"{did} {len(done['changed'])} alert(s) of the incident"
+
+
 def _label(incident_id: int) -> str:
     i = next(x for x in queue if x["id"] == incident_id)
     count = f", {i['alert_count']} alerts" if i["alert_count"] > 1 else ""
@@ -174,11 +184,11 @@ note = st.text_input("Note (stored with each of its alerts)", key=f"note-{incide
 act = st.columns([1, 1, 4])
 if act[0].button("Acknowledge", disabled=not open_ids, key=f"ack-{incident['id']}"):
     done = api.acknowledge_incident(incident["id"], note)
-    st.toast(f"Acknowledged {len(done['changed'])} alert(s) of the incident")
+    st.toast(_done_words("Acknowledged", done))
     st.rerun()
 if act[1].button("Resolve", disabled=not unresolved, key=f"resolve-{incident['id']}"):
     done = api.resolve_incident(incident["id"], note)
-    st.toast(f"Resolved {len(done['changed'])} alert(s) of the incident")
+    st.toast(_done_words("Resolved", done))
     st.rerun()
 
 with st.expander(f"Evidence: {len(evidence)} alert(s)", expanded=len(evidence) == 1):

@@ -45,7 +45,7 @@ def set_alert_state(store: Store, alert_id: int, state: str, note: str | None) -
             found = store_alerts.get_alert(store, alert_id)
         except store_alerts.AlertNotFound as e:
             raise NotFound(str(e)) from None
-        store_lake.ask_alert_state(store.cursor(), alert_id, state, note)
+        store_lake.ask_alert_states(store.cursor(), [alert_id], state, note)
         return found | {"state_requested": state}
     try:
         return store_alerts.set_state(store, alert_id, state, note)

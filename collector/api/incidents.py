@@ -10,6 +10,7 @@ from collector.runs.incidents import stored_incidents
 from collector.runs.lookup import NotFound, find_run
 from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
+from collector.store import lake as store_lake
 from collector.store.db import Store
 
 STATES = (*store_alerts.STATES, "all")
@@ -62,7 +63,10 @@ def set_incident_state(runs: RunService, incident_id: int, state: str, note: str
     ack: the open ones; to resolve: all not resolved) gets that state, `note` and a history entry, as
     `POST /api/alerts/{id}/ack|resolve` would give it. Returns `changed` (those alerts' ids) and `incident`
     (as `incidents` lists it, afterwards: a running run's incident whose alerts are all resolved stays open
-    for its keep-firing window). NotFound for an id that is no incident."""
+    for its keep-firing window). NotFound for an id that is no incident.
+    On a team's lake the change is asked of the collector that owns the run, as for one alert: `changed` is
+    empty, `requested` names the alerts asked, `state_requested` the state; every reader shows it once that
+    collector has applied and published it."""
     if state not in ("acked", "resolved"):
         raise ValueError(f"an incident can be set to acked or resolved, not {state!r}")
     store = runs.store
@@ -78,6 +82,10 @@ def set_incident_state(runs: RunService, incident_id: int, state: str, note: str
     wanted = {"open"} if state == "acked" else {"open", "acked"}
     alerts = store_alerts.list_alerts(store, ids=sorted(incident["alert_ids"]))
     changed = [a["id"] for a in alerts if a["state"] in wanted]
+    if store.lake_reader:
+        store_lake.ask_alert_states(store.cursor(), changed, state, note)
+        found = with_actions(runs, [incident])[0]
+        return {"incident": found, "changed": [], "requested": changed, "state_requested": state}
     for alert_id in changed:
         store_alerts.set_state(store, alert_id, state, note)
     after = _incident_with(store, run, incident_id)

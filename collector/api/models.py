@@ -395,6 +395,10 @@ class IncidentChange(Answer):
 
     changed: list[int]
     incident: Incident
+    # On a team's lake (`serve --store` without roots): the alerts whose change was asked of the collector that
+    # owns the run, and the state asked; `changed` is empty there.
+    requested: list[int] | None = None
+    state_requested: str | None = None
 
 
 # ---- answers that combine the above ---------------------------------------------------------------------

@@ -513,12 +513,16 @@ def open_lake_reader(spec: LakeSpec, memory_mb: int) -> duckdb.DuckDBPyConnectio
     return con
 
 
-def ask_alert_state(cur: duckdb.DuckDBPyConnection, alert_id: int, state: str, note: str | None) -> None:
-    """A reader's ack or resolve: a row the collector that raised the alert applies (then publishes it)."""
-    cur.execute(
-        f"INSERT INTO {LAKE}.team_alert_changes VALUES (?, ?, ?, ?, NULL, NULL)",
-        [alert_id, state, note, time.time()],
-    )
+def ask_alert_states(
+    cur: duckdb.DuckDBPyConnection, alert_ids: list[int], state: str, note: str | None
+) -> None:
+    """A reader's ack or resolve of alerts (one, or an incident's): rows, in one commit, that the collector
+    which raised them applies (then publishes the alerts' new state)."""
+    if alert_ids:
+        cur.execute(
+            f"INSERT INTO {LAKE}.team_alert_changes SELECT unnest(?), ?, ?, ?, NULL, NULL",
+            [alert_ids, state, note, time.time()],
+        )
 
 
 # What a query on a pooled Postgres connection says once the server restarted under it.

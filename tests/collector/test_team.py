@@ -117,11 +117,25 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             "the ack applied by bob, published",
         )
         assert client.get(f"/api/alerts/{nan[0]['id']}")["note"] == "seen on the team page"
-        # Incidents are grouped from the lake's alerts; changing one there is refused, saying where to do it.
+        # Incidents are grouped from the lake's alerts; resolving one on the reader is asked of bob through the
+        # lake, bob applies it to each of its alerts and publishes them, and the reader then shows it.
         incidents = client.get("/api/runs/bob/exp/sft/incidents")
         assert [i["run"] for i in incidents] == ["bob/exp/sft"]
-        with pytest.raises(ApiError, match="make the change on the collector that owns the run"):
-            client.post(f"/api/incidents/{incidents[0]['id']}/resolve", {"note": "team page"})
+        incident = incidents[0]
+        asked = client.post(f"/api/incidents/{incident['id']}/resolve", {"note": "bad batch dropped (team)"})
+        assert asked["state_requested"] == "resolved" and asked["changed"] == []
+        assert sorted(asked["requested"]) == sorted(incident["alert_ids"]), asked
+        for alert_id in incident["alert_ids"]:
+            wait_for(
+                lambda a=alert_id: client.get(f"/api/alerts/{a}")["state"] == "resolved",
+                f"alert {alert_id} of the incident resolved by bob, published",
+            )
+            assert client.get(f"/api/alerts/{alert_id}")["note"] == "bad batch dropped (team)"
+        own = [a for a in bob.client().get("/api/alerts", {"state": "all"}) if a["rule"] == "nonfinite"]
+        assert [a["state"] for a in own] == ["resolved"]  # in bob's own file: bob applied it
+        # An id that is no incident is refused on the reader as on a collector.
+        with pytest.raises(ApiError, match="no incident"):
+            client.post(f"/api/incidents/{incident['id'] + 1}/ack", {"note": "x"})
         # A second collector may not take a live collector's name.
         twin = subprocess.run(
             [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(tmp_path / "twin.duckdb"),
