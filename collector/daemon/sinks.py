@@ -32,7 +32,7 @@ from typing import IO, Protocol
 
 from collector.core.printable import printable
 from collector.core.stop_request import stop_path, write_stop_request
-from collector.detect.stop import StopSettings, stops_run
+from collector.settings.stop import StopSettings, stops_run
 
 log = logging.getLogger("runwatch.sinks")
 

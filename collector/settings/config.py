@@ -6,7 +6,7 @@ Stable interface:
   registered rule's settings, the dataclass its class declares as `settings`, e.g.
   `config.rules.grad_spike.z`; plus `custom`, user threshold rules), and `advice` (the metric and direction
   that pick the checkpoint to keep; None: the run's own choice, see
-  `collector.advice.recommend.advice_for_run`) and `stop` (which alerts stop a run, `collector.detect.stop`).
+  `collector.advice.recommend.advice_for_run`) and `stop` (which alerts stop a run, `collector.settings.stop`).
 - `load_config(db_toml, run_toml) -> DetectConfig`: the defaults, then the database's `DB.runwatch.toml`, then
   the run's `RUN_DIR/runwatch.toml` (later files win key by key; custom rules add up). A missing file is
   fine (None or a path that does not exist); a malformed one raises `ConfigError` naming the file and what
@@ -44,8 +44,8 @@ from pathlib import Path, PurePath
 from collector.core.severity import SEVERITIES
 from collector.detect.custom import CustomRule
 from collector.detect.rule_settings import Rules, RuleSettings
-from collector.detect.stop import StopConfigError, StopSettings, parse_stop
 from collector.settings.advice import AdviceConfigError, AdviceSettings, parse_advice
+from collector.settings.stop import StopConfigError, StopSettings, parse_stop
 
 CUSTOM_OPS = (">", ">=", "<", "<=", "==", "!=", "falling", "rising")
 
@@ -60,7 +60,7 @@ class DetectConfig(RuleSettings):
     stop file read."""
 
     advice: AdviceSettings = field(default_factory=AdviceSettings)
-    stop: StopSettings = field(default_factory=StopSettings)  # which alerts stop a run (detect/stop.py)
+    stop: StopSettings = field(default_factory=StopSettings)  # which alerts stop a run (settings/stop.py)
 
 
 def load_config(db_toml: Path | None = None, run_toml: Path | None = None) -> DetectConfig:

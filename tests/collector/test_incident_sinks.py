@@ -10,7 +10,7 @@ import random
 
 from collector.core.runtime import Settings
 from collector.daemon.service import Collector
-from collector.detect.stop import StopSettings, stops_run
+from collector.settings.stop import StopSettings, stops_run
 from collector.store import alerts as store_alerts
 from collector.store.db import Store
 from tests.collector.test_daemon_support import Told

@@ -23,7 +23,7 @@ from collector.daemon.sinks import (
     deliver,
     slack_body,
 )
-from collector.detect.stop import StopSettings, stops_run
+from collector.settings.stop import StopSettings, stops_run
 
 ALERT = {
     "run": "sft/run1",

@@ -1,4 +1,5 @@
-"""Which alerts stop a run: the `[stop]` table of runwatch.toml, and the pure decision over one alert.
+"""Which alerts stop a run: the `[stop]` table of runwatch.toml (`collector.settings.config.DetectConfig.stop`)
+and the pure decision over one alert, which only the daemon's stop sink asks (detection knows neither).
 
     [stop]
     on = ["nonfinite", "grad_spike", "accuracy_zero"]  # rule ids; a custom rule by its id (or "custom:ID")
