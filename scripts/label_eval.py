@@ -11,12 +11,17 @@ match no expectation; those a label foresaw are marked), advice agreement, statu
 (matched alerts / (matched + false alarms)) and recall (expectations met / expectations). Files runwatch does
 not read (no run found, or a run without a single point) are listed as such.
 
-    .venv/bin/python -m scripts.label_eval [--json] [--only SUBSTRING]
+    .venv/bin/python -m scripts.label_eval [--json] [--only SUBSTRING] [--extra DIR]
+
+`--extra DIR` also judges the extra labelled set (tests/collector/detect/real_runs_extra.toml: public logs that
+../shared lacks, named by repository, path, commit and sha256) from the copies fetched into DIR, and reports
+them as a row of their own; the shared set's figures are unchanged by it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LABELS = REPO / "tests" / "collector" / "detect" / "real_runs_expected.toml"
+EXTRA_LABELS = REPO / "tests" / "collector" / "detect" / "real_runs_extra.toml"
 SHARED = REPO.parent / "shared"
 CORPUS_DIRS = {
     "real-runs": SHARED / "real-runs",
@@ -249,40 +255,83 @@ def evaluate(labels_path: Path = LABELS, only: str | None = None) -> dict:
     names = sorted(n for n in labels if only is None or only in n)
     facts = _wild_facts()
     originals = {name: Path(record["path"]).name for name, record in facts.items()}
-    results: list[FileResult] = []
     with tempfile.TemporaryDirectory(prefix="runwatch-labels-") as tmp:
         scratch = Path(tmp) / "presented"
         scratch.mkdir()
-        db = str(Path(tmp) / "labels.duckdb")
         presented = {n: _present(n, labels[n]["corpus"], scratch, originals) for n in names}
-        _cli("ingest", "--db", db, *[str(p) for p in presented.values()])
-        runs = {Path(r["path"]).resolve(): r for r in _cli("runs", "--db", db)}
-        alerts_by_run: dict[str, list[dict]] = {}
-        for alert in _cli("alerts", "--db", db):
-            alerts_by_run.setdefault(alert["run"], []).append(alert)
-        logged = _logged_steps(db)
-        for name in names:
-            label = labels[name]
-            run = runs.get(presented[name].resolve())
-            result = FileResult(name, label["corpus"], label["format"], bool(label["healthy"]), "ok")
-            if run is None:
-                result.read = "no run"
-                judge(label, result, [], None, [])
-                results.append(result)
-                continue
-            result.run = run["id"]
-            result.status_got = run.get("status")
-            result.last_step = run.get("last_step")
-            result.logged_steps = logged.get(run["id"], 0)
-            if result.logged_steps == 0 and has_metric_values(name, facts):
-                result.read = "no points"
-            advice = _cli("checkpoints", "--db", db, "--run", run["id"]) or {}
-            recommended = (advice.get("recommended") or {}).get("step")
-            latest = [s for s in [run.get("last_step")] if s is not None]
-            latest += [c["step"] for c in advice.get("checkpoints", [])[-1:]]
-            judge(label, result, alerts_by_run.get(run["id"], []), recommended, latest)
-            results.append(result)
+        results = _judge_files(labels, presented, Path(tmp) / "labels.duckdb", facts)
     return {"files": [asdict(r) for r in results], "summary": summarise(results)}
+
+
+def evaluate_extra(folder: Path, labels_path: Path = EXTRA_LABELS, only: str | None = None) -> dict:
+    """Judge the extra labelled set's files found in `folder` (each named by its label's key), as `evaluate`.
+
+    A file is handed to the collector under its repository base name, alone in a temporary folder given as the
+    root (two files given as roots with one name, `metrics.jsonl`, would be read as one run). Files not
+    in `folder` are listed in "not_fetched", and files whose sha256 differs from the label's in "mismatched"
+    (neither is judged). Returns {"files", "summary", "not_fetched", "mismatched"}.
+    """
+    labels = load_labels(labels_path)
+    names = sorted(n for n in labels if only is None or only in n)
+    not_fetched, mismatched = [], []
+    with tempfile.TemporaryDirectory(prefix="runwatch-extra-") as tmp:
+        presented: dict[str, Path] = {}
+        for i, name in enumerate(names):
+            copy = folder / name
+            if not copy.is_file():
+                not_fetched.append(name)
+                continue
+            digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+            if digest != labels[name]["sha256"]:
+                mismatched.append(f"{name} (sha256 {digest}, the label says {labels[name]['sha256']})")
+                continue
+            home = Path(tmp) / f"run-{i}"
+            home.mkdir()
+            presented[name] = home / Path(labels[name]["path"]).name
+            shutil.copyfile(copy, presented[name])
+        roots = {name: path.parent for name, path in presented.items()}
+        results = _judge_files(labels, roots, Path(tmp) / "extra.duckdb", {}) if presented else []
+    return {
+        "files": [asdict(r) for r in results],
+        "summary": summarise(results),
+        "not_fetched": not_fetched,
+        "mismatched": mismatched,
+    }
+
+
+def _judge_files(labels: dict, presented: dict[str, Path], db_path: Path, facts: dict) -> list[FileResult]:
+    """Ingest the presented files (or folders) into one database and judge each against its label."""
+    db = str(db_path)
+    _cli("ingest", "--db", db, *[str(p) for p in presented.values()])
+    runs = {Path(r["path"]).resolve(): r for r in _cli("runs", "--db", db)}
+    alerts_by_run: dict[str, list[dict]] = {}
+    for alert in _cli("alerts", "--db", db):
+        alerts_by_run.setdefault(alert["run"], []).append(alert)
+    logged = _logged_steps(db)
+    results: list[FileResult] = []
+    for name, path in presented.items():
+        label = labels[name]
+        run = runs.get(path.resolve())
+        corpus = label.get("corpus", "extra")
+        result = FileResult(name, corpus, label["format"], bool(label["healthy"]), "ok")
+        if run is None:
+            result.read = "no run"
+            judge(label, result, [], None, [])
+            results.append(result)
+            continue
+        result.run = run["id"]
+        result.status_got = run.get("status")
+        result.last_step = run.get("last_step")
+        result.logged_steps = logged.get(run["id"], 0)
+        if result.logged_steps == 0 and label.get("has_metrics", True) and has_metric_values(name, facts):
+            result.read = "no points"
+        advice = _cli("checkpoints", "--db", db, "--run", run["id"]) or {}
+        recommended = (advice.get("recommended") or {}).get("step")
+        latest = [s for s in [run.get("last_step")] if s is not None]
+        latest += [c["step"] for c in advice.get("checkpoints", [])[-1:]]
+        judge(label, result, alerts_by_run.get(run["id"], []), recommended, latest)
+        results.append(result)
+    return results
 
 
 def summarise(results: list[FileResult]) -> dict:
@@ -344,9 +393,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--only", help="only the labelled files whose name holds this")
+    parser.add_argument(
+        "--extra",
+        type=Path,
+        metavar="DIR",
+        help="also judge the extra labelled set (real_runs_extra.toml) from the copies fetched into DIR",
+    )
     args = parser.parse_args(argv)
     report = evaluate(only=args.only)
-    print(json.dumps(report, indent=1, default=str) if args.json else _table(report))
+    if args.extra is not None:
+        if not args.extra.is_dir():
+            parser.error(f"--extra {args.extra}: not a folder")
+        report["extra"] = evaluate_extra(args.extra, only=args.only)
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+        return 0
+    print(_table(report))
+    if "extra" in report:
+        extra = report["extra"]
+        print(f"\nextra labelled set ({args.extra}): public logs ../shared lacks, a row of their own\n")
+        print(_table(extra))
+        print(f"not fetched: {', '.join(extra['not_fetched']) or 'none'}")
+        print(f"sha256 differs (not judged): {', '.join(extra['mismatched']) or 'none'}")
     return 0
 
 
