@@ -18,8 +18,8 @@ How to add a format (the whole contract):
    exports) is read only when its run has no other metrics file. A name without a wildcard beats a pattern,
    and a positive sniff beats a pattern name match (`trainer_log.jsonl` content in a `*.jsonl`).
 4. Tests: `tests/collector/test_parsers_<name>.py` (a real or self-written sample; split-anywhere reads
-   equal one read), and a sample in `tests/collector/test_parsers_garbage.py` (the fuzz covers every
-   registered format and fails until it has one).
+   equal one read; `FUZZ`, the sample `tests/collector/test_parsers_garbage.py` damages: the fuzz covers
+   every registered format and fails until its test module declares one).
 Nothing else changes: discovery, the incremental reader, the store and the daemon read only descriptors.
 """
 

@@ -155,15 +155,15 @@ def test_a_file_of_lines_that_gives_no_point_is_a_warning_not_a_quarantine_of_on
 
 
 def test_wandb_offline_runs_are_runs_unless_they_mirror_a_run_folders_metrics(tmp_path):
-    from tests.collector.test_parsers_garbage import wandb_sample
+    from tests.collector.test_parsers_wandb_offline import fuzz_sample as wandb_sample
 
     root = tmp_path / "root"
     alone = root / "proj" / "wandb" / "offline-run-20261124_070000-abc123"
     alone.mkdir(parents=True)
-    (alone / "run-abc123.wandb").write_bytes(wandb_sample())
+    (alone / "run-abc123.wandb").write_bytes(wandb_sample(tmp_path))
     mirrored = root / "mine" / "wandb" / "offline-run-20261124_070500-def456"
     mirrored.mkdir(parents=True)
-    (mirrored / "run-def456.wandb").write_bytes(wandb_sample())
+    (mirrored / "run-def456.wandb").write_bytes(wandb_sample(tmp_path))
     (root / "mine" / "metrics.jsonl").write_text('{"step": 1, "data": {"train/loss": 0.5}}\n')
     db = tmp_path / "rw.duckdb"
     summary = json.loads(cli(db, "ingest", str(root), "--json").stdout)

@@ -6,6 +6,7 @@ import math
 
 from collector.formats import console
 from tests.collector.test_parsers_support import (
+    FuzzSample,
     assert_split_anywhere_equals_one_shot,
     comparable,
     points_as_tuples,
@@ -265,3 +266,11 @@ def test_a_bare_exception_is_quoted_with_the_frame_that_raised_it():
         b"NotImplementedError\n\nSet", b"NotImplementedError: no reward for maze\n\nSet"
     )
     assert "raised_in" not in feed_console(told, [])[2]["error"]
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+FUZZ = {
+    "console": FuzzSample(
+        b"INFO start\nstep:1 - train/loss:2.5 - lr:1e-05\r\nstep:2 - a:nan\n", quiet=True, counts_lines=True
+    )
+}

@@ -6,6 +6,7 @@ import math
 
 from collector.formats import csv_history
 from tests.collector.test_parsers_support import (
+    FuzzSample,
     assert_split_anywhere_equals_one_shot,
     feed_in_pieces,
     points_as_tuples,
@@ -97,3 +98,7 @@ def test_splitting_the_file_at_every_byte_gives_the_one_shot_result():
     assert_split_anywhere_equals_one_shot(csv_history.parse, TRAIN + b"oops\n4,2,1.5,1,1,\n", state=None)
     rows, bad, offset, line = feed_in_pieces(csv_history.parse, TRAIN, [10, 60, 61], state=None)
     assert offset == len(TRAIN) and line == 5 and bad == []
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+FUZZ = {"csv": FuzzSample(b"step,epoch,loss\r\n1,0,2.5\r\n2,0,nan\r\n", counts_lines=True)}

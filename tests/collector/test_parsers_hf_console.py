@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from collector.formats import hf_console
-from tests.collector.test_parsers_support import comparable, points_as_tuples
+from tests.collector.test_parsers_support import FuzzSample, comparable, points_as_tuples
 
 
 def bar(count: int, total: int) -> str:
@@ -239,3 +239,13 @@ def test_the_bars_marks_space_clumped_dicts_where_the_log_does_not_say_its_loggi
     # printed logging_steps still win over the marks
     printed, _, _ = feed(b"logging_steps=2,\n" + marked_log(), [])
     assert [s for s, n, _, _ in printed if n == "loss"] == [2, 4, 6, 8]
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+FUZZ = {
+    "hf_console": FuzzSample(
+        b" 50%|#####     | 1/2 [00:01<00:01]\r{'loss': 2.5, 'grad_norm': nan, 'epoch': 0.5}\n"
+        b"100%|##########| 2/2 [00:02<00:00]\r{'loss': '1.5', 'epoch': 1.0}\n{'train_runtime': 2.0, 'epoch': 1.0}\n",
+        quiet=True,
+    )
+}

@@ -6,7 +6,11 @@ import json
 import math
 
 from collector.formats import jsonl
-from tests.collector.test_parsers_support import assert_split_anywhere_equals_one_shot, points_as_tuples
+from tests.collector.test_parsers_support import (
+    FuzzSample,
+    assert_split_anywhere_equals_one_shot,
+    points_as_tuples,
+)
 
 
 def test_verl_records_become_points_named_as_the_file_spells_them():
@@ -182,3 +186,11 @@ def test_a_chunk_with_odd_values_in_verl_records_is_read_record_by_record():
     ]
     assert math.isnan(next(r[2] for r in rows if r[1] == "f"))
     assert all(type(r[2]) is float for r in rows)
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+FUZZ = {
+    "jsonl": FuzzSample(
+        b'{"step":1,"data":{"train/loss":2.5,"x":NaN}}\n{"step":2,"loss":{"actor":1}}\n', counts_lines=True
+    )
+}

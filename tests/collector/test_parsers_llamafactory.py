@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from collector.formats import llamafactory_log
-from tests.collector.test_parsers_support import comparable, points_as_tuples
+from tests.collector.test_parsers_support import FuzzSample, comparable, points_as_tuples
 
 
 def _line(**record) -> bytes:
@@ -105,3 +105,12 @@ def test_sniff_knows_the_record_shape_and_nothing_else():
     assert llamafactory_log.sniff(OLD + NEW)
     assert not llamafactory_log.sniff(b'{"step": 1, "data": {"train/loss": 1.0}}\n')
     assert not llamafactory_log.sniff(b'{"current_steps": 1}\n')
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+FUZZ = {
+    "llamafactory_log": FuzzSample(
+        b'{"current_steps": 5, "total_steps": 10, "loss": 2.5, "lr": 1e-05, "epoch": 0.5}\n'
+        b'{"current_steps": 10, "total_steps": 10, "loss": NaN, "eval_loss": null, "percentage": 100.0}\n'
+    )
+}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from collector.formats import mlflow_entry, mlflow_metric
-from tests.collector.test_parsers_support import comparable, points_as_tuples
+from tests.collector.test_parsers_support import FuzzSample, comparable, points_as_tuples
 
 RUN = "/data/mlruns/0/4f1c2e/"
 LINES = b"1732431600000 2.5 0\n1732431601000 2.25 1\n1732431602500 nan 2\n1732431603000 -inf 3\n"
@@ -136,3 +136,16 @@ def test_only_a_runs_meta_yaml_is_sniffed():
         b"artifact_location: file:///m/mlruns/0\nexperiment_id: '0'\nlifecycle_stage: active\nname: Default\n"
     )
     assert not mlflow_meta.sniff(experiment)
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+FUZZ = {
+    "mlflow_metric": FuzzSample(
+        b"1732431600000 2.5 1\n1732431601000 nan 2\n", path="/r/mlruns/0/abc/metrics/train/loss"
+    ),
+    "mlflow_entry": FuzzSample(b"0.0001\n", path="/r/mlruns/0/abc/params/lr", quiet=True),
+    "mlflow_meta": FuzzSample(
+        b"end_time: null\nexperiment_id: '0'\nrun_id: 4f1c2e\nrun_name: sft\nstart_time: 1732431600000\n"
+        b"status: 1\n"
+    ),
+}

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 
 from collector.formats import jsonl, platform_status
-from tests.collector.test_parsers_support import points_as_tuples
+from tests.collector.test_parsers_support import FuzzSample, points_as_tuples
 
 T0 = datetime(2026, 11, 24, 7, 0, tzinfo=UTC).timestamp()
 
@@ -90,3 +90,11 @@ def test_a_half_written_status_is_one_bad_line_and_read_again_later():
 def test_sniff_wants_the_platform_keys():
     assert platform_status.sniff(status_doc())
     assert not platform_status.sniff(b'{"state": "running", "step": 3}')
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+FUZZ = {
+    "platform_status": FuzzSample(
+        b'{"job_id": "j", "status": "running", "current_step": 3, "updated_at": "2026-11-24T07:00:00Z"}'
+    )
+}

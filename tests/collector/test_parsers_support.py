@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from collector.core.model import ParseResult
 
@@ -48,3 +50,19 @@ def assert_split_anywhere_equals_one_shot(parse: Callable[..., ParseResult], dat
             assert feed_in_pieces(parse, data, [max(a - 3, 0), a, b], **dict(kwargs)) == whole, (
                 f"cuts {a - 3},{a},{b}"
             )
+
+
+@dataclass(frozen=True)
+class FuzzSample:
+    """A well-formed file of one format, which `test_parsers_garbage` damages at random (each format's own
+    test module declares its samples as `FUZZ = {format name: FuzzSample(...)}`).
+
+    `data`: the bytes, or a function of a scratch folder that writes them (a framing its own library writes).
+    `path`: the file's path, for a format that reads a metric's name from it. `quiet`: the format ignores
+    text that is not one of its records, by design (a console log is mostly other output), so damage need
+    not be reported. `counts_lines`: every consumed `\\n` is one of the parser's `lines`."""
+
+    data: bytes | Callable[[Path], bytes]
+    path: str = ""
+    quiet: bool = False
+    counts_lines: bool = False

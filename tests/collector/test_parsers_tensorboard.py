@@ -12,7 +12,7 @@ from tensorboard.plugins.scalar import summary_v2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from collector.formats import tensorboard_events
-from tests.collector.test_parsers_support import feed_in_pieces, points_as_tuples
+from tests.collector.test_parsers_support import FuzzSample, feed_in_pieces, points_as_tuples
 
 torch_tb = pytest.importorskip("torch.utils.tensorboard")
 
@@ -112,3 +112,18 @@ def test_corrupt_records_are_reported_and_skipped(tmp_path):
     # Garbage at the end: consumed except the last bytes that could still start a header.
     tail = tensorboard_events.parse(bytes(data) + b"\x07" * 40)
     assert tail.bad and tail.consumed == len(data) + 40 - 11
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+def fuzz_sample(folder: Path) -> bytes:
+    """A real event file (file-version event plus two scalar events) written by TensorBoard's own writer."""
+    writer = EventFileWriter(str(folder))
+    for step in (1, 2):
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="loss", simple_value=0.5 * step)])
+        writer.add_event(event_pb2.Event(step=step, wall_time=1.0, summary=summary))
+    writer.close()
+    [path] = folder.glob("events.out.tfevents.*")
+    return path.read_bytes()
+
+
+FUZZ = {"tensorboard": FuzzSample(fuzz_sample), "hf_tensorboard": FuzzSample(fuzz_sample)}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from collector.formats import wandb_offline
-from tests.collector.test_parsers_support import comparable, points_as_tuples
+from tests.collector.test_parsers_support import FuzzSample, comparable, points_as_tuples
 
 WRITER = textwrap.dedent(
     """
@@ -67,3 +67,23 @@ def test_a_file_that_is_not_a_wandb_file_is_one_bad_record():
     result = wandb_offline.parse(b"version https://git-lfs.github.com/spec/v1\n" + b"x" * 100)
     assert len(result.bad) == 1 and "not a W&B run file" in result.bad[0].reason and result.consumed == 0
     assert wandb_offline.sniff(b":W&B\xe1\xbe\x00") and not wandb_offline.sniff(b"{}")
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+def fuzz_sample(folder: Path) -> bytes:
+    """A W&B run file framed by hand as wandb writes it: its header, then two history records, one chunk each."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
+    for step in (1, 2):
+        record = wandb_internal_pb2.Record()
+        for key, value in (("_step", str(step)), ("train/loss", str(0.5 * step))):
+            record.history.item.add(key=key, value_json=value)
+        payload = record.SerializeToString()
+        out += struct.pack("<IHB", 0, len(payload), 1) + payload
+    return bytes(out)
+
+
+FUZZ = {"wandb_offline": FuzzSample(fuzz_sample)}

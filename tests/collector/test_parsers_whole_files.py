@@ -6,7 +6,7 @@ import json
 import math
 
 from collector.formats import checkpoint_marker, hf_trainer_state, parser_for, run_config, status
-from tests.collector.test_parsers_support import points_as_tuples
+from tests.collector.test_parsers_support import FuzzSample, points_as_tuples
 
 STATE = b"""{
   "best_metric": 0.5,
@@ -114,3 +114,14 @@ def test_every_format_has_a_parser():
 
     for fmt in formats.names():
         assert callable(parser_for(fmt)) and formats.get(fmt).name == fmt
+
+
+# What the garbage fuzz (test_parsers_garbage) damages for this format.
+FUZZ = {
+    "hf_trainer_state": FuzzSample(
+        b'{"global_step": 2, "log_history": [{"step": 1, "loss": NaN}, {"step": 2, "eval_loss": 1}]}'
+    ),
+    "status": FuzzSample(b'{"status": "running", "step": 3}'),
+    "run_config": FuzzSample(b'{"config": {"a": 1}}'),
+    "checkpoint_marker": FuzzSample(b"12\n"),
+}
