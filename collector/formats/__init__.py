@@ -43,6 +43,7 @@ MODULES = (
     "wandb_offline",
     "mlflow_metric",
     "llamafactory_log",
+    "torchtune_log",
     "csv_history",
     "console",
     "hf_console",
