@@ -1,7 +1,8 @@
-"""Which metrics a run page draws in which panel, from the metric roles the collector names.
+"""Which metrics a run page draws in which panel, from the panels and metric roles the collector sends.
 
-Roles (loss, val_loss, grad_norm, lr, ...) come from the API's run detail (`metrics`, typed as
-`collector.api.models.MetricInfo`); nothing here names or judges them. A panel's normal band and warning line
+The panels (title, roles, how each draws) come from the API's run detail (`panels`, typed as
+`collector.api.models.PanelInfo`, declared once in `collector/core/panels.py`), the roles of the metrics from
+its `metrics` (`MetricInfo.role`); nothing here names or judges them. A panel's normal band and warning line
 come from the run detail's `decorations` (the run's own thresholds).
 """
 
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from collector.api.models import Decoration, MetricInfo
+from collector.api.models import Decoration, MetricInfo, PanelInfo
 
 
 @dataclass(frozen=True)
 class Panel:
-    """A chart of the run page: its title, the roles it draws, and its decorations."""
+    """A chart of the run page as drawn: what the API sent for it, its metrics and its decorations."""
 
     title: str
     roles: tuple[str, ...]
@@ -25,19 +26,6 @@ class Panel:
     always_log: bool = False  # grad norms span decades: the normal band only reads on a log axis
     smooth: bool = True  # a schedule (learning rate) is drawn as logged: smoothing would bend its shape
     metrics: tuple[str, ...] = field(default=())
-
-
-ROLE_PANELS = (
-    Panel("Validation score", ("val_score",), y_title="score"),
-    Panel("Loss", ("loss", "val_loss"), y_title="loss"),
-    Panel("Learning rate", ("lr",), y_title="learning rate", smooth=False),
-    Panel("Gradient norm", ("grad_norm",), y_title="grad norm", always_log=True),
-    Panel("Time per step", ("step_time",), y_title="seconds", checkpoints=True),
-    Panel("Reward", ("reward",), y_title="reward"),
-    Panel("KL divergence", ("kl",), y_title="KL"),
-    Panel("Entropy", ("entropy",), y_title="entropy"),
-    Panel("Response length", ("response_length",), y_title="tokens"),
-)
 
 
 # The panels a run page shows first, by the run's kind (the API's `kind`): what a person judges that run by.
@@ -78,17 +66,29 @@ def metrics_by_role(metrics: list[MetricInfo]) -> dict[str, list[str]]:
 
 
 def role_panels(
-    roles: dict[str, list[str]], decorations: dict[str, Decoration] | None = None, kind: str | None = None
+    roles: dict[str, list[str]],
+    sent: list[PanelInfo],
+    decorations: dict[str, Decoration] | None = None,
+    kind: str | None = None,
 ) -> list[Panel]:
-    """The role panels this run has data for, each with its metrics filled in, in the page's order (the
-    panels of its `kind` first, see FIRST_PANELS), and with the normal band and warning line the API sent
-    for its role (`decorations`: role -> {normal_band: [low, high], warning_line})."""
+    """The panels the API `sent` that this run has data for (`roles`: role -> its metrics to draw), each with
+    its metrics filled in, in the page's order (the panels of its `kind` first, see FIRST_PANELS), and with the
+    normal band and warning line the API sent for its role (`decorations`: role -> {normal_band: [low, high],
+    warning_line})."""
     panels = []
-    for panel in ROLE_PANELS:
-        metrics = tuple(m for role in panel.roles for m in roles.get(role, []))
+    for info in sent:
+        metrics = tuple(m for role in info.roles for m in roles.get(role, []))
         if not metrics:
             continue
-        panel = replace(panel, metrics=metrics)
+        panel = Panel(
+            info.title,
+            tuple(info.roles),
+            y_title=info.y_title,
+            checkpoints=info.checkpoints,
+            always_log=info.always_log,
+            smooth=info.smooth,
+            metrics=metrics,
+        )
         for role in panel.roles:
             sent = (decorations or {}).get(role)
             if sent is None:

@@ -96,7 +96,7 @@ summary = {m: f for m, f in facts.items() if f.summary_only}
 said = {m for m, f in facts.items() if f.same_as} | set(constants) | set(summary)
 charted = [n for n in names if n not in said]
 roles = {role: [m for m in metrics if m in charted] for role, metrics in all_roles.items()}
-panels = role_panels({r: m for r, m in roles.items() if m}, detail.decorations, kind)
+panels = role_panels({r: m for r, m in roles.items() if m}, detail.panels, detail.decorations, kind)
 
 controls = st.columns([3, 1, 1, 1])
 smoothing = controls[0].slider(

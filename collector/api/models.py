@@ -176,6 +176,18 @@ class Decoration(Answer):
     warning_line: float | None = None
 
 
+class PanelInfo(Answer):
+    """A role panel of the run page, as `collector.core.panels` declares it: its title, the roles whose
+    metrics it draws, its y axis title, whether it marks checkpoints, needs a log axis, may be smoothed."""
+
+    title: str
+    roles: list[str]
+    y_title: str = ""
+    checkpoints: bool = False
+    always_log: bool = False
+    smooth: bool = True
+
+
 class RunDetail(RunSummary):
     """`GET /api/runs/{run}`."""
 
@@ -187,6 +199,7 @@ class RunDetail(RunSummary):
     skipped_files: list[SkippedFile]
     failing_files: list[FailingFile]
     decorations: dict[str, Decoration]
+    panels: list[PanelInfo] = []  # the role panels that draw a role of the run's metrics, in the page's order
 
 
 class Series(Answer):

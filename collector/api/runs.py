@@ -5,11 +5,13 @@ or infinite); the CLI's `--json` calls the same functions, so the two never drif
 from __future__ import annotations
 
 import functools
+from dataclasses import asdict
 
 from collector.advice.verl_saves import verl_save_freq
 from collector.api import incidents as api_incidents
 from collector.api import run_files
 from collector.api.series import metrics
+from collector.core.panels import panels_for
 from collector.core.roles import RL_ROLES, real_units_name, role_of, value_scale
 from collector.detect import registry
 from collector.detect.runlevel import STALLED
@@ -156,7 +158,16 @@ def run(service: RunService, run_id: str) -> dict:
     out["sources"], out["skipped_files"] = run_files.files_of(store, run_id)
     out["failing_files"] = run_files.failing_of(store, run_id)
     out["decorations"] = panel_decorations(service.thresholds_of(r["path"]))
+    out["panels"] = panels_of({m["role"] for m in out["metrics"] if m["role"]})
     return out
+
+
+def panels_of(roles: set[str]) -> list[dict]:
+    """The run page's role panels (`collector.core.panels`) that draw one of `roles`, as the API sends them."""
+    return [
+        {k: v for k, v in asdict(panel).items() if k != "names"} | {"roles": list(panel.roles)}
+        for panel in panels_for(roles)
+    ]
 
 
 def panel_decorations(config: DetectConfig) -> dict[str, dict]:

@@ -2,14 +2,15 @@
 
 Stable interface (the API and the app pick panels with it; the detectors pick rules with it):
 
-- `role_of(metric) -> str | None`: one of the roles below, or None for a metric no rule reads by role.
+- `role_of(metric) -> str | None`: one of the roles below, or None for a metric no rule or panel reads by role.
 - `real_units_name(metric) -> str`: the name without that scale (`train/lr(1e-3)` -> `train/lr`).
 - `value_scale(metric) -> float`: what a stored value must be multiplied by to get the real quantity
   (`train/lr(1e-3)` is logged as lr x 1000, so its scale is 1e-3; everything else is 1.0).
 - `direction_of(role) -> "min" | "max" | None`: which way is better, for roles where that is defined.
 - `RL_ROLES`: the roles only an RL run (PPO/GRPO) logs: a run with a metric of one of them is an RL run.
 
-Roles: "loss" (the language-model training loss), "val_loss", "val_score" (a validation metric where higher
+Roles (a panel's own roles, which no rule reads, are named by their panel in `panels.py`): "loss" (the
+language-model training loss), "val_loss", "val_score" (a validation metric where higher
 is better, e.g. verl's `val-core/.../reward/mean@1`), "grad_norm", "lr", "step_time", "kl", "reward",
 "reward_std", "entropy", "clip_ratio" (share of responses cut at the length limit), "response_length", "epoch", "accuracy", "eval_metric" (other `eval_*` numbers).
 
@@ -20,6 +21,8 @@ losses, rise and fall with the advantages, and a spike or plateau in them means 
 from __future__ import annotations
 
 import re
+
+from collector.core.panels import own_role_names
 
 RL_ROLES = frozenset({"reward", "kl", "reward_std", "clip_ratio"})
 
@@ -105,6 +108,9 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^eval_.+"), "eval_metric"),
 ]
 
+# Metric names the panels name for roles of their own (no rule reads them).
+_PANEL_NAMES = own_role_names()
+
 _SCALE = re.compile(r"\((\d*\.?\d+e-?\d+)\)$")
 
 _DIRECTION = {
@@ -119,12 +125,13 @@ _cache: dict[str, str | None] = {}
 
 
 def role_of(metric: str) -> str | None:
-    """The role a metric name plays ("loss", "grad_norm", "lr", ...), or None when no rule reads it by role."""
+    """The role a metric name plays ("loss", "grad_norm", "lr", ...), or None when no rule or panel reads it
+    by role."""
     hit = _cache.get(metric, "?")
     if hit != "?":
         return hit
     key = metric.lower()
-    role: str | None = _EXACT.get(key)
+    role: str | None = _EXACT.get(key) or _PANEL_NAMES.get(key)
     if role is None:
         for pattern, name in _PATTERNS:
             if pattern.match(key):

@@ -14,7 +14,8 @@ from pydantic import TypeAdapter
 from app.connection import read_marker, roots_differ
 from app.panels import metric_names, metrics_by_role, role_panels
 from app.settings import DEFAULT_REFRESH_S, SettingsError, read_settings
-from collector.api.models import MetricInfo
+from collector.api.models import MetricInfo, PanelInfo
+from collector.api.runs import panels_of
 
 
 def test_defaults_work_from_the_repository_root(tmp_path: Path):
@@ -79,7 +80,12 @@ def test_panels_follow_the_roles_the_api_sends():
     assert metric_names(metrics) == ["perf/mfu", "train/loss", "train/lr(1e-3)", "val/loss"]
     roles = metrics_by_role(metrics)
     assert roles == {"loss": ["train/loss"], "lr": ["train/lr(1e-3)"], "val_loss": ["val/loss"]}
-    assert [(p.title, p.metrics) for p in role_panels(roles)] == [
-        ("Loss", ("train/loss", "val/loss")),
-        ("Learning rate", ("train/lr(1e-3)",)),
+    # the run detail's `panels`: what the collector declares for these roles (collector/core/panels.py)
+    sent = TypeAdapter(list[PanelInfo]).validate_python(panels_of(set(roles)))
+    assert [p.title for p in sent] == ["Loss", "Learning rate"]
+    assert [(p.title, p.metrics, p.smooth) for p in role_panels(roles, sent)] == [
+        ("Loss", ("train/loss", "val/loss"), True),
+        ("Learning rate", ("train/lr(1e-3)",), False),
     ]
+    # a panel the API did not send is not drawn, whatever the roles
+    assert [p.title for p in role_panels(roles, sent[1:])] == ["Learning rate"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from app.panels import role_panels
 from collector.advice.health import health_checklist
 from collector.api import runs as api_runs
-from collector.api.models import Decoration
+from collector.api.models import Decoration, PanelInfo
 from collector.core.runtime import Settings
 from collector.core.severity import SEVERITIES, Severity
 from collector.daemon.service import Collector
@@ -161,10 +161,12 @@ def test_health_and_panels_take_their_band_from_the_config():
     )
     assert item["title"] == "grad_norm mostly within 1-2 in the first 100 steps"
     assert item["evidence"].startswith("2 of 3 points in range")
+    sent = [PanelInfo.model_validate(p) for p in api_runs.panels_of({"grad_norm"})]
     decorated = role_panels(
         {"grad_norm": ["train/grad_norm"]},
+        sent,
         {"grad_norm": Decoration.model_validate({"normal_band": [1.0, 2.0], "warning_line": 7.0})},
     )
     assert (decorated[0].normal_band, decorated[0].warning_line) == ((1.0, 2.0), 7.0)
-    bare = role_panels({"grad_norm": ["train/grad_norm"]})
+    bare = role_panels({"grad_norm": ["train/grad_norm"]}, sent)
     assert (bare[0].normal_band, bare[0].warning_line) == (None, None)
