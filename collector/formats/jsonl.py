@@ -47,7 +47,8 @@ _ONLY_FLOAT = {float}
 def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
     """Points from the complete lines of `data`, a JSONL metrics file read from some offset.
 
-    Promises: only complete lines are consumed (`consumed` ends just after a `\\n`); blank lines are skipped;
+    Promises: only complete lines are consumed (`consumed` ends just after a `\\n`), and an unterminated last
+    line that is already a whole JSON object (a file that ends without a newline); blank lines are skipped;
     a line that is not JSON, not UTF-8, not an object, or has no whole-number step is reported in `bad` with
     its 1-based line number (counted from `first_line`) and never raises. In a verl record (`"data"` holds an
     object) the metrics are the numbers under `data`, and a `null` there is a NaN point (verl writes
@@ -59,12 +60,32 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     `path` and `state` are unused (the common signature).
     """
     lines, consumed = complete_lines(data)
+    counted = len(lines)
+    if _whole_record(data[consumed:]):
+        # A writer that ends its file without a newline leaves its last record unterminated. A JSON object
+        # is whole only once its closing brace is written, so it is read now (a record still being written
+        # is not valid JSON yet and waits). It is not counted as a line: the newline that may follow it
+        # starts the next read as the blank rest of this line, so later line numbers stay right.
+        lines.append(data[consumed:])
+        consumed = len(data)
     # Values are type-checked once per chunk, not once per value; in the rare chunk holding a value that is
     # not a plain number (a null, a string, a nested object) the lines are read again, checking each one.
     result = _parse_lines(lines, first_line, consumed, check_values=False)
     if result is None:
         result = _parse_lines(lines, first_line, consumed, check_values=True)
+    result.lines = counted
     return result
+
+
+def _whole_record(rest: bytes) -> bool:
+    """Whether the bytes after the last newline are one whole JSON object (the file's unterminated last line)."""
+    rest = rest.strip()
+    if not (rest.startswith(b"{") and rest.endswith(b"}")):
+        return False
+    try:
+        return type(json.loads(rest)) is dict  # the stdlib parser: verl's bare NaN/Infinity included
+    except (ValueError, RecursionError):
+        return False
 
 
 def _parse_lines(

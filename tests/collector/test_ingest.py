@@ -67,6 +67,19 @@ def test_partial_last_line_waits_until_complete(env):
     assert store_read.sources(store, "run1")[0]["bad_lines"] == 0
 
 
+def test_a_last_record_without_a_newline_is_stored_and_what_is_appended_after_it_too(env):
+    root, store, ing = env
+    f = root / "run1" / "metrics.jsonl"
+    f.write_text(verl_line(1, 3.0) + verl_line(2, 2.5).rstrip("\n"))  # the writer's file ends on a record
+    ing.ingest_all()
+    assert stored(store, "run1")[("train/loss", 2)] == 2.5
+    with f.open("a") as fh:
+        fh.write("\n" + verl_line(3, 2.0))
+    ing.ingest_all()
+    assert sorted(s for _, s in stored(store, "run1")) == [1, 1, 2, 2, 3, 3]
+    assert store_read.sources(store, "run1")[0]["bad_lines"] == 0
+
+
 def test_ingest_twice_adds_nothing(env):
     root, store, ing = env
     (root / "run1" / "metrics.jsonl").write_text("".join(verl_line(i, 1.0 / i) for i in range(1, 500)))

@@ -130,6 +130,22 @@ def test_partial_last_line_is_left_for_the_next_call():
     assert jsonl.parse(b'{"step":2,"da').consumed == 0
 
 
+def test_a_whole_last_record_without_a_newline_is_read_and_a_cut_one_waits():
+    # A writer that joins its records with newlines ends the file on its last record (a GRPO script's
+    # metrics.jsonl keyed by "iteration", whose final line held the last evaluation): that record is whole.
+    data = b'{"iteration":29,"loss":0.1}\n{"iteration":30,"loss":0.2,"accuracy":0.92}'
+    result = jsonl.parse(data)
+    assert result.consumed == len(data)
+    assert sorted(zip(result.points.step, result.points.metric)) == [(29, "loss"), (30, "accuracy"), (30, "loss")]
+    assert result.lines == 1  # the newline that may follow starts the next read as the rest of line 2
+    later = jsonl.parse(b'\n{"iteration":31,"loss":0.3}\nnot json\n', first_line=result.lines + 1)
+    assert later.points.step == [31] and [bad.line for bad in later.bad] == [4]
+    cut = b'{"iteration":29,"loss":0.1}\n{"iteration":30,"loss":{"a":0.2}'  # braces balance only at the end
+    assert jsonl.parse(cut).consumed == cut.index(b"\n") + 1
+    verl = b'{"step":1,"data":{"a":1.0}}\n{"step":2,"data":{"a":NaN}}'
+    assert jsonl.parse(verl).points.step == [1, 2]
+
+
 def test_crlf_line_endings_are_read():
     data = b'{"step":1,"data":{"a":1}}\r\n{"step":2,"data":{"a":NaN}}\r\n'
     result = jsonl.parse(data)
