@@ -136,7 +136,11 @@ def test_a_whole_last_record_without_a_newline_is_read_and_a_cut_one_waits():
     data = b'{"iteration":29,"loss":0.1}\n{"iteration":30,"loss":0.2,"accuracy":0.92}'
     result = jsonl.parse(data)
     assert result.consumed == len(data)
-    assert sorted(zip(result.points.step, result.points.metric)) == [(29, "loss"), (30, "accuracy"), (30, "loss")]
+    assert sorted(zip(result.points.step, result.points.metric, strict=True)) == [
+        (29, "loss"),
+        (30, "accuracy"),
+        (30, "loss"),
+    ]
     assert result.lines == 1  # the newline that may follow starts the next read as the rest of line 2
     later = jsonl.parse(b'\n{"iteration":31,"loss":0.3}\nnot json\n', first_line=result.lines + 1)
     assert later.points.step == [31] and [bad.line for bad in later.bad] == [4]
