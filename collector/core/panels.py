@@ -36,6 +36,19 @@ PANELS = (
     Panel("Learning rate", ("lr",), y_title="learning rate", smooth=False),
     Panel("Gradient norm", ("grad_norm",), y_title="grad norm", always_log=True),
     Panel("Time per step", ("step_time",), y_title="seconds", checkpoints=True),
+    Panel(
+        "GPU memory",
+        ("gpu_memory",),
+        y_title="GiB",
+        # peak memory in GiB (bytes / 1024**3): verl's perf/ metrics, torchtune's training.get_memory_stats
+        names=(
+            "perf/max_memory_allocated_gb",
+            "perf/max_memory_reserved_gb",
+            "peak_memory_active",
+            "peak_memory_alloc",
+            "peak_memory_reserved",
+        ),
+    ),
     Panel("Reward", ("reward",), y_title="reward"),
     Panel("KL divergence", ("kl",), y_title="KL"),
     Panel("Entropy", ("entropy",), y_title="entropy"),
