@@ -56,7 +56,10 @@ class RunwatchCallback(TrainerCallback):
             resume_step=state.global_step,
             extra={
                 "lr_scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
-                "warmup_ratio": args.warmup_ratio,
+                # transformers 5.17 dropped `warmup_ratio` (a fraction in `warmup_steps` says it): ask the
+                # arguments for the steps they resolve to, and keep the ratio where the version still has it
+                "warmup_ratio": getattr(args, "warmup_ratio", None),
+                "warmup_steps": args.get_warmup_steps(state.max_steps) if state.max_steps else None,
             },
         )
         RunJsonWriter(run_dir).on_train_begin(info)

@@ -119,10 +119,10 @@ def test_runwatch_callback_runs_and_stops_a_real_hf_trainer(built_data, tmp_path
         )
         assert status["last_checkpoint_step"] == ASK_AT_STEP
         run_json = json.loads((out_dir / "run.json").read_text())
-        assert (run_json["trainer"], run_json["total_steps"], run_json["warmup_ratio"]) == (
+        assert (run_json["trainer"], run_json["total_steps"], run_json["warmup_steps"]) == (
             "hf_trainer",
             MAX_STEPS,
-            0.1,
+            4,  # warmup_ratio 0.1 of 40 steps
         )
         assert run_json["config"]["learning_rate"] == 1e-3
         assert f"asked to stop at step {ASK_AT_STEP}: loss diverged (test)" in capsys.readouterr().out
