@@ -1,5 +1,7 @@
-"""The collector's HTTP API as the dashboard uses it: one method per endpoint. A run's detail and first view
-come back as the API's types (`collector.api.models`: `RunDetail`, `RunView`); the other answers as JSON data.
+"""The collector's HTTP API as the dashboard uses it: one method per endpoint. The runs, a run's detail and
+first view, alerts, incidents and checkpoint advice come back as the API's types (`collector.api.models`), so a
+page reads `run.last_step`, and a field renamed in a model fails where it is read; the other answers (series,
+epochs, health, compare, the checklist, stop) as JSON data.
 
 Transport (address, token, errors) is the collector's client; this class only names the calls the pages
 make, so a page reads `api.checkpoints(run)` rather than a path string.
@@ -11,7 +13,17 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from collector.api.models import RunDetail, RunView
+from collector.api.client import parse
+from collector.api.models import (
+    Advice,
+    Alert,
+    AlertDetail,
+    Incident,
+    IncidentChange,
+    RunDetail,
+    RunSummary,
+    RunView,
+)
 
 # Bucket count for a chart: about one bucket per horizontal pixel of a wide chart.
 CHART_POINTS = 2000
@@ -33,14 +45,15 @@ class DashboardApi:
             return self.client.get(path, params=params)
         return self.client.get(path, params=params, model=model)
 
-    def _post(self, path: str, body: dict) -> Any:
-        return self.client.post(path, body)
+    def _post(self, path: str, body: dict, model: Any = None) -> Any:
+        answer = self.client.post(path, body)
+        return answer if model is None else parse(answer, model)
 
     def health(self) -> dict:
         return self._get("/api/health")
 
-    def runs(self) -> list[dict]:
-        return self._get("/api/runs")
+    def runs(self) -> list[RunSummary]:
+        return self._get("/api/runs", model=list[RunSummary])
 
     def run(self, run: str) -> RunDetail:
         return self._get(f"/api/runs/{_run_path(run)}", model=RunDetail)
@@ -83,15 +96,15 @@ class DashboardApi:
         rule: str | None = None,
         severity: str | None = None,
         state: str = "all",
-    ) -> list[dict]:
+    ) -> list[Alert]:
         params = {"state": state}
         for name, value in (("run", run), ("rule", rule), ("severity", severity)):
             if value:
                 params[name] = value
-        return self._get("/api/alerts", params=params)
+        return self._get("/api/alerts", params=params, model=list[Alert])
 
-    def alert(self, alert_id: int) -> dict:
-        return self._get(f"/api/alerts/{alert_id}")
+    def alert(self, alert_id: int) -> AlertDetail:
+        return self._get(f"/api/alerts/{alert_id}", model=AlertDetail)
 
     def acknowledge(self, alert_id: int, note: str) -> dict:
         return self._post(f"/api/alerts/{alert_id}/ack", {"note": note})
@@ -99,23 +112,23 @@ class DashboardApi:
     def resolve(self, alert_id: int, note: str) -> dict:
         return self._post(f"/api/alerts/{alert_id}/resolve", {"note": note})
 
-    def incidents(self, *, run: str | None = None, state: str = "all") -> list[dict]:
+    def incidents(self, *, run: str | None = None, state: str = "all") -> list[Incident]:
         """The incidents (alerts grouped by trouble, each with its `alert_ids` and `action`), newest first."""
         params = {"state": state}
         if run:
             params["run"] = run
-        return self._get("/api/incidents", params=params)
+        return self._get("/api/incidents", params=params, model=list[Incident])
 
-    def acknowledge_incident(self, incident_id: int, note: str) -> dict:
+    def acknowledge_incident(self, incident_id: int, note: str) -> IncidentChange:
         """Acknowledge every open alert of the incident; `changed` (their ids) and the `incident` after."""
-        return self._post(f"/api/incidents/{incident_id}/ack", {"note": note})
+        return self._post(f"/api/incidents/{incident_id}/ack", {"note": note}, model=IncidentChange)
 
-    def resolve_incident(self, incident_id: int, note: str) -> dict:
+    def resolve_incident(self, incident_id: int, note: str) -> IncidentChange:
         """Resolve every alert of the incident not yet resolved; `changed` and the `incident` after."""
-        return self._post(f"/api/incidents/{incident_id}/resolve", {"note": note})
+        return self._post(f"/api/incidents/{incident_id}/resolve", {"note": note}, model=IncidentChange)
 
-    def checkpoints(self, run: str) -> dict:
-        return self._get(f"/api/runs/{_run_path(run)}/checkpoints")
+    def checkpoints(self, run: str) -> Advice:
+        return self._get(f"/api/runs/{_run_path(run)}/checkpoints", model=Advice)
 
     def health_checklist(self, run: str) -> list[dict]:
         return self._get(f"/api/runs/{_run_path(run)}/health")

@@ -1,4 +1,4 @@
-"""Plotly figures built from app series (see app/series.py) and API alert dicts.
+"""Plotly figures built from app series (see app/series.py) and the API's alerts (`collector.api.models.Alert`).
 
 Pure functions: they take data and drawing options and return a `go.Figure`; they fetch nothing and decide
 nothing about the run. A downsampled series is drawn as its min-max band per bucket plus a line, so a spike
@@ -7,11 +7,12 @@ anywhere in the run stays visible; non-finite points and buckets are red crosses
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 
 from app.series import debiased_ema, is_finite
+from collector.api.models import Alert
 
 SEVERITY_COLORS = {"error": "#d62728", "warn": "#ff7f0e", "info": "#1f77b4"}
 # Plotly's default colour cycle, spelled out so the band can reuse a line's colour with transparency.
@@ -49,10 +50,10 @@ def bucket_note(series_list: list[dict]) -> str | None:
     return "Showing min-max buckets, not raw points (" + "; ".join(parts) + "): the band spans each bucket."
 
 
-def alerts_for(alerts: list[dict], metrics: Iterable[str]) -> list[dict]:
+def alerts_for(alerts: Iterable[Alert], metrics: Iterable[str]) -> list[Alert]:
     """The alerts to mark on a chart of `metrics`: those about one of them, and run-wide ones (no metric)."""
     names = set(metrics)
-    return [a for a in alerts if not a.get("metric") or a.get("metric") in names]
+    return [a for a in alerts if not a.metric or a.metric in names]
 
 
 def _add_series(fig: go.Figure, series: dict, color: str, smoothing: float) -> None:
@@ -140,40 +141,35 @@ def _add_nonfinite(fig: go.Figure, series_list: list[dict]) -> None:
     )
 
 
-def _alert_groups(alerts: list[dict]) -> dict[tuple[str, str], list[dict]]:
+def _alert_groups(alerts: Iterable[Alert]) -> dict[tuple[str, str], list[Alert]]:
     """The drawn alerts by (rule, severity), each group by first step: one legend entry each."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for alert in sorted(
-        (a for a in alerts if a.get("first_step") is not None), key=lambda a: a["first_step"]
-    ):
-        groups.setdefault((alert.get("rule", "alert"), alert.get("severity", "info")), []).append(alert)
+    groups: dict[tuple[str, str], list[Alert]] = {}
+    for alert in sorted(alerts, key=lambda a: a.first_step):
+        groups.setdefault((alert.rule, alert.severity), []).append(alert)
     return groups
 
 
-def _add_alerts(fig: go.Figure, alerts: list[dict]) -> None:
+def _add_alerts(fig: go.Figure, alerts: Iterable[Alert]) -> None:
     # Each episode a band (or a line) coloured by severity; its name is a legend entry per rule and severity,
     # with a marker at each episode's start along the top edge, never a label on the plot (labels there
     # piled up over each other and over the threshold labels).
     for n, ((rule, severity), group) in enumerate(_alert_groups(alerts).items()):
         color = SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"])
         for alert in group:
-            first = alert["first_step"]
-            last = first if alert.get("last_step") is None else alert["last_step"]
+            first, last = alert.first_step, alert.last_step
             if last > first:
                 fig.add_vrect(x0=first, x1=last, fillcolor=color, opacity=0.15, line_width=0, layer="below")
             else:
                 fig.add_vline(x=first, line_color=color, line_width=2, opacity=0.6)
         steps = [
-            f"{a['first_step']:,}"
-            if a.get("last_step") in (None, a["first_step"])
-            else f"{a['first_step']:,}–{a['last_step']:,}"
+            f"{a.first_step:,}" if a.last_step == a.first_step else f"{a.first_step:,}–{a.last_step:,}"
             for a in group
         ]
         count = f" ×{len(group)}" if len(group) > 1 else ""
         # On the hidden 0..1 axis, as the NaN crosses: at the top whatever the data's range or log scale.
         fig.add_trace(
             go.Scatter(
-                x=[a["first_step"] for a in group],
+                x=[a.first_step for a in group],
                 y=[0.99] * len(group),
                 yaxis="y2",
                 name=f"{rule} ({severity}){count}",
@@ -208,7 +204,7 @@ def metric_figure(
     title: str,
     smoothing: float = 0.0,
     log_y: bool = False,
-    alerts: list[dict] = (),
+    alerts: Sequence[Alert] = (),
     y_title: str | None = None,
     normal_band: tuple[float, float] | None = None,
     warning_line: float | None = None,

@@ -12,6 +12,7 @@ import streamlit as st
 from app.api import DashboardApi
 from app.panels import Panel
 from app.series import from_api
+from collector.api.models import Alert
 
 SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 REDRAW_S = 0.3  # redraw the charts at most this often while playing
@@ -47,7 +48,7 @@ def playback_control(
     run: str,
     panels: list[Panel],
     last_step: int | None,
-    figure_for: Callable[[Panel, dict[str, dict], list[dict]], object],
+    figure_for: Callable[[Panel, dict[str, dict], list[Alert]], object],
 ) -> None:
     """Inputs for a playback and, on "Play", the run's charts redrawn as its history streams in."""
     if not panels or last_step is None:
@@ -73,12 +74,12 @@ def play(
     start: int,
     end: int,
     speed: float,
-    figure_for: Callable[[Panel, dict[str, dict], list[dict]], object],
+    figure_for: Callable[[Panel, dict[str, dict], list[Alert]], object],
 ) -> None:
     """Stream the playback and redraw the role panels as its points and alerts arrive."""
     metrics = sorted({m for p in panels for m in p.metrics})
     held = {m: {"metric": m, "steps": [], "values": []} for m in metrics}
-    alerts: list[dict] = []
+    alerts: list[Alert] = []
     caption, bar = st.empty(), st.progress(0.0)
     columns = st.columns(2)
     slots = [columns[i % 2].empty() for i in range(len(panels))]
@@ -87,7 +88,7 @@ def play(
     def draw() -> None:
         series = {m: from_api(s) for m, s in held.items()}
         # An alert shows from the step it was raised up to the step played so far, not its final extent.
-        shown = [a | {"last_step": min(a["last_step"], step)} for a in alerts]
+        shown = [a.model_copy(update={"last_step": min(a.last_step, step)}) for a in alerts]
         for panel, slot in zip(panels, slots, strict=True):
             fig = figure_for(panel, series, shown)
             fig.update_layout(title=f"Playback: {panel.title}")
@@ -99,7 +100,7 @@ def play(
             held[event["metric"]]["steps"].append(event["step"])
             held[event["metric"]]["values"].append(event["value"])
         elif kind == "alert":
-            alerts.append(event)
+            alerts.append(Alert.model_validate(event))  # (as `GET /api/alerts` lists it, plus `event`)
         elif kind == "progress":
             step = event["step"]
             bar.progress(event["progress"], text=f"step {step:,} ({event['progress']:.0%})")

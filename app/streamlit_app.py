@@ -70,7 +70,7 @@ except ApiError as err:
     ui.forget_collector()
     st.error(f"The collector did not answer the list of runs: {err}. Reload the page to reconnect.")
     st.stop()
-run_ids = [r["id"] for r in runs]
+run_ids = [r.id for r in runs]
 
 # A run can be named in the address (`/run?run=ID`) or chosen by a page before switching to another page.
 pending = st.session_state.pop(ui.PENDING_RUN_KEY, None)

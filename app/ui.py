@@ -14,6 +14,7 @@ from app.api import DashboardApi
 from app.connection import CollectorUnavailable, Connection, connect, log_path
 from app.settings import Settings, SettingsError, read_settings
 from collector.api.client import ApiError, Client
+from collector.api.models import OpenAlerts
 from collector.core.runtime import read_token
 
 RUN_KEY = "run"
@@ -159,10 +160,10 @@ def fmt_number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def alert_counts_text(counts: dict | None) -> str:
-    counts = counts or {}
-    parts = [f"{counts[s]} {s}" for s in SEVERITIES if counts.get(s)]
-    return ", ".join(parts) if parts else "none"
+def alert_counts_text(counts: OpenAlerts, none: str = "none") -> str:
+    """A run's open alerts as `2 error, 1 warn` (`none` when none is open)."""
+    parts = [f"{n} {s}" for s, n in counts.by_severity() if n]
+    return ", ".join(parts) if parts else none
 
 
 def fmt_time(value: str | float | None) -> str:

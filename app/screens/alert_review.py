@@ -9,6 +9,7 @@ import streamlit as st
 from app import ui
 from app.charts import metric_figure
 from app.series import from_api
+from collector.api.models import Alert, Incident, IncidentChange
 from collector.core.printable import middle
 
 # Steps of context drawn on each side of an incident, as a share of its length (at least 20 steps).
@@ -29,37 +30,41 @@ incidents = api.incidents(state="all")
 if not incidents:
     st.info("No alerts in any run. The collector raises them as it reads the runs' metrics.")
     st.stop()
-alerts = {a["id"]: a for a in api.alerts(state="all")}
+alerts = {a.id: a for a in api.alerts(state="all")}
 
 
-def _evidence(incident: dict) -> list[dict]:
-    return [alerts[a] for a in incident["alert_ids"] if a in alerts]
+def _evidence(incident: Incident) -> list[Alert]:
+    return [alerts[a] for a in incident.alert_ids if a in alerts]
 
 
-def _newest(incident: dict) -> float:
-    return max((a.get("created_at") or 0.0 for a in _evidence(incident)), default=0.0)
+def _newest(incident: Incident) -> float:
+    return max((a.created_at or 0.0 for a in _evidence(incident)), default=0.0)
 
 
-def _queue_order(incident: dict) -> tuple:
+def _queue_order(incident: Incident) -> tuple:
     return (
-        RANK.get(incident["severity"], len(RANK)),
+        RANK.get(incident.severity, len(RANK)),
         -_newest(incident),
-        -incident["last_step"],
-        -incident["id"],
+        -incident.last_step,
+        -incident.id,
     )
 
 
-def _steps(incident: dict) -> str:
-    first, last = incident["first_step"], incident["last_step"]
+def _steps(incident: Incident) -> str:
+    first, last = incident.first_step, incident.last_step
     return f"{first}" if first == last else f"{first}–{last}"
 
 
+def _severity(incident: Incident | Alert) -> str:
+    return SEVERITY_WORDS.get(incident.severity, incident.severity)
+
+
 filters = st.columns(4)
-runs = filters[0].multiselect("Run", sorted({i["run"] for i in incidents}))
-rules = filters[1].multiselect("Rule", sorted({r for i in incidents for r in i["rules"]}))
+runs = filters[0].multiselect("Run", sorted({i.run for i in incidents}))
+rules = filters[1].multiselect("Rule", sorted({r for i in incidents for r in i.rules}))
 severities = filters[2].multiselect(
     "Severity",
-    [s for s in ui.SEVERITIES if any(i["severity"] == s for i in incidents)],
+    [s for s in ui.SEVERITIES if any(i.severity == s for i in incidents)],
     format_func=lambda s: SEVERITY_WORDS.get(s, s),
 )
 state = filters[3].selectbox("State", STATES, index=0)
@@ -68,14 +73,14 @@ queue = sorted(
     (
         i
         for i in incidents
-        if (not runs or i["run"] in runs)
-        and (not rules or any(r in rules for r in i["rules"]))
-        and (not severities or i["severity"] in severities)
-        and (state == "all" or i["state"] == state)
+        if (not runs or i.run in runs)
+        and (not rules or any(r in rules for r in i.rules))
+        and (not severities or i.severity in severities)
+        and (state == "all" or i.state == state)
     ),
     key=_queue_order,
 )
-shown_alerts = sum(i["alert_count"] for i in queue)
+shown_alerts = sum(i.alert_count for i in queue)
 st.caption(
     f"{len(queue)} of {len(incidents)} incidents ({shown_alerts} alerts), errors first, then warnings, then "
     f"notices, the newest first within each"
@@ -87,13 +92,13 @@ if not queue:
 st.dataframe(
     [
         {
-            "severity": SEVERITY_WORDS.get(i["severity"], i["severity"]),
-            "run": middle(i["run"], RUN_CHARS),
-            "trouble": " → ".join(i["rules"]),
+            "severity": _severity(i),
+            "run": middle(i.run, RUN_CHARS),
+            "trouble": " → ".join(i.rules),
             "steps": _steps(i),
-            "alerts": i["alert_count"],
-            "state": i["state"],
-            "message": i.get("message"),
+            "alerts": i.alert_count,
+            "state": i.state,
+            "message": i.message,
         }
         for i in queue
     ],
@@ -108,56 +113,53 @@ st.dataframe(
 )
 
 
-def _done_words(did: str, done: dict) -> str:
+def _done_words(did: str, done: IncidentChange) -> str:
     """The toast after an ack or resolve; on a team's lake the owning collector applies it a moment later."""
-    if done.get("state_requested"):
+    if done.state_requested:
         return (
-            f"Asked the collector that owns the run to set {len(done.get('requested') or [])} alert(s) to "
-            f"{done['state_requested']}: shown here once it has applied it (a few seconds)"
+            f"Asked the collector that owns the run to set {len(done.requested or [])} alert(s) to "
+            f"{done.state_requested}: shown here once it has applied it (a few seconds)"
         )
-    return f"{did} {len(done['changed'])} alert(s) of the incident"
+    return f"{did} {len(done.changed)} alert(s) of the incident"
 
 
 def _label(incident_id: int) -> str:
-    i = next(x for x in queue if x["id"] == incident_id)
-    count = f", {i['alert_count']} alerts" if i["alert_count"] > 1 else ""
-    return (
-        f"[{SEVERITY_WORDS.get(i['severity'], i['severity'])}] {' → '.join(i['rules'])} in {i['run']} "
-        f"at steps {_steps(i)} ({i['state']}{count})"
-    )
+    i = next(x for x in queue if x.id == incident_id)
+    count = f", {i.alert_count} alerts" if i.alert_count > 1 else ""
+    return f"[{_severity(i)}] {' → '.join(i.rules)} in {i.run} at steps {_steps(i)} ({i.state}{count})"
 
 
-chosen = st.selectbox("Review incident", [i["id"] for i in queue], format_func=_label, key="incident_choice")
-incident = next(i for i in queue if i["id"] == chosen)
+chosen = st.selectbox("Review incident", [i.id for i in queue], format_func=_label, key="incident_choice")
+incident = next(i for i in queue if i.id == chosen)
 evidence = _evidence(incident)
-color = {"error": st.error, "warn": st.warning}.get(incident["severity"], st.info)
+color = {"error": st.error, "warn": st.warning}.get(incident.severity, st.info)
 many = (
-    f" {incident['alert_count']} alerts at steps {', '.join(map(str, incident['steps']))}."
+    f" {incident.alert_count} alerts at steps {', '.join(map(str, incident.steps))}."
     if len(evidence) > 1
     else ""
 )
 color(
-    f"**{' → '.join(incident['rules'])}** ({SEVERITY_WORDS.get(incident['severity'])}, {incident['state']}) in run "
-    f"`{incident['run']}`: {incident.get('message')}{many}"
+    f"**{' → '.join(incident.rules)}** ({SEVERITY_WORDS.get(incident.severity)}, {incident.state}) in run "
+    f"`{incident.run}`: {incident.message}{many}"
 )
 
-action = incident.get("action")
+action = incident.action
 if action:
     # the API's action in three lines; the command once, in a code block (it has a copy button)
     st.markdown("**What to do**")
-    st.markdown(f"**Keep** {action['keep']}  \n**Run** {action['run']}")
-    if action.get("command"):
-        st.code(action["command"], language="bash")
-    st.markdown(f"**Why** {action['why']}")
-    st.caption(f"Trainer: {action['trainer']} ({action['trainer_evidence']}).")
+    st.markdown(f"**Keep** {action.keep}  \n**Run** {action.run}")
+    if action.command:
+        st.code(action.command, language="bash")
+    st.markdown(f"**Why** {action.why}")
+    st.caption(f"Trainer: {action.trainer} ({action.trainer_evidence}).")
 
-drawn = [m for m in incident["metrics"] if m][:EVIDENCE_CHARTS]
-first, last = incident["first_step"], incident["last_step"]
+drawn = [m for m in incident.metrics if m][:EVIDENCE_CHARTS]
+first, last = incident.first_step, incident.last_step
 margin = max(20, int((last - first) * CONTEXT_SHARE))
 for metric in drawn:
     series = [
         from_api(s)
-        for s in api.metrics(incident["run"], [metric], start=max(0, first - margin), end=last + margin)
+        for s in api.metrics(incident.run, [metric], start=max(0, first - margin), end=last + margin)
     ]
     if series and series[0]["steps"]:
         st.plotly_chart(
@@ -166,28 +168,28 @@ for metric in drawn:
                 title=f"Evidence: {metric} around steps {first}–{last}",
                 alerts=evidence,  # one trouble: every alert of it, on each of its metrics
             ),
-            key=f"evidence-{incident['id']}-{metric}",
+            key=f"evidence-{incident.id}-{metric}",
         )
     else:
         st.caption(f"No points of {metric} around steps {first}–{last}.")
 if not drawn:
     st.caption("This incident is about the run as a whole (no single metric to draw).")
 
-open_ids = [a["id"] for a in evidence if a["state"] == "open"]
-unresolved = [a["id"] for a in evidence if a["state"] != "resolved"]
-if incident["state"] == "open" and not unresolved:
+open_ids = [a.id for a in evidence if a.state == "open"]
+unresolved = [a.id for a in evidence if a.state != "resolved"]
+if incident.state == "open" and not unresolved:
     st.caption(
         "Every alert of this incident has cleared; it stays open until the run goes on past it without the "
         "trouble coming back."
     )
-note = st.text_input("Note (stored with each of its alerts)", key=f"note-{incident['id']}")
+note = st.text_input("Note (stored with each of its alerts)", key=f"note-{incident.id}")
 act = st.columns([1, 1, 4])
-if act[0].button("Acknowledge", disabled=not open_ids, key=f"ack-{incident['id']}"):
-    done = api.acknowledge_incident(incident["id"], note)
+if act[0].button("Acknowledge", disabled=not open_ids, key=f"ack-{incident.id}"):
+    done = api.acknowledge_incident(incident.id, note)
     st.toast(_done_words("Acknowledged", done))
     st.rerun()
-if act[1].button("Resolve", disabled=not unresolved, key=f"resolve-{incident['id']}"):
-    done = api.resolve_incident(incident["id"], note)
+if act[1].button("Resolve", disabled=not unresolved, key=f"resolve-{incident.id}"):
+    done = api.resolve_incident(incident.id, note)
     st.toast(_done_words("Resolved", done))
     st.rerun()
 
@@ -195,14 +197,14 @@ with st.expander(f"Evidence: {len(evidence)} alert(s)", expanded=len(evidence) =
     st.dataframe(
         [
             {
-                "id": a["id"],
-                "severity": SEVERITY_WORDS.get(a["severity"], a["severity"]),
-                "rule": a["rule"],
-                "metric": a.get("metric"),
-                "steps": f"{a['first_step']}–{a['last_step']}",
-                "state": a["state"],
-                "message": a.get("message"),
-                "note": a.get("note") or "",
+                "id": a.id,
+                "severity": _severity(a),
+                "rule": a.rule,
+                "metric": a.metric,
+                "steps": f"{a.first_step}–{a.last_step}",
+                "state": a.state,
+                "message": a.message,
+                "note": a.note or "",
             }
             for a in evidence
         ],
@@ -211,17 +213,22 @@ with st.expander(f"Evidence: {len(evidence)} alert(s)", expanded=len(evidence) =
         column_config={"message": st.column_config.TextColumn("message", width="large")},
     )
     history = sorted(
-        (
-            {**h, "alert": a["id"]}
-            for a in evidence[:HISTORY_ALERTS]
-            for h in api.alert(a["id"]).get("history") or []
-        ),
-        key=lambda h: h.get("at") or 0.0,
+        ((a.id, h) for a in evidence[:HISTORY_ALERTS] for h in api.alert(a.id).history),
+        key=lambda pair: pair[1].at or 0.0,
     )
     if history:
         st.markdown("**History**")
         st.dataframe(
-            [{**h, "at": ui.parse_time(h.get("at")), "note": h.get("note") or ""} for h in history],
+            [
+                {
+                    "at": ui.parse_time(h.at),
+                    "alert": alert_id,
+                    "event": h.event,
+                    "state": h.state,
+                    "note": h.note or "",
+                }
+                for alert_id, h in history
+            ],
             hide_index=True,
             width="stretch",
             column_order=("at", "alert", "event", "state", "note"),

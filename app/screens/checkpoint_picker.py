@@ -12,16 +12,16 @@ run = ui.require_run()
 
 st.title(f"Checkpoints of {run}")
 advice = api.checkpoints(run)
-checkpoints = advice.get("checkpoints") or []
-recommended = advice.get("recommended")
-deletable = set(advice.get("deletable") or [])
-metric = advice.get("metric") or "metric"
-direction = advice.get("direction")
+checkpoints = sorted(advice.checkpoints, key=lambda c: c.step)
+recommended = advice.recommended
+deletable = set(advice.deletable)
+metric = advice.metric or "metric"
+direction = advice.direction
 
 if recommended:
-    st.success(f"**Keep step {recommended['step']:,}**: {recommended.get('reason', '')}")
-    if recommended.get("path"):  # null when no checkpoint was seen: the step is the best evaluation's
-        st.code(recommended["path"], language=None)
+    st.success(f"**Keep step {recommended.step:,}**: {recommended.reason}")
+    if recommended.path:  # null when no checkpoint was seen: the step is the best evaluation's
+        st.code(recommended.path, language=None)
 else:
     st.info("No checkpoint to recommend yet (none is complete, or the run has no metric to judge them by).")
 
@@ -32,15 +32,15 @@ if not checkpoints:
 table = pd.DataFrame(
     [
         {
-            "step": c["step"],
-            metric: c.get("value"),
-            "complete": c.get("complete"),  # None: not known (a checkpoint inferred, not seen on disk)
-            "size": ui.human_bytes(c.get("bytes")),
-            "recommended": recommended is not None and c["step"] == recommended["step"],
-            "safe to delete": c["step"] in deletable,
-            "path": c["path"],
+            "step": c.step,
+            metric: c.value,
+            "complete": c.complete,  # None: not known (a checkpoint inferred, not seen on disk)
+            "size": ui.human_bytes(c.bytes),
+            "recommended": recommended is not None and c.step == recommended.step,
+            "safe to delete": c.step in deletable,
+            "path": c.path,
         }
-        for c in sorted(checkpoints, key=lambda c: c["step"])
+        for c in checkpoints
     ]
 )
 
@@ -65,18 +65,18 @@ st.dataframe(
 )
 
 if deletable:
-    frees = advice.get("frees_bytes")
+    frees = advice.frees_bytes
     st.warning(
         f"Safe to delete: {len(deletable)} checkpoint(s), steps {', '.join(str(s) for s in sorted(deletable))}; "
         f"frees {ui.human_bytes(frees)}."
     )
     with st.expander("Paths safe to delete"):
-        st.code("\n".join(c["path"] for c in checkpoints if c["step"] in deletable), language=None)
+        st.code("\n".join(c.path or "" for c in checkpoints if c.step in deletable), language=None)
 else:
     st.caption("No checkpoint is safe to delete.")
 
-steps = [c["step"] for c in sorted(checkpoints, key=lambda c: c["step"])]
-default = steps.index(recommended["step"]) if recommended and recommended["step"] in steps else len(steps) - 1
+steps = [c.step for c in checkpoints]
+default = steps.index(recommended.step) if recommended and recommended.step in steps else len(steps) - 1
 chosen = st.selectbox(
     "Copy the path of checkpoint",
     steps,
@@ -84,4 +84,4 @@ chosen = st.selectbox(
     format_func=lambda s: f"step {s:,}",
     key="checkpoint_choice",
 )
-st.code(next(c["path"] for c in checkpoints if c["step"] == chosen), language=None)
+st.code(next(c.path or "" for c in checkpoints if c.step == chosen), language=None)

@@ -15,7 +15,7 @@ from app.live import forget, load_series, window_series
 from app.panels import HEADLINES, Panel, metric_names, metrics_by_role, role_panels
 from app.playback import playback_control, stop_control
 from app.series import group_metrics, scaled
-from collector.api.models import RunDetail
+from collector.api.models import Alert, RunDetail
 
 api = ui.api()
 run = ui.require_run()
@@ -33,7 +33,7 @@ facts = {m.metric: m for m in detail.metrics}
 top = st.columns(4)
 top[0].metric("Status", status)
 top[1].metric("Step", f"{last:,} / {total:,}" if last is not None and total else f"{last or 0:,}")
-top[2].metric("Open alerts", ui.alert_counts_text(detail.open_alerts.model_dump()))
+top[2].metric("Open alerts", ui.alert_counts_text(detail.open_alerts))
 rec = detail.recommended_step
 top[3].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
 # What this kind of run is judged by, each the last value of its first metric in that role (the API says
@@ -110,11 +110,11 @@ if controls[3].button("Reload all points"):
     zoom.reset(run)
 
 checkpoint_steps = detail.checkpoint_steps
-# the view's alerts serve the first draw (as the alerts route's JSON, which refreshes ask for again)
-first_draw = {"alerts": [a.model_dump(exclude_unset=True, by_alias=True) for a in detail.alerts]}
+# the view's alerts serve the first draw (refreshes ask the alerts route again)
+first_draw = {"alerts": detail.alerts}
 
 
-def panel_figure(panel: Panel, series: dict[str, dict], alerts: list[dict]):
+def panel_figure(panel: Panel, series: dict[str, dict], alerts: list[Alert]):
     drawn = []
     for metric in panel.metrics:
         s = series[metric]
@@ -138,7 +138,7 @@ def panel_figure(panel: Panel, series: dict[str, dict], alerts: list[dict]):
     )
 
 
-def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: str) -> None:
+def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[Alert], key: str) -> None:
     fig = panel_figure(panel, series, alerts)
     st.plotly_chart(fig, key=key, config={"displaylogo": False})
     note = fig.layout.meta.get("bucket_note") if fig.layout.meta else None
@@ -146,14 +146,26 @@ def draw_panel(panel: Panel, series: dict[str, dict], alerts: list[dict], key: s
         st.caption(note)
 
 
-def alerts_table(alerts: list[dict]) -> None:
+def alerts_table(alerts: list[Alert]) -> None:
     """The run's alerts under the charts, from the same fetch the charts' episodes come from."""
     with st.expander("Alerts of this run"):
         if not alerts:
             st.write("No alerts.")
             return
-        columns = ("id", "severity", "rule", "metric", "first_step", "last_step", "state", "message")
-        st.dataframe([{k: a.get(k) for k in columns} for a in alerts], hide_index=True)
+        rows = [
+            {
+                "id": a.id,
+                "severity": a.severity,
+                "rule": a.rule,
+                "metric": a.metric,
+                "first_step": a.first_step,
+                "last_step": a.last_step,
+                "state": a.state,
+                "message": a.message,
+            }
+            for a in alerts
+        ]
+        st.dataframe(rows, hide_index=True)
 
 
 def said_figures(window) -> None:
@@ -182,11 +194,11 @@ def said_figures(window) -> None:
         st.dataframe(rows, hide_index=True, width="stretch")
 
 
-def open_groups(groups: dict[str, list[str]], alerts: list[dict]) -> dict[str, list[str]]:
+def open_groups(groups: dict[str, list[str]], alerts: list[Alert]) -> dict[str, list[str]]:
     """The groups of other metrics shown open, each with the metrics it shows: those a person opened, those
     with an alert, and with a search the metrics it matches. Only their series are fetched and drawn."""
     query = st.session_state.get("metric_search") or ""
-    alerted = {a.get("metric") for a in alerts}
+    alerted = {a.metric for a in alerts}
     opened = {}
     for group, metrics in groups.items():
         shown = [m for m in metrics if query.lower() in m.lower()] if query else metrics
@@ -200,14 +212,14 @@ def _group_key(group: str, query: str) -> str:
     return f"group-{group}-{query}"
 
 
-def other_metrics(groups: dict[str, list[str]], series: dict[str, dict], alerts: list[dict]) -> None:
+def other_metrics(groups: dict[str, list[str]], series: dict[str, dict], alerts: list[Alert]) -> None:
     """Every other metric, in groups by prefix, folded (a folded group draws nothing: a page of 80 metrics
     opens fast); a group with an alert opens by itself, and the search opens the groups it matches."""
     if not groups:
         return
     st.subheader("Other metrics")
     query = st.text_input("Find a metric", placeholder="part of a name, e.g. entropy", key="metric_search")
-    alerted = {a.get("metric") for a in alerts}
+    alerted = {a.metric for a in alerts}
     for group, metrics in groups.items():
         shown = [m for m in metrics if query.lower() in m.lower()] if query else metrics
         if not shown:

@@ -13,7 +13,7 @@ ROLE_PREFIX = "role:"
 
 api = ui.api()
 st.title("Compare runs")
-run_ids = [r["id"] for r in api.runs()]
+run_ids = [r.id for r in api.runs()]
 if len(run_ids) < 2:
     st.info("Comparing needs at least two runs.")
     st.stop()

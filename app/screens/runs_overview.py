@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
+from collector.api.models import RunSummary
 from collector.core.printable import middle
 
 api = ui.api()
@@ -46,16 +47,6 @@ SORTS = {
 }
 
 
-def progress(run: dict) -> float | None:
-    """How far the run is, 0..1: a completed run is done whatever its planned steps said."""
-    last, total = run.get("last_step"), run.get("total_steps")
-    if (run.get("status") or "") == "completed":
-        return 1.0
-    if last is None or not total:
-        return None
-    return max(0.0, min(1.0, last / total))
-
-
 def bar(fraction: float | None) -> str:
     if fraction is None:
         return NONE
@@ -79,29 +70,28 @@ def ago(when: datetime | None) -> str:
     return "just now"
 
 
-def _row(run: dict) -> dict:
-    alerts = run.get("open_alerts") or {}
-    last, total = run.get("last_step"), run.get("total_steps")
-    worst = next((s for s in ui.SEVERITIES if alerts.get(s)), "none")
-    updated = ui.parse_time(run.get("updated_at") or run.get("last_point_at"))
-    keep = run.get("recommended_step")
+def _row(run: RunSummary) -> dict:
+    alerts = run.open_alerts
+    last, total = run.last_step, run.total_steps
+    updated = ui.parse_time(run.updated_at or run.last_point_at)
+    keep = run.recommended_step
     return {
-        "run": run["id"],
-        "status": run.get("status") or "unknown",
-        "progress": bar(progress(run)),
+        "run": run.id,
+        "status": run.status or "unknown",
+        "progress": bar(run.progress),
         "step": (NONE if last is None else f"{last:,}") + (f" / {total:,}" if total else ""),
-        "train loss": number(run.get("train_loss")),
-        "val loss": number(run.get("val_loss")),
-        "severity": worst,
-        "alerts": ", ".join(f"{alerts[s]} {s}" for s in ui.SEVERITIES if alerts.get(s)) or NONE,
-        "errors": int(alerts.get("error", 0)),
-        "warnings": int(alerts.get("warn", 0)),
-        "info": int(alerts.get("info", 0)),
+        "train loss": number(run.train_loss),
+        "val loss": number(run.val_loss),
+        "severity": alerts.worst or "none",
+        "alerts": ui.alert_counts_text(alerts, none=NONE),
+        "errors": alerts.error,
+        "warnings": alerts.warn,
+        "info": alerts.info,
         "keep step": NONE if keep is None else f"{keep:,}",
-        "anomaly": run.get("anomaly_reason") or "",
+        "anomaly": run.anomaly_reason or "",
         "updated": ago(updated),
         "_updated": updated or datetime.min.replace(tzinfo=UTC),
-        "_progress": progress(run) or 0.0,
+        "_progress": run.progress or 0.0,
     }
 
 

@@ -103,6 +103,15 @@ class OpenAlerts(Answer):
     warn: int
     info: int
 
+    def by_severity(self) -> tuple[tuple[str, int], ...]:
+        """The counts by severity, the most severe first."""
+        return (("error", self.error), ("warn", self.warn), ("info", self.info))
+
+    @property
+    def worst(self) -> str | None:
+        """The most severe level with an open alert (`error`, `warn`, `info`), or None when none is open."""
+        return next((s for s, n in self.by_severity() if n), None)
+
 
 class RunSummary(Answer):
     """One run of `GET /api/runs`."""
@@ -123,6 +132,16 @@ class RunSummary(Answer):
     judged_to: int | None
     anomaly_detected: bool
     anomaly_reason: str | None
+
+    @property
+    def progress(self) -> float | None:
+        """How far the run is, 0..1 (`last_step` over `total_steps`); a completed run is done whatever its
+        planned steps said; None when its planned steps are not known."""
+        if self.status == "completed":
+            return 1.0
+        if self.last_step is None or not self.total_steps:
+            return None
+        return max(0.0, min(1.0, self.last_step / self.total_steps))
 
 
 class MetricInfo(Answer):
@@ -265,12 +284,20 @@ class ConfigDifference(Answer):
     values: dict[str, Any]
 
 
+class StopInForce(Answer):
+    """The stop request in force (`RUN_DIR/runwatch.stop`, see `collector.core.stop_request`); one written by
+    hand may hold any fields."""
+
+    reason: str | None = None
+    by: str | None = None  # rule, person
+
+
 class StopAnswer(Answer):
     """`POST /api/runs/{run}/stop`."""
 
     run: str
     path: str
-    request: dict[str, Any]
+    request: StopInForce
     written: bool
 
 
@@ -327,7 +354,8 @@ class ChecklistItem(Answer):
 
 
 class Action(Answer):
-    """What to do about an alert: the checkpoint to go back to, the command that resumes from it."""
+    """What to do about an alert: the checkpoint to go back to, the command that resumes from it; `keep`,
+    `run` and `why` say it in three short lines (the command itself is `command`), `text` in one paragraph."""
 
     checkpoint: Checkpoint | None
     trainer: str
@@ -337,6 +365,9 @@ class Action(Answer):
     skip_steps: list[int] | None
     advice_step: int | None
     text: str
+    keep: str
+    run: str
+    why: str
 
 
 class Alert(Answer):

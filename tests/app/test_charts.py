@@ -1,4 +1,4 @@
-"""Unit tests of the app's pure series and figure functions, on API-shaped dicts."""
+"""Unit tests of the app's pure series and figure functions, on API-shaped series and the API's alerts."""
 
 from __future__ import annotations
 
@@ -15,6 +15,26 @@ from app.series import (
     group_metrics,
     scaled,
 )
+from collector.api.models import Alert
+
+
+def alert(rule: str, severity: str, metric: str | None, first_step: int, last_step: int) -> Alert:
+    """An open alert as `GET /api/alerts` answers it."""
+    return Alert(
+        id=first_step,
+        run="r",
+        rule=rule,
+        severity=severity,
+        metric=metric,
+        first_step=first_step,
+        last_step=last_step,
+        state="open",
+        message=f"{rule} at step {first_step}",
+        value=None,
+        note=None,
+        created_at=None,
+        updated_at=None,
+    )
 
 
 def raw_series(metric: str, steps: list[int], values: list) -> dict:
@@ -134,18 +154,12 @@ def test_raw_series_with_smoothing_keeps_raw_points_under_the_line_and_marks_ale
     series = raw_series("train/loss", list(range(1, 11)), [float(10 - i) for i in range(10)])
     val = raw_series("val/loss", [5, 10], [6.0, 4.0])
     alerts = [
-        {"rule": "val_loss_rise", "severity": "warn", "metric": "val/loss", "first_step": 5, "last_step": 10},
-        {
-            "rule": "grad_spike",
-            "severity": "error",
-            "metric": "train/grad_norm",
-            "first_step": 3,
-            "last_step": 3,
-        },
-        {"rule": "stall", "severity": "error", "metric": None, "first_step": 9, "last_step": 9},
+        alert("val_loss_rise", "warn", "val/loss", 5, 10),
+        alert("grad_spike", "error", "train/grad_norm", 3, 3),
+        alert("stall", "error", None, 9, 9),
     ]
     shown = alerts_for(alerts, ["train/loss", "val/loss"])
-    assert [a["rule"] for a in shown] == ["val_loss_rise", "stall"]
+    assert [a.rule for a in shown] == ["val_loss_rise", "stall"]
     fig = figure_json(metric_figure([series, val], title="loss", smoothing=0.6, log_y=True, alerts=shown))
     names = [t["name"] for t in fig["data"]]
     assert names == [
@@ -178,10 +192,7 @@ def test_raw_series_with_smoothing_keeps_raw_points_under_the_line_and_marks_ale
 
 def test_recurring_alerts_are_one_legend_entry_beside_the_thresholds():
     series = raw_series("grad_norm", list(range(1, 101)), [1.0] * 100)
-    spikes = [
-        {"rule": "grad_spike", "severity": "error", "metric": "grad_norm", "first_step": s, "last_step": s}
-        for s in (10, 11, 12, 60)
-    ]
+    spikes = [alert("grad_spike", "error", "grad_norm", s, s) for s in (10, 11, 12, 60)]
     fig = figure_json(
         metric_figure([series], title="grad", alerts=spikes, warning_line=5.0, normal_band=(0.5, 2))
     )

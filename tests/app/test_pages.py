@@ -101,12 +101,12 @@ def test_overview_lists_every_run_with_status_and_alert_counts(app_env):
     table = at.dataframe[0].value
     expected = set(real_run_ids())
     assert set(table["run"]) == expected
-    runs = {r["id"]: r for r in api_of(app_env).runs()}
+    runs = {r.id: r for r in api_of(app_env).runs()}
     for _, row in table.iterrows():
         api_run = runs[row["run"]]
-        assert row["status"] == (api_run["status"] or "unknown")
-        assert row["errors"] == api_run["open_alerts"].get("error", 0)
-        assert row["warnings"] == api_run["open_alerts"].get("warn", 0)
+        assert row["status"] == (api_run.status or "unknown")
+        assert row["errors"] == api_run.open_alerts.error
+        assert row["warnings"] == api_run.open_alerts.warn
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Runs"] == str(len(expected))
 
@@ -163,21 +163,21 @@ def test_run_page_lists_the_files_it_reads_and_those_it_does_not(app_env):
 
 def test_run_page_marks_every_alert_of_the_run_on_its_chart(app_env):
     api = api_of(app_env)
-    with_metric = sorted({a["run"] for a in api.alerts() if a.get("metric")})
+    with_metric = sorted({a.run for a in api.alerts() if a.metric})
     assert with_metric, "the collector raised no alert about a metric in any real run; nothing to check"
     run = with_metric[0]
-    alerts = [a for a in api.alerts(run=run) if a.get("metric")]
+    alerts = [a for a in api.alerts(run=run) if a.metric]
     at = open_page("run", run=run)
     figs = figures(at)
     for alert in alerts:
-        label = f"{alert['rule']} ({alert['severity']})"
+        label = f"{alert.rule} ({alert.severity})"
         marked = [
             fig["layout"]["title"]["text"]
             for fig in figs
-            if any(t.get("name", "").startswith(label) and alert["first_step"] in t["x"] for t in fig["data"])
-            and any(t.get("name") == alert["metric"] for t in fig["data"])
+            if any(t.get("name", "").startswith(label) and alert.first_step in t["x"] for t in fig["data"])
+            and any(t.get("name") == alert.metric for t in fig["data"])
         ]
-        assert marked, f"alert {label} on {alert['metric']} is not marked on the chart of that metric"
+        assert marked, f"alert {label} on {alert.metric} is not marked on the chart of that metric"
 
 
 def test_rl_run_gets_reward_entropy_and_response_length_panels(app_env):
@@ -248,13 +248,13 @@ def test_alert_review_is_a_queue_of_incidents_errors_first(app_env):
     table = at.dataframe[0].value
     top = at.selectbox(key="incident_choice")
     assert top.index == 0
-    first = next(i for i in api.incidents(state="open") if i["id"] == top.value)
-    assert " → ".join(first["rules"]) == table["trouble"][0]
+    first = next(i for i in api.incidents(state="open") if i.id == top.value)
+    assert " → ".join(first.rules) == table["trouble"][0]
     head, _, tail = table["run"][0].partition("…")  # a long name is shortened in the middle
-    assert first["run"].startswith(head) and first["run"].endswith(tail) and first["run"] in top.options[0]
+    assert first.run.startswith(head) and first.run.endswith(tail) and first.run in top.options[0]
     every = api.incidents(state="all")
     table = _state_filter(at, "all").dataframe[0].value
-    assert len(table) == len(every) and sum(table["alerts"]) == sum(i["alert_count"] for i in every)
+    assert len(table) == len(every) and sum(table["alerts"]) == sum(i.alert_count for i in every)
     order = {"error": 0, "warning": 1, "notice": 2}
     ranks = [order[s] for s in table["severity"]]
     assert ranks == sorted(ranks) and len(set(ranks)) > 1
@@ -263,17 +263,17 @@ def test_alert_review_is_a_queue_of_incidents_errors_first(app_env):
 def test_acknowledging_an_incident_acknowledges_its_open_alerts_with_the_note(app_env):
     at = open_page("alerts")
     incident_id = at.selectbox(key="incident_choice").value
-    incident = next(i for i in api_of(app_env).incidents(state="all") if i["id"] == incident_id)
+    incident = next(i for i in api_of(app_env).incidents(state="all") if i.id == incident_id)
     before = {a["id"]: a for a in collector_cli(app_env, "alerts", "--state", "all")}
-    opened = [a for a in incident["alert_ids"] if before[a]["state"] == "open"]
-    assert incident["state"] == "open" and opened
-    assert at.get("plotly_chart") or not any(incident["metrics"])  # the evidence chart
+    opened = [a for a in incident.alert_ids if before[a]["state"] == "open"]
+    assert incident.state == "open" and opened
+    assert at.get("plotly_chart") or not any(incident.metrics)  # the evidence chart
     at.text_input(key=f"note-{incident_id}").input("seen in the app test").run()
     at.button(key=f"ack-{incident_id}").click().run()
     assert not at.exception, [e.value for e in at.exception]
     after = {a["id"]: a for a in collector_cli(app_env, "alerts", "--state", "all")}
     assert all(after[a]["state"] == "acked" and after[a]["note"] == "seen in the app test" for a in opened)
-    others = [a for a in incident["alert_ids"] if a not in opened]
+    others = [a for a in incident.alert_ids if a not in opened]
     assert all(after[a]["state"] == before[a]["state"] for a in others)  # resolved ones stay resolved
 
 
@@ -285,56 +285,56 @@ def _state_filter(at, state: str):
 def test_resolving_an_incident_resolves_its_alerts_with_note_and_history(app_env):
     api = api_of(app_env)
     at = _state_filter(open_page("alerts"), "all")
-    alerts = {a["id"]: a for a in api.alerts(state="all")}
+    alerts = {a.id: a for a in api.alerts(state="all")}
     incident = next(
         i
         for i in api.incidents(state="all")
-        if i["state"] != "resolved" and any(alerts[a]["state"] != "resolved" for a in i["alert_ids"])
+        if i.state != "resolved" and any(alerts[a].state != "resolved" for a in i.alert_ids)
     )
-    at.selectbox(key="incident_choice").set_value(incident["id"]).run()
-    at.text_input(key=f"note-{incident['id']}").input("fixed the lr").run()
-    at.button(key=f"resolve-{incident['id']}").click().run()
+    at.selectbox(key="incident_choice").set_value(incident.id).run()
+    at.text_input(key=f"note-{incident.id}").input("fixed the lr").run()
+    at.button(key=f"resolve-{incident.id}").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    for alert_id in incident["alert_ids"]:
+    for alert_id in incident.alert_ids:
         stored = api.alert(alert_id)
-        assert stored["state"] == "resolved"
-        if alerts[alert_id]["state"] != "resolved":
-            assert stored["note"] == "fixed the lr"
-            assert any(h.get("note") == "fixed the lr" for h in stored["history"])
+        assert stored.state == "resolved"
+        if alerts[alert_id].state != "resolved":
+            assert stored.note == "fixed the lr"
+            assert any(h.note == "fixed the lr" for h in stored.history)
     # an incident whose alerts all cleared stays open (and offered) only while its run may go on within the
     # keep-firing window, and the page says so
-    now = next(i for i in api.incidents(state="all") if i["id"] == incident["id"])
+    now = next(i for i in api.incidents(state="all") if i.id == incident.id)
     cleared = any("has cleared" in c.value for c in at.caption)
-    assert cleared == (now["state"] == "open")
+    assert cleared == (now.state == "open")
     _state_filter(at, "open")
     offered = [o for s in at.selectbox if s.key == "incident_choice" for o in s.options]
-    assert any(f"{' → '.join(now['rules'])} in {now['run']} " in o for o in offered) == cleared
+    assert any(f"{' → '.join(now.rules)} in {now.run} " in o for o in offered) == cleared
 
 
 def test_alert_filters_narrow_the_queue(app_env):
     every = api_of(app_env).incidents(state="all")
-    assert len({r for i in every for r in i["rules"]}) > 1
-    rule = every[0]["rules"][-1]
+    assert len({r for i in every for r in i.rules}) > 1
+    rule = every[0].rules[-1]
     at = _state_filter(open_page("alerts"), "all")
     at.multiselect[1].set_value([rule]).run()
     table = at.dataframe[0].value
     assert all(rule in trouble.split(" → ") for trouble in table["trouble"])
-    assert len(table) == len([i for i in every if rule in i["rules"]])
+    assert len(table) == len([i for i in every if rule in i.rules])
 
 
 @pytest.mark.slow
 def test_checkpoint_page_shows_the_recommendation_and_its_path(smoke_env):
     advice = api_of(smoke_env).checkpoints(SMOKE_RUN)
-    assert advice["checkpoints"], "the smoke run saved no checkpoint"
+    assert advice.checkpoints, "the smoke run saved no checkpoint"
     at = open_page("checkpoints", run=SMOKE_RUN)
     table = at.dataframe[0].value
-    assert list(table["step"]) == sorted(c["step"] for c in advice["checkpoints"])
+    assert list(table["step"]) == sorted(c.step for c in advice.checkpoints)
     codes = [c.value for c in at.code]
-    if advice["recommended"]:
-        assert f"Keep step {advice['recommended']['step']:,}" in at.success[0].value
-        assert advice["recommended"]["path"] in codes
-        assert table.set_index("step").loc[advice["recommended"]["step"], "recommended"]
-    assert set(table[table["safe to delete"]]["step"]) == set(advice["deletable"])
+    if advice.recommended:
+        assert f"Keep step {advice.recommended.step:,}" in at.success[0].value
+        assert advice.recommended.path in codes
+        assert table.set_index("step").loc[advice.recommended.step, "recommended"]
+    assert set(table[table["safe to delete"]]["step"]) == set(advice.deletable)
     # the path of the chosen checkpoint is in a code block (which has a copy button)
     at.selectbox(key="checkpoint_choice").set_value(table["step"].iloc[0]).run()
     assert table["path"].iloc[0] in [c.value for c in at.code]
@@ -425,17 +425,14 @@ def test_alert_review_says_what_to_do_in_three_lines_with_the_command_once(app_e
     # the action (issue 12 item 8) is drawn as the API sends it; issue 23.2: Keep / Run / Why, the command
     # once in a code block (its copy button), not the paragraph
     at = _state_filter(open_page("alerts"), "all")
-    incident = next(i for i in api_of(app_env).incidents(state="all") if i.get("action"))
-    action = incident["action"]
-    at.selectbox(key="incident_choice").set_value(incident["id"]).run()
+    incident = next(i for i in api_of(app_env).incidents(state="all") if i.action)
+    action = incident.action
+    at.selectbox(key="incident_choice").set_value(incident.id).run()
     assert not at.exception, [e.value for e in at.exception]
     shown = [m.value for m in at.markdown]
     assert "**What to do**" in shown
-    assert (
-        f"**Keep** {action['keep']}  \n**Run** {action['run']}" in shown
-        and f"**Why** {action['why']}" in shown
-    )
-    assert action["text"] not in shown
-    assert [c.value for c in at.code] == ([action["command"]] if action["command"] else [])
-    if action["command"]:
-        assert not any(action["command"] in m for m in shown)
+    assert f"**Keep** {action.keep}  \n**Run** {action.run}" in shown and f"**Why** {action.why}" in shown
+    assert action.text not in shown
+    assert [c.value for c in at.code] == ([action.command] if action.command else [])
+    if action.command:
+        assert not any(action.command in m for m in shown)
