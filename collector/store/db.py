@@ -179,13 +179,18 @@ class Store:
         """Record a run the first time it is seen; later calls keep its state and refresh path and format."""
         now = time.time()
         with self.transaction() as cur:
-            cur.execute(
-                """INSERT INTO runs (id, root, path, format, status, created_at, updated_at)
-                   VALUES (?, ?, ?, ?, 'unknown', ?, ?)
-                   ON CONFLICT (id) DO UPDATE SET root = excluded.root, path = excluded.path,
-                   format = excluded.format""",
-                [run_id, root, path, fmt, now, now],
-            )
+            # An UPDATE, then an INSERT when there was nothing to update, not `INSERT ... ON CONFLICT`: DuckDB
+            # 1.4.4 (team mode's engine) holds ~0.25 MB per upsert statement until the transaction commits, and
+            # `discover` registers every run in one transaction (8,100 runs ran out of 3 GB); 3x faster too.
+            if not cur.execute(
+                "UPDATE runs SET root = ?, path = ?, format = ? WHERE id = ? RETURNING 1",
+                [root, path, fmt, run_id],
+            ).fetchall():
+                cur.execute(
+                    """INSERT INTO runs (id, root, path, format, status, created_at, updated_at)
+                       VALUES (?, ?, ?, ?, 'unknown', ?, ?)""",
+                    [run_id, root, path, fmt, now, now],
+                )
 
     def set_skipped_files(self, run_id: str | None, files: list[tuple[str, str, int]]) -> None:
         """Replace the run's list of files it does not read: (path, reason, bytes) each (run None: the
@@ -259,15 +264,20 @@ class Store:
 
     def add_source(self, run_id: str, path: str, fmt: str) -> SourceState:
         """Register a file of a run (offset 0, segment 0); returns its state."""
-        with self.transaction() as cur:
-            cur.execute(
-                """INSERT INTO sources (run_id, path, format, inode, device, size, mtime, byte_offset, lines,
+        with self.transaction() as cur:  # (no upsert: see `upsert_run`)
+            known = cur.execute(
+                "UPDATE sources SET run_id = ?, format = ? WHERE path = ? RETURNING id", [run_id, fmt, path]
+            ).fetchall()
+            source_id = (
+                known[0][0]
+                if known
+                else cur.execute(
+                    """INSERT INTO sources (run_id, path, format, inode, device, size, mtime, byte_offset, lines,
                    segment, state, updated_at, tail_sig) VALUES (?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 'active', ?, ''::BLOB)
-                   ON CONFLICT (path) DO UPDATE SET run_id = excluded.run_id, format = excluded.format
                    RETURNING id""",
-                [run_id, path, fmt, time.time()],
+                    [run_id, path, fmt, time.time()],
+                ).fetchall()[0][0]
             )
-            source_id = cur.fetchall()[0][0]
         return SourceState(id=source_id, run_id=run_id, path=path, format=fmt)
 
     def save_source(self, cur: duckdb.DuckDBPyConnection, s: SourceState) -> None:
