@@ -27,6 +27,7 @@ from collector.runs.lookup import NotFound
 from collector.runs.service import RunService
 from collector.store.damage import DamagedDatabase, damage_met
 from collector.store.db import Store
+from collector.store.lake_access import LakeReadOnly
 
 # Every router of the API, in the order their routes are matched: `runs` last, since its
 # `GET /api/runs/{run:path}` would take any deeper path of a run (`/api/runs/a/checkpoints`) listed after it.
@@ -70,6 +71,7 @@ def create_app(
     # What a view raises, as the HTTP answer: an unknown run or alert is a 404, a bad argument a 400.
     app.add_exception_handler(NotFound, _answer(404))
     app.add_exception_handler(ValueError, _answer(400))
+    app.add_exception_handler(LakeReadOnly, _answer(403))  # a team reader whose Postgres role only reads
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(duckdb.Error, _damage_told)
     app.add_exception_handler(DamagedDatabase, _damage_told)

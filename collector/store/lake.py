@@ -31,6 +31,7 @@ from pathlib import Path
 import duckdb
 
 from collector.core.runtime import pid_alive
+from collector.store import lake_access
 from collector.store.schema import StoreError
 
 log = logging.getLogger("collector")
@@ -105,6 +106,7 @@ def attach(con: duckdb.DuckDBPyConnection, spec: LakeSpec, read_only: bool = Fal
     """Attach the lake as `lake` (creating its catalog the first time); a clear error when Postgres is out of
     reach."""
     mode = ", READ_ONLY" if read_only else ""
+    lake_access.prepare_data_path(con, spec.data_path)
     try:
         con.execute(f"ATTACH '{spec.catalog}' AS {LAKE} (DATA_PATH '{spec.data_path}'{mode})")
     except duckdb.Error as e:
@@ -201,6 +203,13 @@ class LakePublisher:
             return
         attach(self.cur, self.spec)
         self.attached = True
+        if not lake_access.role_may_write(self.cur, LAKE):
+            role = lake_access.role_name(self.cur, LAKE)
+            self._drop_connection()
+            raise StoreError(
+                f"the lake's Postgres role {role!r} may only read it: a collector needs a role that may write "
+                "the lake's catalog (README, team mode: roles)"
+            )
         self._retry(lambda: ensure_schema(self.cur, local_tables(self.cur)))
 
     def _drop_connection(self) -> None:
@@ -509,6 +518,14 @@ def open_lake_reader(spec: LakeSpec, memory_mb: int) -> duckdb.DuckDBPyConnectio
     con = duckdb.connect(":memory:", config={"memory_limit": f"{memory_mb}MB"})
     load_extensions(con)
     attach(con, spec)
+    if not lake_access.role_may_write(con, LAKE):  # then nothing is written, not even a file a commit drops
+        log.info(
+            "team lake: the Postgres role %r may only read the lake: serving it read-only (stops, acks and "
+            "resolves are refused here)",
+            lake_access.role_name(con, LAKE),
+        )
+        con.execute(f"DETACH {LAKE}")
+        attach(con, spec, read_only=True)
     con.execute(f"USE {LAKE}")
     return con
 
@@ -518,6 +535,7 @@ def ask_alert_states(
 ) -> None:
     """A reader's ack or resolve of alerts (one, or an incident's): rows, in one commit, that the collector
     which raised them applies (then publishes the alerts' new state)."""
+    lake_access.refuse_if_read_only(cur, LAKE)
     if alert_ids:
         cur.execute(
             f"INSERT INTO {LAKE}.team_alert_changes SELECT unnest(?), ?, ?, ?, NULL, NULL",
@@ -553,6 +571,7 @@ class ReaderCursor:
 
 def ask_stop(cur: duckdb.DuckDBPyConnection, run_id: str, reason: str, by: str) -> None:
     """A reader's stop request: a row the owning collector picks up (it writes the run's stop file)."""
+    lake_access.refuse_if_read_only(cur, LAKE)
     cur.execute(
         f"INSERT INTO {LAKE}.team_stops VALUES (?, ?, ?, ?, NULL, NULL)", [run_id, reason, time.time(), by]
     )

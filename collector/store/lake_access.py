@@ -1,0 +1,98 @@
+"""Team mode's access to the lake: what its Postgres role may do, and its data on object storage.
+
+Roles: the catalog's Postgres role decides whether a process may change the lake at all. A collector needs one
+that may write (it is refused at start otherwise, instead of failing every batch); a reader whose role may only
+read attaches the lake read-only, so the API's stops, acks and resolves are refused (`LakeReadOnly`, a 403)
+before anything is written. Postgres cannot restrict a writing role to one collector's rows: DuckLake keeps
+every table's rows in Parquet files named by shared catalog tables (README, "Team mode").
+
+Object storage: a `--data-path` of `s3://bucket/folder/` loads DuckDB's httpfs (duckdb-ext-httpfs, the team
+venv) and makes an S3 secret from the usual AWS variables, `AWS_ENDPOINT_URL` naming an S3-compatible server.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
+
+import duckdb
+
+from collector.store.schema import StoreError
+
+METADATA = "__ducklake_metadata_{lake}"  # DuckLake's own name for the attached catalog database
+
+
+class LakeReadOnly(Exception):
+    """A change asked of a reader whose Postgres role may only read the lake (the API answers 403)."""
+
+
+def role_may_write(con: duckdb.DuckDBPyConnection, lake: str) -> bool:
+    """Whether the catalog's Postgres role may commit to the lake (insert a snapshot); True for a catalog
+    that is not Postgres (its file's permissions decide)."""
+    kind = con.execute(
+        "SELECT type FROM duckdb_databases() WHERE database_name = ?", [METADATA.format(lake=lake)]
+    ).fetchall()
+    if not kind or kind[0][0] != "postgres":
+        return True
+    (may,) = con.execute(
+        f"""SELECT * FROM postgres_query('{METADATA.format(lake=lake)}',
+            'SELECT has_table_privilege(''ducklake_snapshot'', ''INSERT'')')"""
+    ).fetchone()
+    return bool(may)
+
+
+def role_name(con: duckdb.DuckDBPyConnection, lake: str) -> str:
+    """The Postgres role the catalog connection acts as (for messages)."""
+    try:
+        (name,) = con.execute(
+            f"SELECT * FROM postgres_query('{METADATA.format(lake=lake)}', 'SELECT current_user')"
+        ).fetchone()
+        return str(name)
+    except duckdb.Error:
+        return "?"
+
+
+def refuse_if_read_only(cur, lake: str) -> None:
+    """LakeReadOnly when the lake is attached read-only (the reader's role may only read)."""
+    rows = cur.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = ?", [lake]).fetchall()
+    if rows and rows[0][0]:
+        raise LakeReadOnly(
+            "this team API reads the lake with a Postgres role that may only read it: a stop, ack or resolve "
+            "needs a team API whose role may write the lake, or the collector that owns the run"
+        )
+
+
+def prepare_data_path(con: duckdb.DuckDBPyConnection, data_path: str) -> None:
+    """For an `s3://` data path: httpfs loaded and an S3 secret from the environment (AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION or AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 or
+    AWS_ENDPOINT_URL); other paths need nothing."""
+    if not data_path.startswith("s3://"):
+        return
+    try:
+        con.execute("LOAD httpfs")
+    except duckdb.Error as e:
+        raise StoreError(
+            f"--data-path {data_path}: object storage needs DuckDB's httpfs extension (duckdb-ext-httpfs in "
+            f"the team venv, `make team-venv`): {str(e).splitlines()[0]}"
+        ) from None
+    env = os.environ
+    options = {
+        "KEY_ID": env.get("AWS_ACCESS_KEY_ID"),
+        "SECRET": env.get("AWS_SECRET_ACCESS_KEY"),
+        "SESSION_TOKEN": env.get("AWS_SESSION_TOKEN"),
+        "REGION": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+    }
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:  # an S3-compatible server (MinIO, a test server): its host:port, path-style addresses
+        url = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise StoreError(f"AWS_ENDPOINT_URL {endpoint!r}: expected http(s)://host[:port]")
+        options |= {"ENDPOINT": url.netloc, "URL_STYLE": "path", "USE_SSL": url.scheme == "https"}
+    given = ", ".join(f"{k} {_literal(v)}" for k, v in options.items() if v is not None)
+    con.execute(f"CREATE OR REPLACE SECRET runwatch_lake_s3 (TYPE s3{', ' + given if given else ''})")
+
+
+def _literal(value: str | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "'" + value.replace("'", "''") + "'"  # (CREATE SECRET takes no parameters)

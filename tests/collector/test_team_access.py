@@ -1,0 +1,191 @@
+"""Team mode's access with real parts: Postgres roles created in a real cluster (a collector's role that writes,
+a read-only role for a reader), each process's own API token, and the lake's data on a real S3-compatible server
+(moto's `moto_server`, from the team venv) instead of a folder."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from collector.api.client import ApiError, Client
+from tests.collector.test_daemon_support import REPO, wait_for
+from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, raw, write_steps
+from tests.pg_support import PgServer, free_port, postgres_missing
+
+
+@pytest.fixture(scope="module")
+def pg() -> PgServer:
+    """The module's throwaway cluster (as test_team.py's)."""
+    missing = postgres_missing()
+    if missing or not TEAM_PYTHON.exists():
+        pytest.fail(missing or f"{TEAM_PYTHON} is missing: `make team-venv` builds it")
+    server = PgServer().start()
+    yield server
+    server.remove()
+
+
+# A writing role owns the catalog; each collector (and a team API that takes stops) logs in as its own role and
+# acts as it. A read-only role may read every catalog table, now and later.
+ROLES = """
+CREATE ROLE lake_writer NOLOGIN;
+CREATE ROLE lake_reader NOLOGIN;
+ALTER DATABASE {db} OWNER TO lake_writer;
+ALTER SCHEMA public OWNER TO lake_writer;
+GRANT USAGE ON SCHEMA public TO lake_reader;
+ALTER DEFAULT PRIVILEGES FOR ROLE lake_writer IN SCHEMA public GRANT SELECT ON TABLES TO lake_reader;
+CREATE ROLE alice LOGIN IN ROLE lake_writer;
+ALTER ROLE alice SET role = 'lake_writer';
+CREATE ROLE desk LOGIN IN ROLE lake_writer;
+ALTER ROLE desk SET role = 'lake_writer';
+CREATE ROLE viewer LOGIN IN ROLE lake_reader;
+"""
+
+
+def psql(pg: PgServer, db: str, user: str, sql: str) -> subprocess.CompletedProcess:
+    cmd = [
+        "/usr/bin/psql",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(pg.port),
+        "-U",
+        user,
+        "-d",
+        db,
+        "-v",
+        "ON_ERROR_STOP=1",
+    ]
+    return pg._run([*cmd, "-c", sql], check=False)
+
+
+def as_role(dsn: str, role: str) -> str:
+    return re.sub(r"user=\S+", f"user={role}", dsn)
+
+
+def test_roles_a_read_only_reader_and_a_token_for_each_process(pg, tmp_path):
+    dsn, data = pg.new_database("roles"), tmp_path / "lake"
+    made = psql(pg, "roles", pg.user, ROLES.format(db="roles"))
+    assert made.returncode == 0, made.stderr
+    metrics = tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl"
+    write_steps(metrics, 1, 100)
+    with metrics.open("a") as f:
+        f.write('{"step": 101, "data": {"train/loss": NaN, "train/lr": 0.0001}}\n')
+    (tmp_path / "alice" / "exp" / "sft" / "status.json").write_text('{"state": "running"}')
+    alice = TeamDaemon(
+        tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(as_role(dsn, "alice"), data, "alice")
+    )
+    desk = TeamDaemon(tmp_path / "desk.duckdb", [], *lake_args(as_role(dsn, "desk"), data))
+    viewer = TeamDaemon(tmp_path / "viewer.duckdb", [], *lake_args(as_role(dsn, "viewer"), data))
+    try:
+        alice.start()
+        desk.start()
+        viewer.start()
+        seen = viewer.client()
+        wait_for(
+            lambda: raw(seen, "alice/exp/sft")[0] == list(range(1, 102)),
+            "alice's steps on the read-only reader",
+        )
+        assert "may only read the lake: serving it read-only" in viewer.log.read_text()
+        # Postgres itself refuses the read-only role any change of the catalog.
+        refused = psql(pg, "roles", "viewer", "DELETE FROM ducklake_snapshot")
+        assert refused.returncode != 0 and "permission denied" in refused.stderr, refused.stderr
+        # A collector with the read-only role is refused at start, saying why.
+        eve = subprocess.run(
+            [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(tmp_path / "eve.duckdb"),
+             str(tmp_path / "alice"), "--once", *lake_args(as_role(dsn, "viewer"), data, "eve")],
+            cwd=REPO, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert eve.returncode == 1 and "'viewer' may only read it" in eve.stderr, eve.stderr[-2000:]
+        # The read-only reader lists every run and incident but refuses a stop, an ack or a resolve (403).
+        incident = wait_for(lambda: seen.get("/api/runs/alice/exp/sft/incidents")[0], "alice's NaN incident")
+        for path in (
+            "/api/runs/alice/exp/sft/stop",
+            f"/api/incidents/{incident['id']}/ack",
+            f"/api/alerts/{incident['id']}/resolve",
+        ):
+            with pytest.raises(ApiError, match="may only read it") as caught:
+                seen.post(path, {"reason": "from the read-only page", "note": "x"})
+            assert caught.value.status == 403, path
+        # The team API whose role writes asks the ack; alice applies it; the read-only reader shows it.
+        asked = desk.client().post(f"/api/incidents/{incident['id']}/ack", {"note": "on it (desk)"})
+        assert asked["state_requested"] == "acked"
+        wait_for(
+            lambda: _state(seen, incident["id"]) == "acked",
+            "the ack asked on desk, applied by alice, on the read-only reader",
+        )
+        assert not (metrics.parent / "runwatch.stop").exists()  # the refused stop was never asked
+        # Tokens: each process has its own; a reader answers nothing but its health without its own token.
+        url = seen.base_url
+        assert httpx.get(f"{url}/api/health").status_code == 200
+        assert httpx.get(f"{url}/api/runs").status_code == 401
+        alice_token = (tmp_path / "alice.duckdb.token").read_text().strip()
+        viewer_token = (tmp_path / "viewer.duckdb.token").read_text().strip()
+        assert alice_token != viewer_token
+        for token, status in ((alice_token, 401), ("not-a-token", 401), (viewer_token, 200)):
+            answer = httpx.get(f"{url}/api/runs", headers={"Authorization": f"Bearer {token}"})
+            assert answer.status_code == status, (token[:4], answer.text)
+    finally:
+        for d in (alice, desk, viewer):
+            d.ensure_stopped()
+
+
+def _state(client: Client, incident_id: int) -> str:
+    return next(i["state"] for i in client.get("/api/incidents") if i["id"] == incident_id)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.TransportError:  # not listening yet
+        return False
+
+
+def test_the_lakes_data_on_an_s3_compatible_server(pg, tmp_path, monkeypatch):
+    """`--data-path s3://bucket/folder/`: a collector writes the Parquet files to a real S3 server over HTTP, a
+    reader reads them back, nothing is written to a local lake folder."""
+    port = free_port()
+    log = tmp_path / "moto.log"
+    with log.open("ab") as out:
+        moto = subprocess.Popen(
+            [str(Path(TEAM_PYTHON).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _answers(endpoint), "moto_server to answer", proc=moto, log=log)
+        assert httpx.put(f"{endpoint}/team-lake").status_code == 200  # the bucket
+        for name, value in (
+            ("AWS_ACCESS_KEY_ID", "runwatch-test"),
+            ("AWS_SECRET_ACCESS_KEY", "runwatch-test-secret"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ENDPOINT_URL", endpoint),
+        ):
+            monkeypatch.setenv(name, value)  # the collector and the reader inherit them
+        dsn, data = pg.new_database("s3"), "s3://team-lake/runs/"
+        metrics = tmp_path / "root" / "exp" / "rl" / "metrics.jsonl"
+        write_steps(metrics, 1, 400)
+        sam = TeamDaemon(tmp_path / "sam.duckdb", [tmp_path / "root"], *lake_args(dsn, data, "sam"))
+        reader = TeamDaemon(tmp_path / "reader.duckdb", [], *lake_args(dsn, data))
+        try:
+            sam.start()
+            reader.start()
+            client = reader.client()
+            wait_for(lambda: exactly(client, "sam/exp/rl", 400), "sam's 400 steps through S3")
+            write_steps(metrics, 401, 450)
+            wait_for(lambda: exactly(client, "sam/exp/rl", 450), "sam's later lines through S3")
+            listing = httpx.get(f"{endpoint}/team-lake", params={"list-type": "2", "prefix": "runs/"}).text
+            keys = re.findall(r"<Key>([^<]+)</Key>", listing)
+            assert any(k.startswith("runs/main/point_rows/") and k.endswith(".parquet") for k in keys), keys
+        finally:
+            sam.ensure_stopped()
+            reader.ensure_stopped()
+        assert not list(tmp_path.glob("**/*.parquet"))  # the data went to the bucket, not to a folder here
+    finally:
+        moto.terminate()
+        moto.wait(timeout=30)
