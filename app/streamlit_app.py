@@ -98,8 +98,10 @@ with st.sidebar:
         state = root_states.get(str(root), {}).get("state", "local")
         return f"`{root}`" + ("" if state == "local" else f" ({state})")
 
+    lake = conn.info.get("lake")  # a team's API (`serve --store` without roots): every collector's runs
+    where = f"Team lake `{lake}`" if lake else f"Roots: {', '.join(root_label(r) for r in conf.roots)}"
     st.caption(
-        f"Database `{conf.db}`  \nRoots: {', '.join(root_label(r) for r in conf.roots)}  \n"
+        f"Database `{conf.db}`  \n{where}  \n"
         f"Collector pid {conn.info.get('pid')} on port {conn.info.get('port')}"
         + (" (started by this dashboard)" if conn.started_here else "")
         + f"  \nLive charts refresh every {conf.refresh_s:g} s"
@@ -112,7 +114,7 @@ with st.sidebar:
                 "reconnects by itself and reads on from where it stopped."
             )
     ui.problem_files_note(health.get("problem_files") or {})
-    missing = roots_differ(conn.info, conf.roots)
+    missing = [] if lake else roots_differ(conn.info, conf.roots)
     if missing:
         st.warning(
             f"The running collector does not watch {', '.join(missing)} (it was started with other roots); "

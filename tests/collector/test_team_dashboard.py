@@ -1,0 +1,105 @@
+"""The dashboard on a team's API, in headless Chromium: the real Streamlit app started with `--db` of a real
+team reader (`serve --store` without roots) over a lake two real collectors write. The overview lists both
+collectors' runs, each opens its run page with its charts drawn, and an incident acknowledged by click is
+applied by the collector that owns the run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.app.browser_support import (
+    chromium_or_skip,
+    chromium_page,
+    screenshot_whole_page,
+    screenshots_dir,
+    streamlit_app,
+    wait_for_charts,
+    wait_idle,
+)
+from tests.collector.test_daemon_support import wait_for
+from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, write_steps
+from tests.pg_support import PgServer, postgres_missing
+
+pytestmark = pytest.mark.browser
+LAUNCH = [sys.executable, "-m", "app", "--port", "{port}"]  # as the README says: `python -m app -- --db ...`
+
+
+@pytest.fixture(scope="module")
+def pg() -> PgServer:
+    """The module's throwaway cluster (as test_team.py's)."""
+    missing = postgres_missing()
+    if missing or not TEAM_PYTHON.exists():
+        pytest.fail(missing or f"{TEAM_PYTHON} is missing: `make team-venv` builds it")
+    server = PgServer().start()
+    yield server
+    server.remove()
+
+
+def _open(page, url: str, charts: int = 0) -> str:
+    page.goto(url)
+    page.wait_for_selector("h1")
+    if charts:
+        wait_for_charts(page, charts)
+    wait_idle(page)
+    return page.locator("h1").first.inner_text()
+
+
+def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path: Path):
+    chromium_or_skip()
+    shots = screenshots_dir(tmp_path)
+    dsn, data = pg.new_database("dash"), tmp_path / "lake"
+    write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 1, 300)
+    bob_metrics = tmp_path / "bob" / "exp" / "rl" / "metrics.jsonl"
+    write_steps(bob_metrics, 1, 200)
+    with bob_metrics.open("a") as f:
+        f.write('{"step": 201, "data": {"train/loss": NaN, "train/lr": 0.0002}}\n')
+    alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(dsn, data, "alice"))
+    bob = TeamDaemon(tmp_path / "bob.duckdb", [tmp_path / "bob"], *lake_args(dsn, data, "bob"))
+    reader = TeamDaemon(tmp_path / "team.duckdb", [], *lake_args(dsn, data))
+    try:
+        alice.start()
+        bob.start()
+        reader.start()
+        client = reader.client()
+        wait_for(lambda: exactly(client, "alice/exp/sft", 300), "alice's steps in the lake")
+        incident = wait_for(lambda: client.get("/api/incidents", {"state": "open"})[0], "bob's NaN incident")
+        with (
+            streamlit_app(reader.db, [], tmp_path / "home", tmp_path / "streamlit.log", launch=LAUNCH) as url,
+            chromium_page() as page,
+        ):
+            assert _open(page, url + "/") == "Runs"
+            page.wait_for_selector('[data-testid="stDataFrame"]')
+            assert page.get_by_text("Team lake", exact=False).count() >= 1  # the sidebar names the lake
+            assert page.get_by_text("does not watch", exact=False).count() == 0  # no roots warning
+            screenshot_whole_page(page, shots / "team-overview.png")
+            # The grid is a canvas: each row (35 px) opened by its selection box; both collectors' runs are there.
+            opened = set()
+            for row in (1, 2):
+                _open(page, url + "/")
+                page.set_viewport_size({"width": 1400, "height": 1000})
+                grid = page.locator('[data-testid="stDataFrame"]').bounding_box()
+                page.mouse.click(grid["x"] + 15, grid["y"] + 35 * row + 17)
+                wait_for_charts(page, 1)
+                opened.add(page.locator("h1").first.inner_text())
+            assert opened == {"alice/exp/sft", "bob/exp/rl"}
+            assert _open(page, f"{url}/run?run=alice/exp/sft", charts=1) == "alice/exp/sft"
+            screenshot_whole_page(page, shots / "team-run.png")
+            # The alert review acknowledges bob's incident on the team page: bob applies it, the lake shows it.
+            _open(page, url + "/alerts")
+            page.get_by_role("button", name="Acknowledge").wait_for()
+            wait_idle(page)
+            screenshot_whole_page(page, shots / "team-alerts.png")
+            page.get_by_role("button", name="Acknowledge").click()
+            page.get_by_text("Asked the collector that owns the run", exact=False).first.wait_for()
+            for alert_id in incident["alert_ids"]:
+                wait_for(
+                    lambda a=alert_id: client.get(f"/api/alerts/{a}")["state"] == "acked",
+                    f"alert {alert_id} acked by bob through the lake",
+                )
+        assert reader.proc.poll() is None, "stopping the dashboard stopped the team API it did not start"
+    finally:
+        for d in (alice, bob, reader):
+            d.ensure_stopped()
