@@ -79,21 +79,25 @@ def open_alert_counts(store: Store) -> dict[str, dict[str, int]]:
     return counts
 
 
-def advice_signatures(store: Store, alert_rules: tuple[str, ...]) -> dict[str, tuple]:
-    """Per run, a value that changes whenever its checkpoint index, its alerts of `alert_rules` or its error
-    alerts, or its replaced points change (three grouped queries over every run): what a cached answer built
-    from them is checked against."""
+def advice_signatures(store: Store, alert_rules: tuple[str, ...], run: str | None = None) -> dict[str, tuple]:
+    """Per run (every run, or just `run`), a value that changes whenever its checkpoint index, its alerts of
+    `alert_rules` or its error alerts, its replaced points or its files' formats change (four grouped queries):
+    what a cached answer built from them is checked against."""
     out: dict[str, list] = {}
+    of_run, params = ("run_id = ?", [run]) if run is not None else ("true", [])
     queries = (
-        "SELECT run_id, count(*), sum(hash(step, path, complete, bytes, info)) FROM checkpoints GROUP BY ALL",
+        f"""SELECT run_id, count(*), sum(hash(step, path, complete, bytes, info)) FROM checkpoints
+            WHERE {of_run} GROUP BY ALL""",
         f"""SELECT run_id, count(*), sum(hash(id, rule, severity, first_step, last_step, state, active))
-            FROM alerts WHERE rule IN ({", ".join("?" * len(alert_rules))}) OR severity = 'error' GROUP BY ALL""",
-        "SELECT run_id, count(*), max(replaced_at) FROM points_replaced GROUP BY ALL",
+            FROM alerts WHERE (rule IN ({", ".join("?" * len(alert_rules))}) OR severity = 'error')
+            AND {of_run} GROUP BY ALL""",
+        f"SELECT run_id, count(*), max(replaced_at) FROM points_replaced WHERE {of_run} GROUP BY ALL",
+        f"SELECT run_id, count(*), sum(hash(path, format)) FROM sources WHERE {of_run} GROUP BY ALL",
     )
     for i, sql in enumerate(queries):
-        for run, *figures in store.rows(sql, list(alert_rules) if i == 1 else []):
-            out.setdefault(run, [None, None, None])[i] = tuple(figures)
-    return {run: tuple(parts) for run, parts in out.items()}
+        for name, *figures in store.rows(sql, [*alert_rules, *params] if i == 1 else params):
+            out.setdefault(name, [None] * len(queries))[i] = tuple(figures)
+    return {name: tuple(parts) for name, parts in out.items()}
 
 
 def runs_with_open_alert(store: Store, rule: str) -> set[str]:
