@@ -8,12 +8,13 @@ only one process open the file), else on the database directly. `--json` prints 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         from collector import cli_check
 
         try:
-            return cli_check.check(args, _ingest, _query)
+            return cli_check.check(args, _ingest, asking)
         except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
             print(f"collector check: {printable(e)}", file=sys.stderr)
             return EXIT_USAGE
@@ -377,31 +378,46 @@ def _not_read(store, runs: set[str]) -> dict[str, list[dict]]:
 
 def _query(args: argparse.Namespace) -> Any:
     """The command's JSON: from the running collector's API, else from the database directly."""
-    client = Client.for_db(args.db)
-    path, params, direct = _request(args)
+    with asking(args.db) as ask:
+        return ask(args)
+
+
+@contextlib.contextmanager
+def asking(db: Path) -> Iterator[Callable[[argparse.Namespace], Any]]:
+    """What answers commands on `db` (`check` asks several: one a run): the running collector's API, through
+    one client, else the database, opened once with one `RunService` for all of them (an opening costs a
+    tenth of a second, and each run's advice is built once)."""
+    client = Client.for_db(db)
     if client is not None:
         try:
-            if args.command in ("ack", "resolve"):
-                return client.post(path, {"note": args.note})
-            if args.command == "stop":
-                return client.post(path, {"reason": args.reason})
-            result = client.get(path, params=params)
-            if args.command == "runs":  # what is listed may be behind: say why
-                ingest = client.get("/api/health").get("ingest") or {}
-                if ingest.get("state") == "stalled":
-                    print(f"collector runs: warning: {printable(ingest.get('message'))}", file=sys.stderr)
+            yield lambda args: _from_collector(client, args)
         finally:
             client.close()
-        return result["series"][0] if args.command == "metrics" else result
-    if not args.db.exists():
-        raise CliError(f"no database at {args.db} (start `python -m collector serve --db {args.db} ROOT...`)")
-    if read_marker(args.db) is None and not args.db.is_file():
-        raise CliError(f"{args.db} is not a file")
-    store = Store(args.db)
+        return
+    if not db.exists():
+        raise CliError(f"no database at {db} (start `python -m collector serve --db {db} ROOT...`)")
+    if read_marker(db) is None and not db.is_file():
+        raise CliError(f"{db} is not a file")
+    store = Store(db)
     try:
-        return direct(store)
+        service = RunService(store)
+        yield lambda args: _request(args)[2](service)
     finally:
         store.close()
+
+
+def _from_collector(client: Client, args: argparse.Namespace) -> Any:
+    path, params, _ = _request(args)
+    if args.command in ("ack", "resolve"):
+        return client.post(path, {"note": args.note})
+    if args.command == "stop":
+        return client.post(path, {"reason": args.reason})
+    result = client.get(path, params=params)
+    if args.command == "runs":  # what is listed may be behind: say why
+        ingest = client.get("/api/health").get("ingest") or {}
+        if ingest.get("state") == "stalled":
+            print(f"collector runs: warning: {printable(ingest.get('message'))}", file=sys.stderr)
+    return result["series"][0] if args.command == "metrics" else result
 
 
 def _as_typed(args: argparse.Namespace, result: Any) -> Any:
@@ -435,17 +451,18 @@ def _as_typed(args: argparse.Namespace, result: Any) -> Any:
     return adapter.dump_python(typed, exclude_unset=True, by_alias=True)
 
 
-def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]]:
+def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[RunService], Any]]:
+    """The command's API path, its query parameters, and what answers it on an opened database."""
     c = args.command
     if c == "runs":
-        return "/api/runs", None, lambda s: api_runs.runs(RunService(s))
+        return "/api/runs", None, api_runs.runs
     if c == "metrics":
         params = {"metric": args.metric, "points": args.points}
         params |= {k: v for k, v in (("start", args.start), ("end", args.end)) if v is not None}
         return (
             f"/api/runs/{quote(args.run, safe='/')}/metrics",
             params,
-            lambda s: api_series.metrics(s, args.run, [args.metric], args.points, args.start, args.end)[
+            lambda s: api_series.metrics(s.store, args.run, [args.metric], args.points, args.start, args.end)[
                 "series"
             ][0],
         )
@@ -458,7 +475,7 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         return (
             "/api/incidents",
             params,
-            lambda s: api_incidents.incidents(RunService(s), args.run, args.severity, args.state, rule),
+            lambda s: api_incidents.incidents(s, args.run, args.severity, args.state, rule),
         )
     if c == "alerts":
         params = {"state": args.state} | {
@@ -467,28 +484,28 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[Store], Any]
         return (
             "/api/alerts",
             params,
-            lambda s: api_alerts.alerts(RunService(s), args.run, args.rule, args.severity, args.state),
+            lambda s: api_alerts.alerts(s, args.run, args.rule, args.severity, args.state),
         )
     if c in ("ack", "resolve"):
         state = "acked" if c == "ack" else "resolved"
         return (
             f"/api/alerts/{args.alert_id}/{c}",
             None,
-            lambda s: api_alerts.set_alert_state(s, args.alert_id, state, args.note),
+            lambda s: api_alerts.set_alert_state(s.store, args.alert_id, state, args.note),
         )
     if c == "stop":
         return (
             f"/api/runs/{quote(args.run, safe='/')}/stop",
             None,
-            lambda s: api_stop.request_stop(s, args.run, args.reason),
+            lambda s: api_stop.request_stop(s.store, args.run, args.reason),
         )
     if c == "files":
         params = {"run": args.run} if args.run else None
-        return "/api/problem_files", params, lambda s: run_files.problem_files(s, args.run)
+        return "/api/problem_files", params, lambda s: run_files.problem_files(s.store, args.run)
     if c == "checkpoints":
         return (
             f"/api/runs/{quote(args.run, safe='/')}/checkpoints",
             {k: v for k, v in (("metric", args.metric), ("direction", args.direction)) if v},
-            lambda s: RunService(s).advice(args.run, args.metric, args.direction),
+            lambda s: s.advice(args.run, args.metric, args.direction),
         )
     raise CliError(f"unknown command {c}")

@@ -30,11 +30,12 @@ EXIT_OK, EXIT_USAGE, EXIT_ERROR_FOUND, EXIT_WARNINGS_FOUND = 0, 1, 2, 3
 def check(
     args: argparse.Namespace,
     ingest: Callable[[argparse.Namespace], int],
-    query: Callable[[argparse.Namespace], Any],
+    asking: Callable[[Path], contextlib.AbstractContextManager[Callable[[argparse.Namespace], Any]]],
 ) -> int:
     """`check`: a path is read once into a database (a temporary one unless --db) and every run found in it
-    is judged; a run id is judged from --db (default $RUNWATCH_DB, else .runwatch/runwatch.duckdb). Returns
-    the exit code (`exit_code`)."""
+    is judged; a run id is judged from --db (default $RUNWATCH_DB, else .runwatch/runwatch.duckdb). `asking(db)`
+    gives what answers the CLI's commands on the database, for all of check's questions (`cli.asking`).
+    Returns the exit code (`exit_code`)."""
     import tempfile
 
     target = Path(args.target).expanduser()
@@ -50,49 +51,8 @@ def check(
             db, run_ids, not_read = (args.db or default_db()).expanduser().resolve(), [args.target], {}
         else:
             raise ValueError(f"{target} does not exist (give a run folder or file, or a run id with --db)")
-        listing = argparse.Namespace(db=db, command="runs")
-        runs = [r for r in query(listing) if run_ids is None or r["id"] in run_ids]
-        if run_ids is not None and not runs:
-            raise ValueError(f"{no_run(args.target)} in {db}")
-        verdicts = []
-        # every run's alerts and incidents in one query each (a query opens the database when no collector runs)
-        one = run_ids[0] if run_ids is not None else None
-        alerts_of = _by_run(query(argparse.Namespace(db=db, command="alerts", run=one, rule=None, severity=None,
-                                                     state="all")))  # fmt: skip
-        incidents_of = _by_run(query(argparse.Namespace(db=db, command="incidents", run=one, severity=None,
-                                                        state="all", json=True)))  # fmt: skip
-        for r in runs:
-            alerts, incidents = alerts_of.get(r["id"], []), incidents_of.get(r["id"], [])
-            worst = max((a["severity"] for a in alerts), key=_RANK.__getitem__, default=None)
-            verdicts.append(
-                {
-                    "run": r["id"],
-                    "status": r["status"],
-                    "last_step": r["last_step"],
-                    "recommended_step": r["recommended_step"],
-                    "recommendation_reason": _recommendation_reason(db, r, query),
-                    # files and entries of the run not read, with why (as `ingest` lists them)
-                    "not_read": not_read.get(r["id"], []),
-                    "verdict": worst if worst in ("warn", "error") else "ok",
-                    "alerts": [
-                        {
-                            k: a.get(k)
-                            for k in (
-                                "rule",
-                                "severity",
-                                "metric",
-                                "first_step",
-                                "last_step",
-                                "message",
-                                "action",
-                            )
-                        }
-                        for a in sorted(alerts, key=lambda a: (-_RANK[a["severity"]], a["first_step"]))
-                    ],
-                    # what a person reads: the alerts grouped by trouble (each names its alerts, `alert_ids`)
-                    "incidents": sorted(incidents, key=lambda i: (-_RANK[i["severity"]], i["first_step"])),
-                }
-            )
+        with asking(db) as query:
+            verdicts = _verdicts(db, run_ids, not_read, query)
     counts = {level: sum(v["verdict"] == level for v in verdicts) for level in ("error", "warn", "ok")}
     code = exit_code(counts, args.fail_on)
     if args.json:
@@ -103,6 +63,57 @@ def check(
     else:
         print("\n".join(report(verdicts, counts, target)))
     return code
+
+
+def _verdicts(
+    db: Path, run_ids: list[str] | None, not_read: dict, query: Callable[[argparse.Namespace], Any]
+) -> list[dict]:
+    """Each run's verdict (of `run_ids`, else of every run in `db`), asking `query`: the runs, then every run's
+    alerts and incidents in one question each, then each run's advice."""
+    runs = [
+        r for r in query(argparse.Namespace(db=db, command="runs")) if run_ids is None or r["id"] in run_ids
+    ]
+    if run_ids is not None and not runs:
+        raise ValueError(f"{no_run(run_ids[0])} in {db}")
+    one = run_ids[0] if run_ids is not None else None
+    alerts_of = _by_run(query(argparse.Namespace(db=db, command="alerts", run=one, rule=None, severity=None,
+                                                 state="all")))  # fmt: skip
+    incidents_of = _by_run(query(argparse.Namespace(db=db, command="incidents", run=one, severity=None,
+                                                    state="all", json=True)))  # fmt: skip
+    verdicts = []
+    for r in runs:
+        alerts, incidents = alerts_of.get(r["id"], []), incidents_of.get(r["id"], [])
+        worst = max((a["severity"] for a in alerts), key=_RANK.__getitem__, default=None)
+        verdicts.append(
+            {
+                "run": r["id"],
+                "status": r["status"],
+                "last_step": r["last_step"],
+                "recommended_step": r["recommended_step"],
+                "recommendation_reason": _recommendation_reason(db, r, query),
+                # files and entries of the run not read, with why (as `ingest` lists them)
+                "not_read": not_read.get(r["id"], []),
+                "verdict": worst if worst in ("warn", "error") else "ok",
+                "alerts": [
+                    {
+                        k: a.get(k)
+                        for k in (
+                            "rule",
+                            "severity",
+                            "metric",
+                            "first_step",
+                            "last_step",
+                            "message",
+                            "action",
+                        )
+                    }
+                    for a in sorted(alerts, key=lambda a: (-_RANK[a["severity"]], a["first_step"]))
+                ],
+                # what a person reads: the alerts grouped by trouble (each names its alerts, `alert_ids`)
+                "incidents": sorted(incidents, key=lambda i: (-_RANK[i["severity"]], i["first_step"])),
+            }
+        )
+    return verdicts
 
 
 def exit_code(counts: dict[str, int], fail_on: str) -> int:
