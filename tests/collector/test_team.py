@@ -109,6 +109,7 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             "bob's NaN alert in the lake",
         )
         assert [a["first_step"] for a in nan] == [201]
+        assert nan[0]["id"] < 2**53  # exact as a JSON number in a browser (a double)
         # An ack on the team's API is applied by the collector that raised the alert, then published back.
         asked = client.post(f"/api/alerts/{nan[0]['id']}/ack", {"note": "seen on the team page"})
         assert asked["state_requested"] == "acked"
