@@ -15,7 +15,7 @@ from pathlib import Path
 from collector import formats
 from collector.formats import hf_lineage, layouts, peek, unread
 from collector.formats.peek import classify
-from collector.formats.run_ids import as_path, rel_id, root_name, root_of
+from collector.formats.run_ids import as_path, distinct_root_name, rel_id, root_of
 
 # Folders that never hold a run's own metrics: checkpoints, model exports, other tools' state.
 SKIP_DIRS = {"huggingface", "wandb", ".git", "node_modules", "__pycache__"}
@@ -377,13 +377,18 @@ def _prefix_colliding_ids(runs: list[Run], roots: list[Path]) -> list[Run]:
     for run in runs:
         roots_of_id.setdefault(run.id, set()).add(run.root)
     for run in runs:
-        if len(roots_of_id[run.id]) > 1:
-            run.id = f"{root_name(run.root)}/{run.id}"
+        colliding = roots_of_id[run.id]
+        if len(colliding) > 1:
+            # (two roots of one name, `/a/outputs` and `/b/outputs`, or two `metrics.jsonl` file roots, must
+            # not merge their runs into one: the prefix takes parent folders until it tells them apart)
+            run.id = f"{distinct_root_name(run.root, colliding)}/{run.id}"
     return sorted(runs, key=lambda r: r.id)
 
 
 def _with_unique_id(run: Run, roots: list[Path]) -> Run:
-    """Prefix the run's id with its root's name when another root has a run with the same id."""
+    """Prefix the run's id with its root's name when another root has a run with the same id (the prefix
+    `find_runs` gives it: it takes the colliding roots' names into account)."""
+    colliding = {run.root}
     for other in roots:
         other = as_path(other)
         if other == run.root:
@@ -396,8 +401,9 @@ def _with_unique_id(run: Run, roots: list[Path]) -> Run:
             folders = {f for f in folders if f.is_dir() and not layouts.under_hf_logging(f, other)}
             others = [o for folder in folders for o in _runs_in_dir(folder, other)]
         if any(o.id == run.id for o in others):
-            run.id = f"{root_name(run.root)}/{run.id}"
-            break
+            colliding.add(other)
+    if len(colliding) > 1:
+        run.id = f"{distinct_root_name(run.root, colliding)}/{run.id}"
     return run
 
 

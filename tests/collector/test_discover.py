@@ -153,6 +153,25 @@ def test_colliding_ids_from_several_roots_get_the_root_name(tmp_path):
     assert run_for_path(tmp_path / "beta" / "run2" / "metrics.jsonl", roots).id == "run2"
 
 
+def test_roots_of_one_name_keep_their_same_named_runs_apart(tmp_path):
+    # `serve ~/projA/outputs ~/projB/outputs` (or two `metrics.jsonl` given as roots): the roots' names alone
+    # are equal, so the prefix takes their parent folders; both paths give the same ids
+    for project in ("projA", "projB"):
+        write(tmp_path / project / "outputs" / "run1" / "metrics.jsonl")
+        write(tmp_path / project / "logs" / "metrics.jsonl")
+    write(tmp_path / "projB" / "outputs" / "run2" / "metrics.jsonl")
+    roots = [tmp_path / "projA" / "outputs", tmp_path / "projB" / "outputs"]
+    assert [r.id for r in find_runs(roots)] == ["projA/outputs/run1", "projB/outputs/run1", "run2"]
+    assert run_for_path(roots[0] / "run1" / "metrics.jsonl", roots).id == "projA/outputs/run1"
+    assert run_for_path(roots[1] / "run2" / "metrics.jsonl", roots).id == "run2"
+    files = [tmp_path / project / "logs" / "metrics.jsonl" for project in ("projA", "projB")]
+    assert [(r.id, r.file) for r in find_runs(files)] == [
+        ("projA/logs/metrics/metrics", files[0]),
+        ("projB/logs/metrics/metrics", files[1]),
+    ]
+    assert run_for_path(files[1], files).id == "projB/logs/metrics/metrics"
+
+
 def test_hf_output_folder_reads_the_newest_checkpoint_state_until_a_top_level_one_exists(tmp_path):
     out = tmp_path / "output"
     for n in (50, 100, 150):

@@ -80,6 +80,24 @@ def test_a_last_record_without_a_newline_is_stored_and_what_is_appended_after_it
     assert store_read.sources(store, "run1")[0]["bad_lines"] == 0
 
 
+def test_two_roots_of_one_name_keep_every_point_of_their_same_named_runs(tmp_path):
+    # before: /a/outputs/run1 and /b/outputs/run1 both became run "outputs/run1", and b's points overwrote a's
+    roots = [tmp_path / project / "outputs" for project in ("a", "b")]
+    for base, root in zip((1.0, 5.0), roots, strict=True):
+        (root / "run1").mkdir(parents=True)
+        (root / "run1" / "metrics.jsonl").write_text("".join(verl_line(s, base / s) for s in range(1, 31)))
+    store = Store(tmp_path / "t.duckdb")
+    ing = Ingestor(store, roots)
+    try:
+        ing.ingest_all()
+        assert stored(store, "a/outputs/run1")[("train/loss", 2)] == 0.5
+        assert stored(store, "b/outputs/run1")[("train/loss", 2)] == 2.5
+        assert store.rows("SELECT count(*) FROM points")[0][0] == 2 * 30 * 2
+    finally:
+        ing.close()
+        store.close()
+
+
 def test_ingest_twice_adds_nothing(env):
     root, store, ing = env
     (root / "run1" / "metrics.jsonl").write_text("".join(verl_line(i, 1.0 / i) for i in range(1, 500)))
