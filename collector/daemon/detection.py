@@ -33,7 +33,7 @@ from collector.detect.backlog import judge_columns
 from collector.detect.engine import AlertEvent, RunDetector
 from collector.detect.runlevel import RUN_FAILED, STALLED
 from collector.ingest.checkpoints import scan_checkpoints
-from collector.runs.incidents import stored_incidents
+from collector.runs.incidents import RunIncidents, stored_incidents
 from collector.runs.service import RunService
 from collector.settings.config import DetectConfig
 from collector.settings.thresholds import thresholds_for
@@ -77,6 +77,8 @@ class Detection:
         # Per run: its incidents as last told to the sinks, and whether one only keeps firing (its alerts all
         # resolved, the keep-firing window not passed yet: the run's next points may resolve it)
         self._told: dict[str, inc.Told] = {}
+        # each run's alerts and incidents, read and grouped again only when its alerts or steps changed
+        self.incidents = RunIncidents(store)
         self._waiting: dict[str, bool] = {}
         self._checkpoints_seen: dict[str, list[dict]] = {}
         self._markers_seen: dict[str, int | None] = {}
@@ -284,8 +286,7 @@ class Detection:
     def _tell(self, run: str, kinds: dict[int, str]) -> None:
         """Give the sinks one event per incident opened, escalated, re-opened or resolved (the alert that did
         it, with its `incident`), and the stop sink every changed alert with its incident."""
-        alerts = store_alerts.list_alerts(self.store, run=run)
-        found = stored_incidents(self.store, run, alerts)
+        alerts, found = self.incidents.of_run(run)
         by_id = {a["id"]: a for a in alerts}
         self._waiting[run] = any(
             i.state != "resolved" and all(by_id[a]["state"] == "resolved" for a in i.alert_ids) for i in found

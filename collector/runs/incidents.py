@@ -4,7 +4,9 @@ answers the same."""
 
 from __future__ import annotations
 
-from collector.detect.incidents import Incident, incidents, run_steps
+from dataclasses import dataclass
+
+from collector.detect.incidents import Incident, RunSteps, incidents, run_steps
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -17,4 +19,46 @@ def stored_incidents(
     has just listed them). Reads the store, never writes it."""
     if alerts is None:
         alerts = store_alerts.list_alerts(store, run=run)
-    return incidents(alerts, run_steps(store_read.runs(store, run), store_read.metric_stats(store, run)))
+    return incidents(alerts, _steps(store, run))
+
+
+def _steps(store: Store, run: str | None) -> dict[str, RunSteps]:
+    return run_steps(store_read.runs(store, run), store_read.metric_stats(store, run))
+
+
+@dataclass(frozen=True, slots=True)
+class _Grouped:
+    """A run's alerts as read at `version` and its incidents over them and `steps`."""
+
+    version: int
+    steps: RunSteps
+    alerts: list[dict]
+    incidents: list[Incident]
+
+
+class RunIncidents:
+    """Each run's alerts and incidents as the daemon asks for them after every change of the run: the same
+    answer as `stored_incidents`, but its alerts are read again only when they changed (`Store.alert_version`)
+    and grouped again only when they or the run's steps did. While an incident only keeps firing, every commit
+    of the run asks (has the run gone past its window?); most alerts have not changed."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._grouped: dict[str, _Grouped] = {}
+
+    def of_run(self, run: str) -> tuple[list[dict], list[Incident]]:
+        """The run's alerts, as the store lists them, and its incidents (both shared: read, never change them)."""
+        version = self.store.alert_version(
+            run
+        )  # before the alerts: a change committed after is read next time
+        steps = _steps(self.store, run).get(run, RunSteps())
+        last = self._grouped.get(run)
+        if last is not None and last.version == version:
+            if last.steps == steps:
+                return last.alerts, last.incidents
+            alerts = last.alerts
+        else:
+            alerts = store_alerts.list_alerts(self.store, run=run)
+        found = incidents(alerts, {run: steps})
+        self._grouped[run] = _Grouped(version, steps, alerts, found)
+        return alerts, found

@@ -105,6 +105,8 @@ def upsert_events(store: Store, run: str, events: list[Any]) -> list[dict]:
                     "INSERT INTO alert_history VALUES (?, ?, ?, ?, ?)", [alert_id, now, kind, state, note]
                 )
             changed.append({"id": alert_id, "event": kind})
+    if changed:
+        store.alerts_changed(run)
     return changed
 
 
@@ -170,7 +172,9 @@ def set_state(store: Store, alert_id: int, state: str, note: str | None) -> dict
         )
         event = "acked" if state == "acked" else "resolved"
         cur.execute("INSERT INTO alert_history VALUES (?, ?, ?, ?, ?)", [alert_id, now, event, state, note])
-    return get_alert(store, alert_id)
+    alert = get_alert(store, alert_id)
+    store.alerts_changed(alert["run"])
+    return alert
 
 
 def note_stop_requested(store: Store, alert_id: int, note: str) -> None:
@@ -182,6 +186,9 @@ def note_stop_requested(store: Store, alert_id: int, note: str) -> None:
             [time.time(), note, alert_id],
         )
         cur.execute("UPDATE alerts SET note = coalesce(note, ?) WHERE id = ?", [note, alert_id])
+        run = cur.execute("SELECT run_id FROM alerts WHERE id = ?", [alert_id]).fetchall()
+    if run:
+        store.alerts_changed(run[0][0])
 
 
 def replace_checkpoints(store: Store, run: str, checkpoints: list[dict]) -> None:

@@ -14,6 +14,7 @@ replacement rule.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import threading
 import time
@@ -99,6 +100,9 @@ class Store:
         self._local = threading.local()
         self._write_lock = threading.RLock()
         self.disk = DiskState(self.path)  # writes failing for a full disk (what /api/health tells)
+        # per run, a number drawn anew each time its alerts change (`alert_version`)
+        self._alert_versions: dict[str, int] = {}
+        self._alert_changes = itertools.count(1)  # next() on it is atomic: no two changes draw one number
 
     @classmethod
     def on_connection(cls, con: duckdb.DuckDBPyConnection, path: str | Path) -> Store:
@@ -111,6 +115,16 @@ class Store:
         return self
 
     lake_reader = False  # True: reading a team's lake (stops go through it, not to a run folder)
+
+    def alert_version(self, run: str) -> int:
+        """A number that changes whenever a change of the run's alerts made through this store is committed
+        (0: none since it opened; the collector is the one process writing the file): what a cache of the run's
+        alerts is checked against. Read it before the alerts: a change committed in between is read next time."""
+        return self._alert_versions.get(run, 0)
+
+    def alerts_changed(self, run: str) -> None:
+        """A change of the run's alerts is committed (`collector.store.alerts` calls this after each)."""
+        self._alert_versions[run] = next(self._alert_changes)
 
     def cursor_for_lake(self) -> duckdb.DuckDBPyConnection:
         """A cursor of its own for team mode's publisher thread (it attaches the lake beside the file)."""
