@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 BIN = Path("/usr/lib/postgresql/15/bin")
@@ -27,6 +28,23 @@ def postgres_missing() -> str | None:
     if not (BIN / "initdb").exists():
         return f"{BIN}/initdb is missing: `apt-get install postgresql` (make test does)"
     return None
+
+
+def team_cluster(team_python: Path) -> Iterator[PgServer]:
+    """A module's cluster for the team-mode tests, removed afterwards: fails (never skips) when Postgres or the
+    team venv is missing (`make test` installs both)."""
+    missing = postgres_missing()
+    if missing is None and not Path(team_python).exists():
+        missing = (
+            f"{team_python} is missing: `make team-venv` builds it (DuckDB 1.4.4 + DuckLake, make test does)"
+        )
+    if missing:
+        import pytest
+
+        pytest.fail(missing)
+    server = PgServer().start()
+    yield server
+    server.remove()
 
 
 def free_port() -> int:

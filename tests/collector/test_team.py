@@ -11,29 +11,21 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from collector.api.client import ApiError, Client
 from tests.collector.test_daemon_support import REPO, Daemon, cli, cli_json, wait_for
-from tests.pg_support import PgServer, postgres_missing
+from tests.pg_support import PgServer, team_cluster
 
 TEAM_PYTHON = Path(os.environ.get("RUNWATCH_TEAM_PYTHON") or REPO / ".venv-team" / "bin" / "python")
 
 
 @pytest.fixture(scope="module")
-def pg() -> PgServer:
-    missing = postgres_missing()
-    if missing:
-        pytest.fail(missing)
-    if not TEAM_PYTHON.exists():
-        pytest.fail(
-            f"{TEAM_PYTHON} is missing: `make team-venv` builds it (DuckDB 1.4.4 + DuckLake, make test does)"
-        )
-    server = PgServer().start()
-    yield server
-    server.remove()
+def pg() -> Iterator[PgServer]:
+    yield from team_cluster(TEAM_PYTHON)
 
 
 class TeamDaemon(Daemon):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,18 +15,12 @@ import pytest
 from collector.api.client import ApiError, Client
 from tests.collector.test_daemon_support import REPO, wait_for
 from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, raw, write_steps
-from tests.pg_support import PgServer, free_port, postgres_missing
+from tests.pg_support import PgServer, free_port, team_cluster
 
 
 @pytest.fixture(scope="module")
-def pg() -> PgServer:
-    """The module's throwaway cluster (as test_team.py's)."""
-    missing = postgres_missing()
-    if missing or not TEAM_PYTHON.exists():
-        pytest.fail(missing or f"{TEAM_PYTHON} is missing: `make team-venv` builds it")
-    server = PgServer().start()
-    yield server
-    server.remove()
+def pg() -> Iterator[PgServer]:
+    yield from team_cluster(TEAM_PYTHON)
 
 
 # A writing role owns the catalog; each collector (and a team API that takes stops) logs in as its own role and

@@ -6,6 +6,7 @@ applied by the collector that owns the run."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,21 +22,15 @@ from tests.app.browser_support import (
 )
 from tests.collector.test_daemon_support import wait_for
 from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, write_steps
-from tests.pg_support import PgServer, postgres_missing
+from tests.pg_support import PgServer, team_cluster
 
 pytestmark = pytest.mark.browser
 LAUNCH = [sys.executable, "-m", "app", "--port", "{port}"]  # as the README says: `python -m app -- --db ...`
 
 
 @pytest.fixture(scope="module")
-def pg() -> PgServer:
-    """The module's throwaway cluster (as test_team.py's)."""
-    missing = postgres_missing()
-    if missing or not TEAM_PYTHON.exists():
-        pytest.fail(missing or f"{TEAM_PYTHON} is missing: `make team-venv` builds it")
-    server = PgServer().start()
-    yield server
-    server.remove()
+def pg() -> Iterator[PgServer]:
+    yield from team_cluster(TEAM_PYTHON)
 
 
 def _open(page, url: str, charts: int = 0) -> str:
