@@ -16,7 +16,7 @@ if _REPO not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import ui  # noqa: E402
+from app import chart_code, ui  # noqa: E402
 from app.connection import roots_differ  # noqa: E402
 from collector.api.client import ApiError  # noqa: E402
 
@@ -49,6 +49,8 @@ ALIASES = {
     ("screens/run_compare.py", "Compare"): ("comparison",),
     ("screens/run_health.py", "Health"): ("files", "problems"),
 }
+# The pages that draw Plotly charts (see app/chart_code.py).
+CHART_PAGES = ("Run", "Alerts", "Compare")
 HOME = st.Page("screens/runs_overview.py", title="Runs", url_path="start", default=True)
 ALIAS_PAGES = [
     st.Page(file, title=title, url_path=path) for (file, title), paths in ALIASES.items() for path in paths
@@ -59,6 +61,9 @@ page = st.navigation([*PAGES, HOME, *ALIAS_PAGES], position="hidden")
 with st.sidebar:
     for shown in PAGES:  # the navigation, without the aliases
         st.page_link(shown)
+    # before any call to the collector: the browser loads the chart code while the page asks for its data
+    # (a page without charts waits until the browser is idle: the next page opened may draw some)
+    chart_code.load_charts_early(idle=page.title not in CHART_PAGES)
 
 ui.guard_door()
 conf = ui.settings()

@@ -51,12 +51,18 @@ GROUPS = {
 
 
 def step_record(step: int) -> dict:
-    """One step of the history: ~80 metrics, `critic/rewards/mean` the same as `critic/score/mean` and
-    `perf/time_per_step` as `timing_s/step` (verl logs both), `actor/lr` and two memory figures constant."""
+    """One step of the history: ~80 metrics, each its own series, but `critic/rewards/mean` the same as
+    `critic/score/mean` and `perf/time_per_step` as `timing_s/step` (verl logs both), `actor/lr` and two memory
+    figures constant."""
     data = {}
-    for group, names in GROUPS.items():
+    for g, (group, names) in enumerate(GROUPS.items()):
         for i, name in enumerate(names):
-            data[f"{group}/{name}"] = round(1.0 + 0.1 * i + math.sin(step / (7 + i)) * 0.05, 6)
+            # each metric its own series (the same period in two groups made one series of many names)
+            data[f"{group}/{name}"] = round(1.0 + 0.1 * i + math.sin(step / (7 + i + 0.37 * g)) * 0.05, 6)
+    for k, ratio in enumerate(
+        ("response_length/clip_ratio", "prompt_length/clip_ratio", "actor/pg_clipfrac")
+    ):
+        data[ratio] = round(0.01 + 0.005 * math.sin(step / (5 + k)), 6)  # a healthy run: few clipped
     data["critic/score/mean"] = round(0.2 + 0.7 * (1 - math.exp(-step / 60)), 6)
     data["critic/rewards/mean"] = data["critic/score/mean"]
     data["timing_s/step"] = round(1.2 + 0.1 * math.sin(step), 6)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import quote
 
+from app.chart_code import plotly_file
 from tests.app.browser_support import (
     chromium_or_skip,
     chromium_page,
@@ -52,3 +53,25 @@ def test_natural_addresses_lead_to_their_pages(app_env, tmp_path: Path):
         assert plot["height"] > 200, plot
         assert legend["y"] > plot["y"] + plot["height"], (plot, legend)
         assert page.locator(".js-plotly-plot .legend .traces").count() >= min(10, len(runs))
+
+
+def test_the_chart_code_is_loaded_before_a_chart_asks_for_it(app_env, tmp_path: Path):
+    """The overview draws no chart, yet once the browser is idle it has loaded Streamlit's Plotly file
+    (app/chart_code.py): the run page opened next finds it ready. A Streamlit without that file fails here."""
+    chromium_or_skip()
+    name = plotly_file()
+    assert name is not None, (
+        "no single PlotlyChart.*.js in this Streamlit's static folder: see app/chart_code.py"
+    )
+    with (
+        streamlit_app(app_env.db, [app_env.root], tmp_path / "home", tmp_path / "st.log") as url,
+        chromium_page() as page,
+    ):
+        assert _open(page, url + "/") == "Runs"
+        assert page.locator(".js-plotly-plot").count() == 0
+        page.wait_for_function(
+            "name => performance.getEntriesByType('resource').some(e => e.name.endsWith('/' + name))",
+            arg=name,
+        )
+        runs = real_run_ids()
+        assert _open(page, f"{url}/run?run={quote(runs[0])}", charts=1) == runs[0]
