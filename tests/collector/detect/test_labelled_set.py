@@ -6,7 +6,9 @@ recall 0.333, advice 0.862, status 0.488), raised after the judgment work of iss
 0.722, advice 0.877) and after run outcomes (`run_failed`, completion lines: precision 0.857, recall 1.0,
 status 1.0), then incidents (a grad spike and the loss jump after it, kl_rise and kl_spike: one alert) and a
 run's routine grad spike sizes as its noise (precision 0.944), and advice 0.923 once a run with evaluations and
-no checkpoint seen is told its best evaluation's step (the verl gsm8k TensorBoard runs, Lightning CSVs).
+no checkpoint seen is told its best evaluation's step (the verl gsm8k TensorBoard runs, Lightning CSVs), and
+precision 1.0 once the one remaining "false alarm" (ijinyu1113's reward dip) was found real from its numbers and
+relabelled (2026-11-26, docs/real-runs-checked.md).
 Whoever improves detection raises them to the new scores, so a later
 change that loses a true alert or adds false alarms fails here. `python -m scripts.label_eval` prints the
 per-file table (misses, false alarms, advice and status disagreements).
@@ -19,7 +21,7 @@ import pytest
 from scripts.label_eval import SEVERITY_RANK, corpus_files, evaluate, load_labels
 
 # Raise these as detection improves; never lower them to make a change pass.
-PRECISION_FLOOR = 0.944  # matched alerts / (matched + warn-or-error false alarms)
+PRECISION_FLOOR = 1.0  # matched alerts / (matched + warn-or-error false alarms)
 RECALL_FLOOR = 1.0  # expected alerts raised / expected alerts
 ADVICE_AGREEMENT_FLOOR = 0.923  # files whose recommended checkpoint is one the label accepts
 STATUS_AGREEMENT_FLOOR = 1.0  # files whose run status is the one the label expects (where it says)
