@@ -54,8 +54,9 @@ class TeamPublishing:
         """One batch and the stops asked; False when the lake could not be reached (retried next time)."""
         try:
             written = self.publisher.publish()
-            self._carry_out_stops()
-            self._carry_out_alert_changes()
+            stops, alert_changes = self.publisher.asked  # read in the batch's own transaction
+            self._carry_out_stops(stops)
+            self._carry_out_alert_changes(alert_changes)
         except Exception as e:  # Postgres restarting, a network drop: the file keeps everything meanwhile
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
@@ -68,8 +69,8 @@ class TeamPublishing:
             log.debug("team lake: published %s", written)
         return True
 
-    def _carry_out_stops(self) -> None:
-        for run, reason, asked_at in self.publisher.stops_asked():
+    def _carry_out_stops(self, stops: list[tuple[str, str, float]]) -> None:
+        for run, reason, asked_at in stops:
             folder = self.run_dirs.get(run)
             if folder is None or not folder.is_dir():
                 outcome = f"run {run!r} has no folder this collector can write to"
@@ -81,8 +82,8 @@ class TeamPublishing:
             self.publisher.stop_done(run, asked_at, outcome)
             log.info("team lake: stop of %s asked through the lake: %s", run, outcome)
 
-    def _carry_out_alert_changes(self) -> None:
-        for local_id, state, note, asked_at in self.publisher.alert_changes_asked():
+    def _carry_out_alert_changes(self, changes: list[tuple[int, str, str | None, float]]) -> None:
+        for local_id, state, note, asked_at in changes:
             try:
                 store_alerts.set_state(self.publisher.store, local_id, state, note)
                 outcome = state  # the next batch carries the alert's new state and history into the lake

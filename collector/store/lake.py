@@ -191,6 +191,9 @@ class LakePublisher:
             int, tuple[int, int, int]
         ] = {}  # local series -> (points, last step, replaced) in the lake
         self.commits = 0
+        # The stops and alert changes asked for this collector, as the last batch read them in its transaction:
+        # two lake reads a batch fewer, each of which would ask Postgres for the latest snapshot.
+        self.asked: tuple[list, list] = ([], [])
         self.unpublished: set[str] = set()  # tables left out (no run or id column to tell whose rows)
         # The file's tables, read once: its schema is migrated when the store opens, before publishing starts,
         # and reading information_schema took 90-190 ms of every batch (at load ~15).
@@ -316,11 +319,12 @@ class LakePublisher:
                 cur.execute(
                     f"UPDATE {LAKE}.team_collectors SET heartbeat_at = ? WHERE name = ?", [beat, self.name]
                 )
+            asked = self._stops(), self._alert_changes()  # read here: no lake transaction of their own
             cur.execute("COMMIT")
         except BaseException:
             self.published = None  # read back from the lake next time: the batch may or may not be in
             raise
-        self.published, self.marks = published, marks
+        self.published, self.marks, self.asked = published, marks, asked
         self.beat_at = beat if beat - self.beat_at >= LIVE_S / 3 else self.beat_at
         self.commits += 1
         self.last_error = None
@@ -479,9 +483,8 @@ class LakePublisher:
 
     # ---- stops asked anywhere -----------------------------------------------------------------------
 
-    def stops_asked(self) -> list[tuple[str, str, float]]:
+    def _stops(self) -> list[tuple[str, str, float]]:
         """Stop requests for this collector's runs not yet carried out: (local run id, reason, asked_at)."""
-        self._connect()
         rows = self.cur.execute(
             f"""SELECT run_id, reason, asked_at FROM {LAKE}.team_stops
                 WHERE starts_with(run_id, ?) AND done_at IS NULL ORDER BY asked_at""",
@@ -489,9 +492,8 @@ class LakePublisher:
         ).fetchall()
         return [(r[len(self.name) + 1 :], reason, at) for r, reason, at in rows]
 
-    def alert_changes_asked(self) -> list[tuple[int, str, str | None, float]]:
+    def _alert_changes(self) -> list[tuple[int, str, str | None, float]]:
         """Acks and resolves asked on a reader for this collector's alerts: (local id, state, note, asked_at)."""
-        self._connect()
         rows = self.cur.execute(
             f"""SELECT alert_id, state, note, asked_at FROM {LAKE}.team_alert_changes
                 WHERE (alert_id >> 32) = ? AND done_at IS NULL ORDER BY asked_at""",
