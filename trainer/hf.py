@@ -60,6 +60,8 @@ class RunwatchCallback(TrainerCallback):
                 # arguments for the steps they resolve to, and keep the ratio where the version still has it
                 "warmup_ratio": getattr(args, "warmup_ratio", None),
                 "warmup_steps": args.get_warmup_steps(state.max_steps) if state.max_steps else None,
+                # the loss of a uniform guess is ln(vocab size): a loss far above it has diverged
+                "vocab_size": getattr(getattr(kwargs.get("model"), "config", None), "vocab_size", None),
             },
         )
         RunJsonWriter(run_dir).on_train_begin(info)

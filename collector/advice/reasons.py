@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collector.detect import registry
 from collector.detect.base import fmt, noise_text
 
 # what the advice looked for in an RL run that logs no validation score
@@ -90,7 +91,9 @@ def skipped_text(skipped: list[dict]) -> str:
     if not skipped:
         return ""
     steps = ", ".join(str(r["step"]) for r in skipped[:5])
-    return f"; not considered: step(s) {steps}, saved inside a non-finite or gradient-spike episode"
+    rules = sorted(registry.ids_with(unsafe_checkpoint=True))
+    kinds = ", ".join(rules[:-1]) + f" or {rules[-1]}" if len(rules) > 1 else rules[0]
+    return f"; not considered: step(s) {steps}, saved inside an episode that spoils the weights ({kinds})"
 
 
 def scored_reason(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from collector.detect.above_uniform import LossAboveUniform
 from collector.detect.base import Rule
 from collector.detect.lr_decay import LrNotDecaying
 from collector.detect.rl import (
@@ -47,6 +48,7 @@ RULES: tuple[type[Rule], ...] = (
     NoLearningGrad,
     LossSpike,
     NoLearningLoss,
+    LossAboveUniform,
     LossPlateau,
     ValLossRise,
     LrAnomaly,

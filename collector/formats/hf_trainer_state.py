@@ -119,8 +119,9 @@ _TEST_PREFIXES = ("predict_", "test_")
 
 
 def run_info(info: dict) -> RunInfo:
-    """The run facts of a trainer state: the whole `info` is the run's config, `max_steps` its length."""
-    return RunInfo(config=info, total_steps=total_steps_of(info))
+    """The run facts of a trainer state: `info` merged into the run's config (beside a run.json that
+    `trainer.hf.RunwatchCallback` wrote: its lr, schedule and vocabulary size stay), `max_steps` its length."""
+    return RunInfo(config_part=info, total_steps=total_steps_of(info))
 
 
 def has_log_history(head: bytes) -> bool:

@@ -13,8 +13,9 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
 
 
 def run_info(info: dict) -> RunInfo:
-    """run.json is the run's config; its `total_steps` (or `max_steps`) the run's length."""
-    return RunInfo(config=info, total_steps=total_steps_of(info))
+    """run.json is (part of) the run's config, merged into what its other files say (a Trainer's
+    trainer_state.json beside it); its `total_steps` (or `max_steps`) the run's length."""
+    return RunInfo(config_part=info, total_steps=total_steps_of(info))
 
 
 FORMAT = Format(

@@ -31,6 +31,7 @@ from collector.ingest.failures import Failures
 from collector.ingest.fs import Files, path_of, root_path
 from collector.ingest.segments import Event
 from collector.store import points as store_points
+from collector.store import read as store_read
 from collector.store.damage import damage_met
 from collector.store.db import SourceState, Store
 
@@ -333,9 +334,14 @@ class Ingestor:
 
         A run's settings go first: the file that brings points may also bring the settings they are judged
         with (a trainer_state.json's max_steps); its status and checkpoints follow the points."""
-        for run_id, facts in cycle.infos:
-            if facts.config is not None:
-                self._notify(self.on_run_info, run_id, RunInfo(config=facts.config))
+        # the config as stored: every file's part merged (run.json and trainer_state.json alike), so the live
+        # path judges with what a restart reads back
+        for run_id in dict.fromkeys(
+            r for r, facts in cycle.infos if facts.config is not None or facts.config_part
+        ):
+            merged = store_read.run_config(self.store, run_id)
+            if merged is not None:
+                self._notify(self.on_run_info, run_id, RunInfo(config=merged))
         for run_id, pts in cycle.fresh.items():
             if pts:
                 self.max_step[run_id] = max(self.max_step.get(run_id, pts.step[0]), max(pts.step))

@@ -386,6 +386,12 @@ def epochs(store: Store, run: str, metric: str, epoch_metric: str) -> list[dict]
     )
 
 
+def run_config(store: Store, run: str) -> dict | None:
+    """The run's stored config (every info file's part merged); None when it has none."""
+    row = store.cursor().execute("SELECT config FROM runs WHERE id = ?", [run]).fetchone()
+    return parse_json(row[0]) if row else None
+
+
 def parse_json(text: str | None) -> dict | None:
     """A JSON column back to a dict (None when empty or unreadable)."""
     if not text:

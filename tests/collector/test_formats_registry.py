@@ -59,9 +59,9 @@ def test_each_format_says_what_its_info_means_for_the_run():
     assert formats.get("status").run_info(doc) == RunInfo(status="running", status_info=doc, total_steps=10)
     assert formats.get("status").run_info({"state": "failed"}).status == "failed"
     config = {"max_steps": 30, "lr": 1e-5}
-    assert formats.get("run_config").run_info(config) == RunInfo(config=config, total_steps=30)
+    assert formats.get("run_config").run_info(config) == RunInfo(config_part=config, total_steps=30)
     hf = {"global_step": 5, "max_steps": 50, "best_checkpoint_step": None}
-    assert formats.get("hf_trainer_state").run_info(hf) == RunInfo(config=hf, total_steps=50)
+    assert formats.get("hf_trainer_state").run_info(hf) == RunInfo(config_part=hf, total_steps=50)
     marker = formats.get("checkpoint_marker")
     assert marker.run_info(marker.parse(b"120\n").info) == RunInfo(checkpoint_marker=120)
     assert all(formats.get(f).run_info is None for f in ("jsonl", "csv", "tensorboard"))

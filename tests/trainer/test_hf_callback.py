@@ -137,6 +137,14 @@ def test_runwatch_callback_runs_and_stops_a_real_hf_trainer(built_data, tmp_path
         assert run["last_step"] == ASK_AT_STEP
         checkpoints = client.get(f"/api/runs/{RUN}/checkpoints")
         assert [c["step"] for c in checkpoints["checkpoints"]] == [ASK_AT_STEP]
+        # the run's config is what run.json and checkpoint-3/trainer_state.json say together: run.json's
+        # vocabulary size (what loss_above_uniform needs) is not replaced by the trainer state's fields
+        config = client.get(f"/api/runs/{RUN}")["config"]
+        assert (config["vocab_size"], config["trainer"], config["global_step"]) == (
+            512,
+            "hf_trainer",
+            ASK_AT_STEP,
+        )
         client.close()
     finally:
         daemon.stop()
