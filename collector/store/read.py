@@ -26,13 +26,17 @@ def runs(store: Store, run: str | None = None) -> list[dict]:
     )
 
 
-def metric_stats(store: Store, run: str | None = None) -> list[dict]:
-    """Per (run, metric): point count, first and last step and the value at the last."""
-    where, params = ("WHERE run_id = ?", [run]) if run is not None else ("", [])
+def metric_stats(store: Store, run: str | None = None, runs: list[str] | None = None) -> list[dict]:
+    """Per (run, metric) of `run`, else of `runs`, else of every run: point count, first and last step and the
+    value at the last."""
+    names = [run] if run is not None else runs
+    if names is not None and not names:
+        return []
+    where = f"WHERE run_id IN ({', '.join('?' * len(names))})" if names is not None else ""
     return store.dicts(
         f"""SELECT run_id AS run, metric, points, first_step, last_step, last_value FROM metric_stats {where}
             ORDER BY run_id, metric""",
-        params,
+        names or [],
     )
 
 
