@@ -38,11 +38,12 @@ sshd:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 
-# Debian's PostgreSQL for the team-mode tests (a throwaway cluster on 127.0.0.1, made by the tests).
+# Debian's PostgreSQL for the team-mode tests (a throwaway cluster on 127.0.0.1, made by the tests), and acl
+# (setfacl: the shared lake folder's default ACL, tests/collector/test_team_access.py).
 postgres:
-	@test -x /usr/lib/postgresql/15/bin/initdb || { \
+	@test -x /usr/lib/postgresql/15/bin/initdb -a -x /usr/bin/setfacl || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql acl >/dev/null; }
 
 demo: $(DATA)
 	$(PY) scripts/demo.py

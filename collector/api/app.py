@@ -27,7 +27,7 @@ from collector.runs.lookup import NotFound
 from collector.runs.service import RunService
 from collector.store.damage import DamagedDatabase, damage_met
 from collector.store.db import Store
-from collector.store.lake_access import LakeReadOnly
+from collector.store.lake_access import LakeReadOnly, LakeUnreadable
 
 # Every router of the API, in the order their routes are matched: `runs` last, since its
 # `GET /api/runs/{run:path}` would take any deeper path of a run (`/api/runs/a/checkpoints`) listed after it.
@@ -72,6 +72,7 @@ def create_app(
     app.add_exception_handler(NotFound, _answer(404))
     app.add_exception_handler(ValueError, _answer(400))
     app.add_exception_handler(LakeReadOnly, _answer(403))  # a team reader whose Postgres role only reads
+    app.add_exception_handler(LakeUnreadable, _answer(500))  # a team reader the data folder shuts out
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(duckdb.Error, _damage_told)
     app.add_exception_handler(DamagedDatabase, _damage_told)

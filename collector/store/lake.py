@@ -566,6 +566,8 @@ class ReaderCursor:
             try:
                 return self._cur.execute(*args, **kwargs)
             except duckdb.Error as e:
+                if isinstance(e, duckdb.IOException) and "Permission denied" in str(e):
+                    raise lake_access.LakeUnreadable(str(e).splitlines()[0]) from None
                 if attempt == 3 or not any(s in str(e) for s in _DEAD_CONNECTION):
                     raise
                 log.info("team lake: the catalog connection was gone (Postgres restarted?); querying again")

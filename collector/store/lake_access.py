@@ -26,6 +26,16 @@ class LakeReadOnly(Exception):
     """A change asked of a reader whose Postgres role may only read the lake (the API answers 403)."""
 
 
+class LakeUnreadable(Exception):
+    """A reader's query met a data file this process may not read (the API answers 500 with this message)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(
+            f"this team API cannot read the lake's data ({error}): the data folder must let this user read "
+            "what every collector writes (README, team mode: the shared folder's group and default ACL)"
+        )
+
+
 def role_may_write(con: duckdb.DuckDBPyConnection, lake: str) -> bool:
     """Whether the catalog's Postgres role may commit to the lake (insert a snapshot); True for a catalog
     that is not Postgres (its file's permissions decide)."""

@@ -35,7 +35,7 @@ class TeamDaemon(Daemon):
         cmd = [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(self.db), *map(str, self.roots)]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [*cmd, "--port", "0", *self.extra],
+                [*self.prefix, *cmd, "--port", "0", *self.extra],
                 cwd=REPO,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -4,8 +4,11 @@ a read-only role for a reader), each process's own API token, and the lake's dat
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,10 @@ from tests.pg_support import PgServer, free_port, team_cluster
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PgServer]:
     yield from team_cluster(TEAM_PYTHON)
+
+
+NOBODY = 65534  # nobody:nogroup, the other user of the shared-folder test
+AS_NOBODY = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--")
 
 
 # A writing role owns the catalog; each collector (and a team API that takes stops) logs in as its own role and
@@ -184,3 +191,51 @@ def test_the_lakes_data_on_an_s3_compatible_server(pg, tmp_path, monkeypatch):
     finally:
         moto.terminate()
         moto.wait(timeout=30)
+
+
+def test_a_shared_folder_read_by_another_user_of_its_group(pg, tmp_path, monkeypatch):
+    """The lake's folder shared through a Unix group as the README says (setgid, a default ACL): the files a
+    collector writes under its private umask (077) are readable by the group, and a team API running as another
+    user of that group (nobody:nogroup) reads every point; others may not enter the folder."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("switching to another user needs root and setpriv (the tests run as root in CI)")
+    if shutil.which("setfacl") is None:
+        pytest.fail("setfacl is missing: `apt-get install acl` (make test does)")
+    shared = Path(tempfile.mkdtemp(prefix="runwatch-team-share-"))  # (pytest's folders are root's alone)
+    try:
+        shared.chmod(0o755)
+        lake = shared / "lake"
+        lake.mkdir()
+        os.chown(lake, 0, NOBODY)
+        lake.chmod(0o2770)
+        subprocess.run(["setfacl", "-d", "-m", "g::rwX,o::---", str(lake)], check=True)
+        home = shared / "nobody"
+        home.mkdir()
+        os.chown(home, NOBODY, NOBODY)
+        monkeypatch.setenv("HOME", str(home))
+        dsn = pg.new_database("shared")
+        write_steps(tmp_path / "root" / "exp" / "sft" / "metrics.jsonl", 1, 250)
+        alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "root"], *lake_args(dsn, lake, "alice"))
+        reader = TeamDaemon(home / "team.duckdb", [], *lake_args(dsn, lake), prefix=AS_NOBODY)
+        try:
+            alice.start()
+            reader.start()
+            wait_for(lambda: exactly(reader.client(), "alice/exp/sft", 250), "alice's points read as nobody")
+            files = list(lake.rglob("*.parquet"))
+            assert files and all(
+                f.stat().st_gid == NOBODY and f.stat().st_mode & 0o047 == 0o040 for f in files
+            ), [
+                (f.name, oct(f.stat().st_mode), f.stat().st_gid) for f in files
+            ]  # group-readable through the ACL, nothing for others
+            # The group shut out (as without the ACL: the collector's umask 077 makes it all 0600/0700): the
+            # reader says what is wrong and where to look, not a bare 500.
+            subprocess.run(["chmod", "-R", "g-rwx", str(lake / "main")], check=True)
+            with pytest.raises(
+                ApiError, match="cannot read the lake's data .*Permission denied.*default ACL"
+            ):
+                raw(reader.client(), "alice/exp/sft")
+        finally:
+            alice.ensure_stopped()
+            reader.ensure_stopped()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
