@@ -266,8 +266,8 @@ def evaluate(labels_path: Path = LABELS, only: str | None = None) -> dict:
 def evaluate_extra(folder: Path, labels_path: Path = EXTRA_LABELS, only: str | None = None) -> dict:
     """Judge the extra labelled set's files found in `folder` (each named by its label's key), as `evaluate`.
 
-    A file is handed to the collector under its repository base name, alone in a temporary folder given as the
-    root (two files given as roots with one name, `metrics.jsonl`, would be read as one run). Files not
+    A file is handed to the collector at its repository path (`outputs/checkpoint-500/trainer_state.json`: the
+    layout a user's run folder has) in a temporary folder of its own, given as the root. Files not
     in `folder` are listed in "not_fetched", and files whose sha256 differs from the label's in "mismatched"
     (neither is judged). Returns {"files", "summary", "not_fetched", "mismatched"}.
     """
@@ -276,6 +276,7 @@ def evaluate_extra(folder: Path, labels_path: Path = EXTRA_LABELS, only: str | N
     not_fetched, mismatched = [], []
     with tempfile.TemporaryDirectory(prefix="runwatch-extra-") as tmp:
         presented: dict[str, Path] = {}
+        homes: list[Path] = []
         for i, name in enumerate(names):
             copy = folder / name
             if not copy.is_file():
@@ -286,11 +287,11 @@ def evaluate_extra(folder: Path, labels_path: Path = EXTRA_LABELS, only: str | N
                 mismatched.append(f"{name} (sha256 {digest}, the label says {labels[name]['sha256']})")
                 continue
             home = Path(tmp) / f"run-{i}"
-            home.mkdir()
-            presented[name] = home / Path(labels[name]["path"]).name
+            homes.append(home)
+            presented[name] = home / labels[name]["path"]
+            presented[name].parent.mkdir(parents=True)
             shutil.copyfile(copy, presented[name])
-        roots = {name: path.parent for name, path in presented.items()}
-        results = _judge_files(labels, roots, Path(tmp) / "extra.duckdb", {}) if presented else []
+        results = _judge_files(labels, presented, Path(tmp) / "extra.duckdb", {}, homes) if presented else []
     return {
         "files": [asdict(r) for r in results],
         "summary": summarise(results),
@@ -299,10 +300,13 @@ def evaluate_extra(folder: Path, labels_path: Path = EXTRA_LABELS, only: str | N
     }
 
 
-def _judge_files(labels: dict, presented: dict[str, Path], db_path: Path, facts: dict) -> list[FileResult]:
-    """Ingest the presented files (or folders) into one database and judge each against its label."""
+def _judge_files(
+    labels: dict, presented: dict[str, Path], db_path: Path, facts: dict, roots: list[Path] | None = None
+) -> list[FileResult]:
+    """Ingest the presented files (or the `roots` holding them) into one database and judge each file by its
+    run (the run at the file's path, or at the nearest folder above it) against its label."""
     db = str(db_path)
-    _cli("ingest", "--db", db, *[str(p) for p in presented.values()])
+    _cli("ingest", "--db", db, *[str(p) for p in (roots or presented.values())])
     runs = {Path(r["path"]).resolve(): r for r in _cli("runs", "--db", db)}
     alerts_by_run: dict[str, list[dict]] = {}
     for alert in _cli("alerts", "--db", db):
@@ -311,7 +315,7 @@ def _judge_files(labels: dict, presented: dict[str, Path], db_path: Path, facts:
     results: list[FileResult] = []
     for name, path in presented.items():
         label = labels[name]
-        run = runs.get(path.resolve())
+        run = next((runs[p] for p in (path.resolve(), *path.resolve().parents) if p in runs), None)
         corpus = label.get("corpus", "extra")
         result = FileResult(name, corpus, label["format"], bool(label["healthy"]), "ok")
         if run is None:
