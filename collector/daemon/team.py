@@ -20,7 +20,7 @@ from typing import Any
 from collector.core.runtime import Settings, ensure_token, remove_marker, write_marker
 from collector.core.stop_request import write_stop_request
 from collector.store import alerts as store_alerts
-from collector.store import lake
+from collector.store import lake, lake_access
 from collector.store.db import Store
 
 log = logging.getLogger("collector")
@@ -115,7 +115,9 @@ def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:
     import uvicorn
 
     spec = lake.LakeSpec.parse(settings.store, settings.data_path)
-    store = Store.on_connection(lake.open_lake_reader(spec, settings.memory_mb), settings.db)
+    con = lake.open_lake_reader(spec, settings.memory_mb)
+    read_only = lake_access.attached_read_only(con, lake.LAKE)  # (its role may only read: the marker says so)
+    store = Store.on_connection(con, settings.db)
     token = ensure_token(settings.db)
     app = make_app(store, settings.db, [], token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -132,7 +134,7 @@ def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:
     write_marker(
         settings.db,
         {"pid": os.getpid(), "host": settings.host, "port": port, "started_at": time.time(), "roots": [],
-         "db": str(settings.db), "lake": spec.catalog},
+         "db": str(settings.db), "lake": spec.catalog, "lake_read_only": read_only},
     )  # fmt: skip
     log.info(
         "team lake reader pid %d serving %s on http://%s:%d", os.getpid(), spec.catalog, settings.host, port

@@ -62,10 +62,15 @@ def role_name(con: duckdb.DuckDBPyConnection, lake: str) -> str:
         return "?"
 
 
+def attached_read_only(cur, lake: str) -> bool:
+    """Whether the lake is attached read-only here (a reader whose role may only read)."""
+    rows = cur.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = ?", [lake]).fetchall()
+    return bool(rows and rows[0][0])
+
+
 def refuse_if_read_only(cur, lake: str) -> None:
     """LakeReadOnly when the lake is attached read-only (the reader's role may only read)."""
-    rows = cur.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = ?", [lake]).fetchall()
-    if rows and rows[0][0]:
+    if attached_read_only(cur, lake):
         raise LakeReadOnly(
             "this team API reads the lake with a Postgres role that may only read it: a stop, ack or resolve "
             "needs a team API whose role may write the lake, or the collector that owns the run"

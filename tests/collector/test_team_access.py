@@ -4,6 +4,7 @@ a read-only role for a reader), each process's own API token, and the lake's dat
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -92,6 +93,8 @@ def test_roles_a_read_only_reader_and_a_token_for_each_process(pg, tmp_path):
             "alice's steps on the read-only reader",
         )
         assert "may only read the lake: serving it read-only" in viewer.log.read_text()
+        markers = {d: json.loads(Path(f"{d.db}.collector.json").read_text()) for d in (desk, viewer)}
+        assert markers[viewer]["lake_read_only"] is True and markers[desk]["lake_read_only"] is False
         # Postgres itself refuses the read-only role any change of the catalog.
         refused = psql(pg, "roles", "viewer", "DELETE FROM ducklake_snapshot")
         assert refused.returncode != 0 and "permission denied" in refused.stderr, refused.stderr
