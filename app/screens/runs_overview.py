@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
+from app.name_hover import ROW_PX, full_names_on_hover
 from collector.api.models import RunSummary
 from collector.core.printable import middle
 
@@ -26,6 +27,7 @@ if not runs:
 # A longer run name is shortened in the middle to fit its column (NAME_WIDTH px).
 NAME_CHARS = 60
 NAME_WIDTH = 430
+ROW_MARKERS_PX = 35  # the row-selection boxes left of the name column
 BAR_CELLS = 10
 # Status colors: done is green, going is blue, trouble is red or orange, anything else grey.
 STATUS_COLORS = {
@@ -145,7 +147,8 @@ event = st.dataframe(
     hide_index=True,
     width="stretch",
     # every run in view without scrolling the table (up to 25): 35 px a row plus the header
-    height=min(len(shown), 25) * 35 + 38,
+    height=min(len(shown), 25) * ROW_PX + 38,
+    row_height=ROW_PX,
     on_select="rerun",
     selection_mode="single-row",
     key="runs_table",
@@ -164,7 +167,7 @@ event = st.dataframe(
     column_config={
         "run": st.column_config.TextColumn(
             "run",
-            help="Run directory under its root (a long name is shortened in the middle)",
+            help="Run directory under its root (a long name is shortened in the middle: hover it for all of it)",
             width=NAME_WIDTH,
         ),
         "progress": st.column_config.TextColumn(
@@ -181,9 +184,11 @@ event = st.dataframe(
         "updated": st.column_config.TextColumn("last update"),
     },
 )
+# the full name of a shortened one, over its row (Streamlit's table shows no tooltip for a cell)
+full_names_on_hover("runs_table", "run", ROW_MARKERS_PX + NAME_WIDTH, NAME_CHARS)
 st.caption(
-    f"{len(shown)} of {len(runs)} runs shown. Click a row to open the run (its page is titled with the full "
-    "name); the name filter matches any part of a full name."
+    f"{len(shown)} of {len(runs)} runs shown. Hover a shortened name for all of it; click a row to open the "
+    "run (its page is titled with the full name); the name filter matches any part of a full name."
 )
 rows = event.selection.rows if event is not None else []
 if rows:

@@ -3,10 +3,14 @@ and the compare page's legend sits under its plot."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from urllib.parse import quote
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 from app.chart_code import plotly_file
+from app.name_hover import ROW_PX
 from tests.app.browser_support import (
     chromium_or_skip,
     chromium_page,
@@ -16,7 +20,8 @@ from tests.app.browser_support import (
     wait_for_charts,
     wait_idle,
 )
-from tests.app.conftest import real_run_ids
+from tests.app.conftest import real_run_ids, start_collector, stop_process
+from tests.waiting import wait_for
 
 
 def _open(page, url: str, charts: int = 0) -> str:
@@ -75,3 +80,59 @@ def test_the_chart_code_is_loaded_before_a_chart_asks_for_it(app_env, tmp_path: 
         )
         runs = real_run_ids()
         assert _open(page, f"{url}/run?run={quote(runs[0])}", charts=1) == runs[0]
+
+
+LONG_NAMES = [
+    f"sweep-2026-11-26/an-extremely-long-experiment-name-lr-1e-4-batch-64-warmup-200-seed-{n}" for n in (1, 2)
+]
+
+
+def test_hovering_a_shortened_name_shows_it_in_full(tmp_path: Path):
+    """The overview shortens long names in the middle; hovering one shows all of it in a box under its row
+    (app/name_hover.py). Sorted by name: short-run, then the two long ones, which differ only at their ends."""
+    chromium_or_skip()
+    root = tmp_path / "root"
+    for name in ["short-run", *LONG_NAMES]:
+        (root / name).mkdir(parents=True)
+        lines = (json.dumps({"step": s, "data": {"train/loss": 1.0 / s}}) for s in range(1, 20))
+        (root / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    collector = start_collector(tmp_path / "hover.duckdb", [root], tmp_path / "collector.log")
+    try:
+        client = collector.client()
+        wait_for(
+            lambda: len(client.get("/api/runs")) == 3 or None, "the three runs listed", proc=collector.proc
+        )
+        with (
+            streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "st.log") as url,
+            chromium_page() as page,
+        ):
+            assert _open(page, url + "/") == "Runs"
+            page.locator('[data-testid="stSelectbox"]').filter(has_text="Sort by").click()
+            page.get_by_role("option", name="Name", exact=True).click()
+            # sorted: the table's first row (its accessible copy, which the box reads too) is short-run
+            page.wait_for_function(
+                """() => { const cell = document.querySelector('.st-key-runs_table tr[aria-rowindex="2"] td');
+                           return cell && cell.textContent === 'short-run'; }"""
+            )
+            wait_idle(page)
+            canvas = page.locator('.st-key-runs_table canvas[data-testid="data-grid-canvas"]')
+            box = page.locator('[data-testid="runwatchFullName"]')
+
+            def hover(row: int, x: float = 120) -> str | None:
+                """The box's text once the pointer rests over `row` (-1: the header), or None for no box."""
+                at = canvas.bounding_box()
+                page.mouse.move(at["x"] + x, at["y"] + ROW_PX * (row + 1) + ROW_PX / 2, steps=4)
+                try:
+                    box.wait_for(state="visible", timeout=3000)
+                except PlaywrightTimeout:
+                    return None
+                return box.inner_text()
+
+            assert hover(0) is None  # short-run: shown whole, no box
+            assert hover(2) == LONG_NAMES[1]
+            screenshot_whole_page(page, screenshots_dir(tmp_path) / "overview-hover.png")
+            assert hover(1) == LONG_NAMES[0]
+            assert hover(1, x=600) is None  # over the status column, not the name
+            assert hover(-1) is None  # the header
+    finally:
+        stop_process(collector.proc)
