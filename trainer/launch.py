@@ -32,6 +32,7 @@ from trainer.preflight import RunPlan, check_run, count_steps, parquet_rows, ste
 from trainer.presets import PRESETS, merge_overrides, override_value
 from trainer.resume_from import latest_checkpoint, resume_overrides, resume_problems
 from trainer.rl_launch import check_ppo_run, missing_packages, ppo_command, ppo_paths
+from trainer.stop import stopped_line
 from trainer.writers import write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -232,10 +233,7 @@ def finish_status(
     that died before training began, cannot, so the launcher writes it from the exit code and the log tail.
     """
     path = out / "status.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        doc = {}
+    doc = read_status(out)
     if doc.get("state") in ("failed", "stopped"):
         return doc["state"]
     trainer = "torchrun" if PRESETS[preset].trainer == "sft" else "verl.trainer.main_ppo"
@@ -379,11 +377,23 @@ def run_workers(
         state = finish_status(
             out, rc, list(tail), total_steps, stopped_by[0] if stopped_by else None, args.preset
         )
-        if state == "stopped":
-            print(f"trainer.launch: run {out} stopped on request; see status.json", flush=True)
-            return 0
-        print(f"trainer.launch: run {out} failed (exit code {rc}); see status.json", file=sys.stderr)
-    return rc
+        if state != "stopped":
+            print(f"trainer.launch: run {out} failed (exit code {rc}); see status.json", file=sys.stderr)
+            return rc
+    status = read_status(out)
+    if status.get("state") == "stopped":
+        # after whatever the trainer printed last (a progress bar's final redraw): the log ends with the stop
+        print(f"trainer.launch: {stopped_line(out, status)}", flush=True)
+    return 0
+
+
+def read_status(out: Path) -> dict:
+    """The run's status.json, or {} when it is missing or unreadable."""
+    try:
+        doc = json.loads((out / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _vocab_size(model_path: Path) -> int | None:

@@ -44,3 +44,14 @@ def ranks_agree(seen: bool) -> bool:
     flag = torch.tensor([1 if seen else 0], dtype=torch.int32, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
+
+
+def stopped_line(run_dir: Path | str, status: dict) -> str:
+    """The one line a stopped run's log ends with, from its status.json: the step, the reason and the last
+    checkpoint (its folder, or that none was saved)."""
+    step = status.get("step")
+    saved = status.get("last_checkpoint_step")
+    folder = Path(run_dir) / f"global_step_{saved}" if saved else None
+    where = f"last checkpoint {folder}" if folder is not None and folder.is_dir() else "no checkpoint saved"
+    reason = status.get("stop_reason") or "stop requested"
+    return f"stopped by runwatch at step {step if step is not None else '?'}: {reason}; {where}"

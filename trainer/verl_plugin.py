@@ -129,6 +129,9 @@ def _install() -> None:
         extra["plugin"] = {"module": __name__, "platform": PLATFORM, "loaded": True}
         os.environ["RUNWATCH_EXTRA"] = json.dumps(extra)
         verl_seam.install_writers(Path(run_dir))
+        from trainer import verl_stop
+
+        verl_stop.install_ppo_stop()
     LOADED = True
     if os.environ.get("RANK", "0") == "0":
         print(f"runwatch plugin loaded: platform={PLATFORM} run_dir={run_dir or '-'}", flush=True)
