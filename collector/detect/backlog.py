@@ -6,11 +6,11 @@ Stable interface:
   detector state afterwards, as `detector.update(Points(steps, metrics, values, [None] * n))` (points with
   no wall time, in file order); the columns are numpy arrays (`metrics` of str or object).
 
-How: the incremental engine stays the one definition of a finding. Each rule's screen
-(`collector.detect.screens`, declared on the rule's class) says, with numpy over the whole series, how far its next points surely give
-quiet verdicts; only the points where some rule may fire (and the points of a metric while one of its
-episodes is open, a non-finite value, a rule whose state is not ready, a rule without a screen) go through
-`RunDetector.update` one by one, in file order. Between them each rule takes its quiet points in bulk, and the
+How: the incremental engine stays the one definition of a finding. Each rule's screen (the protocol in
+`collector.detect.screening`; declared on the rule's class and kept beside it) says, with numpy over the whole
+series, how far its next points surely give quiet verdicts; only the points where some rule may fire (and the
+points of a metric while one of its episodes is open, a non-finite value, a rule whose state is not ready, a
+rule without a screen) go through `RunDetector.update` one by one, in file order. Between them each rule takes its quiet points in bulk, and the
 run's facts (loss level, lr, step times, step gaps) are brought up to each fed point in bulk. A step that
 rewinds or repeats a metric goes through `update` too (it rewinds the rules), and bulk judging resumes after it.
 """
@@ -27,7 +27,7 @@ from collector.detect.base import HOLD
 from collector.detect.engine import AlertEvent, RunDetector, _Metric
 from collector.detect.rules import rules_for
 from collector.detect.runlevel import STALLED
-from collector.detect.screens import ScreenContext, screen_of
+from collector.detect.screening import ScreenContext, screen_of
 
 __all__ = ["judge_backlog", "judge_columns"]
 

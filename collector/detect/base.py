@@ -91,8 +91,8 @@ class Rule:
     )
     action: ClassVar[Action] = Action.GO_BACK
     meaning: ClassVar[str] = ""  # what its error episode says about the weights saved during it
-    # its backlog screen (a `collector.detect.screens.Screen`: which points surely give a quiet verdict, taken
-    # in bulk); None: the backlog path feeds it every point (correct, slower)
+    # its backlog screen (a `collector.detect.screening.Screen`, kept beside the rule: which points surely give a
+    # quiet verdict, taken in bulk); None: the backlog path feeds it every point (correct, slower)
     screen: ClassVar[Any] = None
     # One alert (the engine, `collector.detect.episodes`): a finding within a few logged points after an
     # episode of one of `follows` (on the same metric when `follows_same_metric`) joins that episode; with

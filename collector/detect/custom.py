@@ -15,7 +15,7 @@ import numpy as np
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import Finding, Verdict, fmt
-from collector.detect.screens import Screen, first
+from collector.detect.screening import Screen, first
 
 
 @dataclass(frozen=True)

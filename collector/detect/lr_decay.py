@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import Finding, Rule, Verdict, fmt
-from collector.detect.screens import Screen, ScreenContext
+from collector.detect.screening import Screen, ScreenContext
 
 _DECAYING = ("cosine", "linear", "poly", "inverse_sqrt", "exponential")
 _STEADY = ("constant", "wsd", "plateau")  # constant_with_warmup, warmup-stable-decay, reduce_lr_on_plateau

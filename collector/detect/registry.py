@@ -25,19 +25,15 @@ from typing import Any
 
 from collector.detect.above_uniform import LossAboveUniform
 from collector.detect.base import Rule
+from collector.detect.kl import KlRise, KlSpike
+from collector.detect.loss_plateau import LossPlateau
+from collector.detect.loss_spike import LossSpike
 from collector.detect.lr_decay import LrNotDecaying
-from collector.detect.rl import (
-    EntropyCollapse,
-    KlRise,
-    KlSpike,
-    ResponseTruncation,
-    RewardCollapse,
-    RewardStdCollapse,
-)
+from collector.detect.rl import EntropyCollapse, ResponseTruncation, RewardCollapse, RewardStdCollapse
 from collector.detect.runlevel import Nonfinite, RunFailed, Stalled
 from collector.detect.schedule import LrAnomaly
-from collector.detect.spikes import GradSpike, LossSpike, StepTimeSpike
-from collector.detect.trends import LossPlateau, NoLearningGrad, NoLearningLoss, ValLossRise
+from collector.detect.spikes import GradSpike, StepTimeSpike
+from collector.detect.trends import NoLearningGrad, NoLearningLoss, ValLossRise
 from collector.detect.val_scores import ValScoreDecline
 
 RULES: tuple[type[Rule], ...] = (

@@ -1,9 +1,14 @@
 """RL rules: what a PPO/GRPO run's reward, entropy, response lengths and KL do, named as verl names them.
 
-`kl_spike` (KL above a ceiling it climbed to, or far above its baseline), `reward_collapse` (the reward's rolling median falling far below its best, every sample of a group getting
+`reward_collapse` (the reward's rolling median falling far below its best, every sample of a group getting
 the same reward), `entropy_collapse` (policy entropy toward 0, or exploding), `response_truncation` (nearly
-every response cut at the length limit), `kl_rise` (the KL accelerating). Each class is fed one finite point
-at a time; see `collector.detect.base`.
+every response cut at the length limit), each with its backlog screen before it; the KL's rules (`kl_spike`,
+`kl_rise`) are in `collector.detect.kl`. Each class is fed one finite point at a time; see
+`collector.detect.base`.
+
+The screens compare with the rule's own arithmetic: medians taken as `statistics.median` takes them (the middle
+value, or the two middle values' sum halved), the same products and differences, so a bound is exact. The one
+sum numpy adds in another order (the reward's longer-run deviation) gets a hair's margin towards hot.
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from statistics import median
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
@@ -22,36 +30,10 @@ from collector.detect.base import (
     Finding,
     Rule,
     Verdict,
-    Window,
     fmt,
-    median_of_sorted,
-    robust_z,
 )
-from collector.detect.screens import ResponseTruncationScreen, ZeroStreakScreen
-from collector.detect.screens_rl import (
-    EntropyCollapseScreen,
-    KlRiseScreen,
-    KlSpikeScreen,
-    RewardCollapseScreen,
-)
-from collector.detect.trends import ZeroStreak
-
-
-@dataclass(frozen=True)
-class KlSpikeRule:
-    enabled: bool = True
-    max_value: float = 1.0
-    window: int = 50
-    min_history: int = 5
-    z: float = 8.0
-    ratio: float = 5.0
-    error_after_points: int = 5  # points above `max_value` in one episode that make it an error
-    tail_ratio: float = 1.5  # a relative spike is also above this many times the window's `tail_quantile`
-    tail_quantile: float = 0.95
-    # a relative spike counts from this KL on: GRPO's KL starts at 0 and wanders at 0.001-0.05, where 20x
-    # its early median is still nothing to act on (the `max_value` ceiling is judged whatever the level)
-    min_level: float = 0.1
-    clear_after: int = 3
+from collector.detect.screening import Screen, first, floats, row_medians
+from collector.detect.trends import ZeroStreak, ZeroStreakScreen
 
 
 @dataclass(frozen=True)
@@ -96,17 +78,68 @@ class ResponseTruncationRule:
     clear_after: int = 3
 
 
-@dataclass(frozen=True)
-class KlRiseRule:
-    enabled: bool = True
-    block: int = 5  # points per block; the KL accelerates when three block medians climb by growing steps
-    growth: float = 1.5  # and the newest block's median is this many times the oldest's...
-    # ...and at least this high, as kl_spike's relative spikes count (GRPO/PPO KL wanders at 0.001-0.1: a
-    # healthy 0.028 -> 0.03 -> 0.07 is nothing to act on)
-    min_level: float = 0.1
-    # the climb lasts: the next block keeps this share of the last climb, and the KL's level
-    confirm_share: float = 0.75
-    clear_after: int = 2
+_MARGIN = 1e-9  # relative: far above a sum's rounding, far below any threshold's meaning
+_CHUNK = 2048  # points whose longer-run deviation is worked out at once (100 values each)
+
+
+class RewardCollapseScreen(Screen):
+    """Quiet: the rolling median at or above the best so far less the drop the rule needs. The needed drop is
+    first bounded below by the short window's MAD and the observed range alone (exact: the rule's noise is the
+    larger of that MAD and the longer run's deviation, so its drop is no smaller); only where that bound is
+    not enough is the longer run's mean absolute deviation worked out too."""
+
+    def ready(self, rule, ctx) -> bool:
+        return (
+            len(rule.recent) == rule.recent.maxlen
+            and len(rule.long) == rule.long.maxlen
+            and rule.best is not None
+            and rule.low is not None
+        )
+
+    def _rolling(self, rule, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the rolling windows, one row per point, and their medians)."""
+        windows = sliding_window_view(np.concatenate([floats(rule.recent), values]), rule.recent.maxlen)[1:]
+        return windows, row_medians(windows)
+
+    def _needed(self, rule, spread, best, low) -> np.ndarray:
+        cfg = rule.cfg
+        noise = 1.25 * spread / math.sqrt(rule.recent.maxlen)
+        return np.maximum(np.maximum(cfg.drop_sigma * noise, cfg.min_rel_drop * (best - low)), 1e-12)
+
+    def quiet(self, rule, steps, values, ctx) -> int:
+        windows, rolling = self._rolling(rule, values)
+        best = np.maximum(rule.best, np.maximum.accumulate(rolling))  # the rule updates them before judging
+        low = np.minimum(rule.low, np.minimum.accumulate(rolling))
+        spread = row_medians(np.abs(windows - rolling[:, None])) * MAD_TO_SIGMA
+        hot = rolling < best - self._needed(rule, spread, best, low)
+        maybe = np.flatnonzero(hot)
+        if len(maybe):  # the longer run's deviation may widen the noise: work it out where it matters
+            size = rule.long.maxlen
+            longs_all = sliding_window_view(np.concatenate([floats(rule.long), values]), size)
+            for lo in range(0, len(maybe), _CHUNK):  # up to the first hot point, a chunk at a time
+                part = maybe[lo : lo + _CHUNK]
+                longs = longs_all[part + 1]
+                mid = row_medians(longs)
+                deviation = 1.2533 * np.abs(longs - mid[:, None]).sum(axis=1) / size
+                b = best[part]
+                needed = self._needed(rule, np.maximum(spread[part], deviation), b, low[part])
+                # numpy sums pairwise, Python left to right: within a hair of the bound is hot
+                hot[part] = rolling[part] < b - needed + _MARGIN * (np.abs(b) + needed)
+                if hot[part].any():
+                    break
+        return first(hot)
+
+    def advance(self, rule, steps, values, ctx) -> None:
+        if not len(values):
+            return
+        _, rolling = self._rolling(rule, values)
+        top = int(np.argmax(rolling))  # the first of the highest: the rule moves its best on a strict rise
+        if rolling[top] > rule.best:
+            rule.best, rule.best_step = float(rolling[top]), int(steps[top])
+        rule.low = min(rule.low, float(rolling.min()))
+        rule.recent.extend(values[-rule.recent.maxlen :].tolist())
+        rule.long.extend(values[-rule.long.maxlen :].tolist())
+        rule.falling = 0
 
 
 class RewardCollapse(Rule):
@@ -234,6 +267,30 @@ class RewardStdCollapse(ZeroStreak):
         )
 
 
+class EntropyCollapseScreen(Screen):
+    """Quiet: not under the collapse fraction of the peak so far (the point's own value counted, as the rule
+    counts it), nor above the explosion ratio of the starting level; ready once that level is known."""
+
+    def ready(self, rule, ctx) -> bool:
+        return bool(rule.start) and len(rule.start) >= rule.cfg.start_points
+
+    def quiet(self, rule, steps, values, ctx) -> int:
+        cfg = rule.cfg
+        peak = np.maximum(rule.peak, np.maximum.accumulate(values))
+        hot = (peak >= cfg.min_peak) & (values >= 0) & (values < cfg.collapse_fraction * peak)
+        start = median(rule.start)
+        if start > 0:
+            hot |= values > cfg.explode_ratio * start
+        return first(hot)
+
+    def advance(self, rule, steps, values, ctx) -> None:
+        if not len(values):
+            return
+        top = int(np.argmax(values))
+        if values[top] > rule.peak:
+            rule.peak, rule.peak_step = float(values[top]), int(steps[top])
+
+
 class EntropyCollapse(Rule):
     """Policy entropy falling toward 0 (every sample the same answer) or exploding above its start (RL)."""
 
@@ -290,6 +347,14 @@ class EntropyCollapse(Rule):
         return None
 
 
+class ResponseTruncationScreen(Screen):
+    def quiet(self, rule, steps, values, ctx) -> int:
+        return first(~(values < rule.cfg.clip_ratio))
+
+    def advance(self, rule, steps, values, ctx) -> None:
+        pass
+
+
 class ResponseTruncation(Rule):
     """Nearly every response cut at the length limit (verl `response_length/clip_ratio`, TRL
     `completions/clipped_ratio` near 1): rewards judge truncated answers (RL)."""
@@ -325,129 +390,3 @@ class ResponseTruncation(Rule):
             error_after_points=self.cfg.error_after_points,
             peak=True,
         )
-
-
-class KlRise(Rule):
-    """The KL to the reference policy accelerating: three block medians climbing by growing steps to a level
-    that matters (`min_level`), confirmed by the next block keeping most of the last climb and that level (RL).
-    A KL that rises and levels off (saturating) is normal, and one noisy block is not a trend."""
-
-    rule_id = "kl_rise"
-    roles = ("kl",)
-    settings = KlRiseRule
-    severities = (Severity.WARN,)
-    screen = KlRiseScreen()
-    meaning = "the policy was drifting fast away from its reference there"
-    caused_by = ("kl_spike",)
-    follows = ("kl_spike",)
-    follows_same_metric = True
-
-    def __init__(self, metric: str, cfg: KlRiseRule) -> None:
-        self.metric, self.cfg = metric, cfg
-        self.clear_after = cfg.clear_after
-        self.recent: deque[float] = deque(maxlen=3 * max(1, cfg.block))
-        self.seen = 0
-        # the last check's three block medians and its step, when they accelerated: the next check confirms
-        self.pending: tuple[float, float, float, int] | None = None
-
-    def rewind(self, step: int) -> None:
-        self.recent.clear()
-        self.pending = None
-
-    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
-        cfg = self.cfg
-        self.recent.append(value)
-        self.seen += 1
-        if len(self.recent) < self.recent.maxlen:
-            return HOLD
-        if self.seen % max(1, cfg.block) != 0:
-            return HOLD  # judged once per block
-        k = max(1, cfg.block)
-        values = list(self.recent)
-        a, b, c = (median(values[i * k : (i + 1) * k]) for i in range(3))
-        accelerating = a < b < c and (c - b) > (b - a)
-        before, self.pending = self.pending, None
-        if accelerating and c >= cfg.min_level and c >= cfg.growth * max(a, 1e-12):
-            self.pending = (a, b, c, step)
-        if before is None or not (
-            c >= before[1] + cfg.confirm_share * (before[2] - before[1]) and c >= cfg.min_level
-        ):
-            return None
-        a0, b0, c0, at = before
-        return Finding(
-            Severity.WARN,
-            value,
-            f"{self.metric} is accelerating: block medians {fmt(a0)} -> {fmt(b0)} -> {fmt(c0)} to step {at}, "
-            f"and {fmt(c)} in the block to step {step}: the policy moves away from the reference faster and "
-            f"faster. Likely causes: actor lr too high, KL coefficient too small, too many PPO epochs per batch, "
-            f"reward hacking. Check sampled responses; lower the actor lr or raise the KL coefficient (verl "
-            f"`actor_rollout_ref.actor.kl_loss_coef`).",
-            {"block_medians": [a0, b0, c0, c]},
-        )
-
-
-class KlSpike(Rule):
-    """KL to the reference policy above an absolute ceiling or far above its baseline (RL)."""
-
-    rule_id = "kl_spike"
-    roles = ("kl",)
-    settings = KlSpikeRule
-    severities = (Severity.WARN, Severity.ERROR)
-    screen = KlSpikeScreen()
-    action = Action.REPLAY_FROM_BEFORE
-    meaning = "the policy had jumped away from its reference there"
-    recurs = True
-    caused_by = ("kl_rise",)  # incidents: spikes during a KL climb are the climb's incident
-    follows = ("kl_rise",)  # one alert: the KL accelerating, then above its ceiling
-    follows_same_metric = True
-
-    def __init__(self, metric: str, cfg: KlSpikeRule) -> None:
-        self.metric, self.cfg = metric, cfg
-        self.clear_after = cfg.clear_after
-        self.window = Window(cfg.window)
-        self.start: list[float] = []  # the first `min_history` values: where the KL began
-
-    def rewind(self, step: int) -> None:
-        self.window.rewind(step)
-
-    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
-        cfg = self.cfg
-        enough = len(self.window.vals) >= cfg.min_history
-        mid = self.window.median() if enough else 0.0
-        tail = self.window.quantile(cfg.tail_quantile) if enough else 0.0
-        self.window.add(step, value)
-        if len(self.start) < max(1, cfg.min_history):
-            self.start.append(value)
-        advice = (
-            "Likely causes: lr too high, too many PPO epochs per batch, KL coefficient too small, reward hacking. "
-            "Check responses at this step, lower the actor lr or raise the KL penalty."
-        )
-        # above the ceiling is trouble when the KL climbed there; a run that starts there (a later stage of a
-        # multi-stage run, measured against an earlier reference) is judged against its own level
-        start = median_of_sorted(sorted(self.start))
-        if value > cfg.max_value and value > cfg.ratio * start:
-            return Finding(
-                Severity.WARN,
-                value,
-                f"{self.metric} peaked at {fmt(value)} at step {step}, above {fmt(cfg.max_value)}: the policy "
-                f"drifted far from the reference. {advice}",
-                {"threshold": cfg.max_value},
-                error_after_points=cfg.error_after_points,
-                peak=True,
-            )
-        if not enough or not (
-            mid > 0 and value > cfg.ratio * mid and value > cfg.tail_ratio * tail and value >= cfg.min_level
-        ):
-            return None if enough else HOLD
-        mad = self.window.mad()
-        z = robust_z(value, mid, mad, floor=0.05 * abs(mid))
-        if z >= cfg.z:
-            return Finding(
-                Severity.WARN,
-                value,
-                f"{self.metric} peaked at {fmt(value)} at step {step}, {fmt(value / mid)}x its median {fmt(mid)}. "
-                f"{advice}",
-                {"baseline_median": mid, "mad": mad, "z": z},
-                peak=True,
-            )
-        return None

@@ -1,14 +1,17 @@
-"""`lr_anomaly`: a learning rate at or below zero after warmup, or off the cosine curve the config asks for."""
+"""`lr_anomaly`: a learning rate at or below zero after warmup, or off the cosine curve the config asks for; its
+backlog screen (`LrAnomalyScreen`) is beside it."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Finding, Rule, Verdict, fmt
-from collector.detect.screens import LrAnomalyScreen
+from collector.detect.screening import Screen, first
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,54 @@ def expected_lr(
     if "constant" in scheduler:
         return base
     return None
+
+
+class LrAnomalyScreen(Screen):
+    """lr above zero and on its schedule (or no schedule known) is quiet."""
+
+    def _expected(self, rule, steps, values, ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(expected lr, base lr, whether both are known) per point, as `expected_lr` computes them."""
+        settings = ctx.facts.settings
+        total, warmup = settings.get("total_steps"), settings.get("warmup_steps", 0)
+        n = len(values)
+        peak = np.maximum(rule.peak, np.maximum.accumulate(values)) if n else values
+        base_lr = settings.get("base_lr")
+        base = np.full(n, float(base_lr)) if base_lr else np.where(steps > warmup, peak, np.nan)
+        known = ~np.isnan(base)
+        expected = np.full(n, np.nan)
+        if total is None or total <= warmup:
+            return expected, base, np.zeros(n, dtype=bool)
+        scheduler = settings.get("scheduler", "")
+        in_warmup = (steps <= warmup) if warmup else np.zeros(n, dtype=bool)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            progress = np.minimum(1.0, (steps - warmup) / (total - warmup))
+            min_lr = base * settings.get("min_lr_ratio", 0.0)
+            if "cosine" in scheduler:
+                expected = min_lr + (base - min_lr) * 0.5 * (1 + np.cos(math.pi * progress))
+            elif "linear" in scheduler:
+                expected = min_lr + (base - min_lr) * (1 - progress)
+            elif "constant" in scheduler:
+                expected = base.copy()
+            if warmup:
+                expected = np.where(in_warmup, base * steps / warmup, expected)
+        return expected, base, known & ~np.isnan(expected)
+
+    def quiet(self, rule, steps, values, ctx) -> int:
+        expected, base, known = self._expected(rule, steps, values, ctx)
+        tol = rule.cfg.cosine_tolerance * base
+        # off the curve, or within a hair of the tolerance (numpy's cos may differ from math's in the last bit)
+        with np.errstate(invalid="ignore"):
+            off = np.abs(values - expected) > tol - 1e-9 * (np.abs(values) + np.abs(expected) + np.abs(tol))
+        return first(~(values > 0) | (known & off))
+
+    def advance(self, rule, steps, values, ctx) -> None:
+        if not len(values):
+            return
+        _, _, known = self._expected(rule, steps, values, ctx)
+        rule.zeros = 0
+        rule.peak = max(rule.peak, float(values.max()))
+        if known.any():
+            rule.off_curve = 0
 
 
 class LrAnomaly(Rule):

@@ -1,8 +1,9 @@
 """Trend rules: what a run's curves do over many points.
 
-`val_loss_rise` (overfitting), `loss_plateau`, `no_learning` (zero gradients, a loss that does not move or
-sits at ln(vocab)). Each class is fed one finite point at a time; see `collector.detect.base` for the verdict
-protocol. The RL rules are in `collector.detect.rl`.
+`val_loss_rise` (overfitting) and `no_learning` (zero gradients, a loss that does not move or sits at
+ln(vocab)), each with its backlog screen before it (`val_loss_rise` has none: its evaluations are few, fed in
+full). `loss_plateau` is in `collector.detect.loss_plateau`, the RL rules in `collector.detect.rl`. Each class
+is fed one finite point at a time; see `collector.detect.base` for the verdict protocol.
 """
 
 from __future__ import annotations
@@ -11,23 +12,22 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import (
     HOLD,
-    MAD_TO_SIGMA,
     Action,
     Finding,
     Rule,
     Streak,
     Verdict,
-    deviations_sorted,
     eval_noise,
     fmt,
-    median_of_sorted,
 )
-from collector.detect.screens import ZeroStreakScreen
-from collector.detect.screens_loss import LossPlateauScreen, NoLearningLossScreen
+from collector.detect.screening import Screen, first, floats
 
 
 @dataclass(frozen=True)
@@ -46,23 +46,6 @@ class ValLossRiseRule:
     error_patience: int = 6
     error_rise: float = 0.2
     error_noise_sigmas: float = 4.0
-
-
-@dataclass(frozen=True)
-class LossPlateauRule:
-    enabled: bool = True
-    # seed default: 50 logged steps; counted in logged points, so a run logging every 10 steps waits 500
-    # steps; the window grows to a tenth of the run so far (up to max_window) so slow steady progress counts
-    patience_points: int = 50
-    max_window: int = 1000
-    # progress = the last window's median below the best earlier window's by more than this (relative)
-    min_rel_improvement: float = 0.0
-    noise_sigmas: float = (
-        2.0  # worse than the window before by this many noise sigmas is a rise, not a plateau
-    )
-    hold_checks: int = 5  # checks (every tenth of a window) that must fail in a row before alerting
-    end_lr_fraction: float = 0.1  # no plateau alert once lr has decayed below 10 % of its peak
-    clear_after: int = 10  # checks showing progress before the episode closes
 
 
 @dataclass(frozen=True)
@@ -200,115 +183,20 @@ class ValLossRise(Rule):
         )
 
 
-class LossPlateau(Rule):
-    """The median training loss of the last window is no lower than the best median of any earlier window
-    that does not overlap it, check after check (slow, steady progress keeps setting new bests; a flat,
-    noisy loss soon stops doing so).
+class ZeroStreakScreen(Screen):
+    """`no_learning` on a gradient norm, `reward_collapse` on a reward spread: fires only at (about) zero, the
+    rule's setting `threshold` (of the absolute value with `absolute`)."""
 
-    The window is `patience_points` logged points, or a tenth of the points so far when that is longer,
-    capped at `max_window` points; it is judged every tenth of a window, so the cost per point stays small.
-    """
+    def __init__(self, threshold: str, absolute: bool = False) -> None:
+        self.threshold, self.absolute = threshold, absolute
 
-    rule_id = "loss_plateau"
-    roles = ("loss",)
-    settings = LossPlateauRule
-    severities = (Severity.INFO,)
-    screen = LossPlateauScreen()
-    meaning = "the loss had stopped improving there"
-    recurs = True  # incidents: a loss that keeps levelling off is one trouble, one incident per metric
+    def quiet(self, rule, steps, values, ctx) -> int:
+        level = getattr(rule.cfg, self.threshold)
+        return first(~((np.abs(values) if self.absolute else values) > level))
 
-    def __init__(self, metric: str, cfg: LossPlateauRule) -> None:
-        self.metric, self.cfg = metric, cfg
-        self.clear_after = cfg.clear_after
-        self.min_half = max(2, cfg.patience_points)
-        size = 2 * max(2, cfg.patience_points, cfg.max_window)
-        self.steps: deque[int] = deque(maxlen=size)
-        self.values: deque[float] = deque(maxlen=size)
-        self.seen = 0
-        self.flat = 0
-        self.checks: deque[tuple[int, int, float]] = deque()  # (seen, step, window median) not yet "earlier"
-        self.best: tuple[int, float] | None = None  # (step, median) of the best earlier window
-        # window medians by (seen at its end, its length): a check's earlier half was a check's later half
-        self.medians: dict[tuple[int, int], float] = {}
-
-    def rewind(self, step: int) -> None:
-        while self.steps and self.steps[-1] >= step:
-            self.steps.pop()
-            self.values.pop()
-            self.seen -= 1
-        self.checks.clear()
-        self.medians.clear()
-        self.flat = 0
-
-    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
-        if facts.is_rl:
-            return HOLD
-        cfg = self.cfg
-        self.steps.append(step)
-        self.values.append(value)
-        self.seen += 1
-        half = self.seen // 10  # max(2, patience_points, min(max_window, seen // 10)), without the calls
-        if half > cfg.max_window:
-            half = cfg.max_window
-        if half < self.min_half:
-            half = self.min_half
-        if len(self.values) < 2 * half or self.seen % max(1, half // 10):
-            return HOLD
-        values = list(self.values)[-2 * half :]
-        latest = sorted(values[half:])
-        now = median_of_sorted(latest)
-        before = self.medians.get((self.seen - half, half))
-        if before is None:
-            before = median_of_sorted(sorted(values[:half]))
-        self.medians[(self.seen, half)] = now
-        if len(self.medians) > 64:  # only the last dozen checks can be a later check's earlier half
-            for key in list(self.medians)[:32]:
-                del self.medians[key]
-        while self.checks and self.checks[0][0] <= self.seen - half:  # no longer overlaps the current window
-            _, at, old = self.checks.popleft()
-            if self.best is None or old < self.best[1]:
-                self.best = (at, old)
-        self.checks.append((self.seen, step, now))
-        best = self.best
-        if best is None or now < best[1] - cfg.min_rel_improvement * abs(best[1]):
-            self.flat = 0
-            return None
-        # a median of n points wobbles by about 1.25 sigma / sqrt(n): worse than the window before by more
-        # than that noise is a rise, which is loss_spike's to judge, not a plateau
-        sigma = MAD_TO_SIGMA * median_of_sorted(deviations_sorted(latest, now))
-        noise = 1.25 * sigma * math.sqrt(2 / half)
-        if now - before > cfg.noise_sigmas * noise:
-            self.flat = 0
-            return HOLD
-        self.flat += 1
-        if self.flat < cfg.hold_checks:
-            return HOLD
-        if facts.episode_open("no_learning", self.metric) or facts.episode_open("loss_spike", self.metric):
-            return HOLD  # a loss that does not move at all is no_learning; one recovering from a spike is not flat
-        lr_fraction = facts.lr_fraction()
-        if lr_fraction is not None and lr_fraction < cfg.end_lr_fraction:
-            return HOLD  # flat at the end of a decayed schedule is convergence, not a plateau
-        steps = self.steps
-        since = steps[len(steps) - half]
-        val_best = facts.val_best_step()
-        if val_best is not None and val_best >= steps[len(steps) - 2 * half]:
-            return HOLD  # the validation loss still improves: the model still learns what matters
-        return Finding(
-            Severity.INFO,
-            value,
-            f"{self.metric} has not improved over the last {half} logged points: median {fmt(now)} from step "
-            f"{since} to {step}, no lower than {fmt(best[1])}, the median of the {half} points to step {best[0]}. "
-            f"Likely causes: lr too low or already decayed, the model has learned what this data can teach, "
-            f"a data loader repeating the same batches. Check the lr schedule and the validation loss; stop early "
-            f"if the validation loss is flat too.",
-            {
-                "median_now": now,
-                "best_median": best[1],
-                "best_window_end_step": best[0],
-                "window_points": half,
-                "window_start_step": since,
-            },
-        )
+    def advance(self, rule, steps, values, ctx) -> None:
+        if len(values):
+            rule.zeros.reset()
 
 
 class ZeroStreak(Rule):
@@ -390,6 +278,44 @@ class NoLearningGrad(ZeroStreak):
             {"zero_threshold": self.cfg.zero_grad, "points": points, "since_step": since},
             first_step=since,
         )
+
+
+class NoLearningLossScreen(Screen):
+    """Quiet: away from ln(vocab), and either fallen well below the highest loss or spread over the last
+    points by more than `flat_rel` of their largest magnitude (which bounds the mean's)."""
+
+    def ready(self, rule, ctx) -> bool:
+        return ctx.facts.is_rl or len(rule.recent) == rule.recent.maxlen
+
+    def quiet(self, rule, steps, values, ctx) -> int:
+        if ctx.facts.is_rl:
+            return len(values)
+        cfg = rule.cfg
+        hot = np.zeros(len(values), dtype=bool)
+        vocab = ctx.facts.settings.get("vocab_size")
+        if vocab and vocab > 1:
+            uniform = math.log(vocab)
+            hot |= np.abs(values - uniform) <= cfg.ln_vocab_rel * uniform
+        highest = np.maximum(rule.highest, np.maximum.accumulate(values))
+        dropped = (highest > 0) & (values < (1 - cfg.learned_drop) * highest)
+        size = rule.recent.maxlen
+        windows = sliding_window_view(np.concatenate([floats(rule.recent), values]), size)[1:]
+        spread = windows.max(axis=1) - windows.min(axis=1)
+        bound = cfg.flat_rel * np.maximum(np.abs(windows).max(axis=1) * (1 + 1e-9), 1e-12)
+        hot |= ~dropped & (spread <= bound)
+        return first(hot)
+
+    def advance(self, rule, steps, values, ctx) -> None:
+        if ctx.facts.is_rl or not len(values):
+            return
+        size = rule.recent.maxlen
+        rule.recent.extend(values[-size:].tolist())
+        rule.recent_steps.extend(steps[-size:].tolist())
+        rule.highest = max(rule.highest, float(values.max()))
+        vocab = ctx.facts.settings.get("vocab_size")
+        if vocab and vocab > 1:
+            rule.at_uniform = 0
+        rule.flat_points = 0
 
 
 class NoLearningLoss(Rule):

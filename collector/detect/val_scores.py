@@ -12,7 +12,7 @@ from collector.core.facts import RunFacts
 from collector.core.roles import role_of
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Action, Finding, Rule, Verdict, eval_noise, fmt, noise_text
-from collector.detect.screens import ValScoreDeclineScreen
+from collector.detect.screening import Screen
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,17 @@ def is_validation_score(metric: str) -> bool:
         return True
     validation = key.startswith(("eval", "val", "test"))
     return validation and role in ("accuracy", "eval_metric") and any(w in key for w in _SCORE_WORDS)
+
+
+class ValScoreDeclineScreen(Screen):
+    """A score the rule does not judge (a training accuracy logged every step: TRL's `mean_token_accuracy`)
+    always holds and keeps no state: taken in bulk. A validation score is fed in full (its evaluations are few)."""
+
+    def quiet(self, rule, steps, values, ctx) -> int:
+        return 0 if rule.judged else len(values)
+
+    def advance(self, rule, steps, values, ctx) -> None:
+        pass
 
 
 class ValScoreDecline(Rule):

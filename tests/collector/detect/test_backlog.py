@@ -21,14 +21,16 @@ from hypothesis import strategies as st
 
 from collector.core.model import Points
 from collector.core.roles import RL_ROLES
-from collector.detect import registry, screens
+from collector.detect import registry, screening
 from collector.detect.backlog import judge_backlog
 from collector.detect.custom import CustomRule
 from collector.detect.engine import RunDetector
-from collector.detect.rl import EntropyCollapse, KlSpike
+from collector.detect.kl import KlSpike
+from collector.detect.rl import EntropyCollapse
 from collector.detect.rule_settings import Rules
 from collector.detect.spikes import GradSpike
 from collector.settings.config import DetectConfig
+from tests.collector.detect.screen_check import curve
 
 SFT = (
     "train/loss",
@@ -68,94 +70,6 @@ ROLE_METRICS = {
     "accuracy": "eval_accuracy",
     "eval_metric": "eval_rouge1",
 }
-RL_SHAPED = (
-    "critic/score/mean",
-    "critic/rewards/mean",
-    "actor/entropy",
-    "actor/kl_loss",
-    "actor/ppo_kl",
-    "timing_s/step",
-)
-
-
-def _rl_curve(rng: np.random.Generator, metric: str, n: int) -> np.ndarray:
-    """An RL metric as a GRPO run logs it, with the RL rules' trouble planted: a reward that falls (and may
-    recover), an entropy that collapses or explodes, a KL that accelerates, saturates or spikes."""
-    i = np.arange(n)
-    t = i / max(1, n)
-    noise = rng.standard_normal(n)
-    at = int(rng.integers(0, n))
-    span = int(rng.integers(1, max(2, n // 2)))
-    after = (i >= at) & (i < at + span)
-    if "score" in metric or "rewards" in metric:
-        v = 0.2 + 0.6 * (1 - np.exp(-rng.uniform(1, 10) * t)) + rng.choice([0.0, 0.005, 0.03]) * noise
-        if rng.random() < 0.3:  # k of 8 samples right: a few discrete levels
-            v = np.round(np.clip(v, 0, 1) * 8) / 8
-        v[after] -= rng.uniform(0.05, 0.6) * np.minimum(1.0, (i[after] - at + 1) / rng.integers(1, 60))
-    elif "entropy" in metric:
-        v = 0.3 + 1.2 * np.exp(-rng.uniform(0.5, 5) * t) + 0.02 * noise
-        kind = rng.integers(0, 3)
-        if kind == 0:  # collapse, sudden or gradual
-            v[after] *= rng.uniform(0.001, 0.2) ** np.minimum(1.0, (i[after] - at + 1) / rng.integers(1, 40))
-        elif kind == 1:  # explosion
-            v[after] *= rng.uniform(2.0, 6.0)
-    elif "timing" in metric:  # a minute a step (generation dominates), some steps slower
-        v = 60.0 * (1 + 0.03 * np.abs(noise))
-        v[after] *= rng.choice([1.2, 1.6, 2.5, 4.0])
-    else:  # the KL
-        v = 0.001 + rng.uniform(0, 0.02) * t + 0.0005 * np.abs(noise)
-        kind = rng.integers(0, 4)
-        if kind == 0:  # accelerating, then (sometimes) past the ceiling
-            v[i >= at] += 0.002 * np.exp(np.minimum((i[i >= at] - at) / rng.uniform(3, 40), 8.0))
-        elif kind == 1:  # rises, then levels off
-            v[i >= at] += rng.uniform(0.02, 0.5) * (1 - np.exp(-(i[i >= at] - at) / rng.uniform(5, 100)))
-        elif kind == 2:  # spikes
-            hits = rng.integers(0, n, size=int(rng.integers(1, 6)))
-            v[hits] *= rng.choice([3.0, 8.0, 30.0, 2000.0], size=len(hits))
-    return v
-
-
-def _series(rng: np.random.Generator, metric: str, n: int) -> np.ndarray:
-    """A plausible curve for the metric, then trouble planted at random places."""
-    t = np.arange(n) / max(1, n)
-    noise = rng.standard_normal(n)
-    if metric in RL_SHAPED and rng.random() < 0.8:
-        v = _rl_curve(rng, metric, n)
-    elif "loss" in metric and "kl" not in metric:
-        v = 0.6 + 3.0 * np.exp(-rng.uniform(1, 8) * t) + rng.choice([0.0, 0.01, 0.05]) * noise
-    elif "grad" in metric:
-        v = np.abs(1.0 + 0.2 * noise)
-    elif "lr" in metric:
-        warm = max(1, int(n * rng.uniform(0, 0.1)))
-        after = (
-            1e-4 * 0.5 * (1 + np.cos(math.pi * t)) if rng.random() < 0.7 else np.full(n, 1e-4)
-        )  # or constant
-        v = np.where(np.arange(n) < warm, 1e-4 * (np.arange(n) + 1) / warm, after)
-    elif "time" in metric:
-        v = 0.1 + 0.005 * np.abs(noise)
-    elif "clip_ratio" in metric:
-        v = np.clip(0.2 + 0.1 * noise, 0, 1)
-    else:
-        v = 1.0 + 0.1 * noise + rng.uniform(-1, 1) * t
-    for _ in range(rng.integers(0, 6)):  # trouble
-        at = int(rng.integers(0, n))
-        span = int(rng.integers(1, max(2, n // 5)))
-        kind = rng.integers(0, 7)
-        if kind == 0:
-            v[at] *= rng.choice([3.0, 10.0, 100.0, 1e4])  # a spike
-        elif kind == 1:
-            v[at] = rng.choice([np.nan, np.inf, -np.inf])
-        elif kind == 2:
-            v[at : at + span] = v[at]  # a plateau, exactly flat
-        elif kind == 3:
-            v[at : at + span] += np.linspace(0, rng.uniform(0.1, 5.0), len(v[at : at + span]))  # a rise
-        elif kind == 4:
-            v[at : at + span] = 0.0
-        elif kind == 5:
-            v[at : at + span] *= rng.uniform(0.3, 3.0)  # a new level
-        else:
-            v[at : at + span : max(1, int(rng.integers(2, 20)))] *= 8  # periodic slow steps or jumps
-    return v
 
 
 def _run(
@@ -173,7 +87,7 @@ def _run(
     metrics += [m for m in must if m not in metrics]
     every = int(rng.choice([1, 1, 1, 2, 5]))
     steps = np.arange(1, n + 1) * every
-    data = {m: _series(rng, m, n) for m in metrics}
+    data = {m: curve(rng, m, n) for m in metrics}
     val_every = int(rng.choice([0, 10, 50]))
     points = Points()
     resumes = sorted(rng.integers(1, n, size=int(rng.integers(0, 3))).tolist())
@@ -365,11 +279,11 @@ def test_a_long_run_with_planted_trouble() -> None:
     assert got == want
 
 
-class _Blind(screens.Screen):
+class _Blind(screening.Screen):
     """A broken screen: it never sees trouble (what the property tests exist to catch), and takes points as
     the rule's real screen does."""
 
-    def __init__(self, real: screens.Screen) -> None:
+    def __init__(self, real: screening.Screen) -> None:
         self.real = real
 
     def ready(self, rule, ctx) -> bool:
