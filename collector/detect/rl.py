@@ -252,7 +252,7 @@ class RewardStdCollapse(ZeroStreak):
     def points_needed(self) -> int:
         return self.cfg.std_for
 
-    def finding(self, value: float, points: int, since: int) -> Finding:
+    def finding(self, value: float, points: int, since: int, facts: RunFacts) -> Finding:
         return Finding(
             Severity.WARN,
             value,

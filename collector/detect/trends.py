@@ -216,7 +216,7 @@ class ZeroStreak(Rule):
     def points_needed(self) -> int:
         raise NotImplementedError
 
-    def finding(self, value: float, points: int, since: int) -> Finding:
+    def finding(self, value: float, points: int, since: int, facts: RunFacts) -> Finding:
         raise NotImplementedError
 
     def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
@@ -226,7 +226,7 @@ class ZeroStreak(Rule):
         points = self.zeros.hit(step)
         if points < self.points_needed():
             return HOLD
-        return self.finding(value, points, self.zeros.since)
+        return self.finding(value, points, self.zeros.since, facts)
 
 
 class NoLearningGrad(ZeroStreak):
@@ -247,14 +247,8 @@ class NoLearningGrad(ZeroStreak):
     def points_needed(self) -> int:
         return self.cfg.for_points
 
-    rl = False  # an RL run: zero gradients are most often the reward's doing
-
-    def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
-        self.rl = facts.is_rl
-        return super().feed(step, value, facts)
-
-    def finding(self, value: float, points: int, since: int) -> Finding:
-        if self.rl:
+    def finding(self, value: float, points: int, since: int, facts: RunFacts) -> Finding:
+        if facts.is_rl:  # an RL run: zero gradients are most often the reward's doing
             # a GRPO/PPO group whose rewards are all equal has zero advantages, so zero gradients: the reward's
             # trouble (reward_collapse says it as the error), not frozen weights
             return Finding(
