@@ -1,6 +1,6 @@
 """`lr_not_decaying`: an lr flat at its peak long past warm-up while the config asks for a decaying schedule (and
-the run's length is unknown, so `lr_anomaly` cannot hold it to the curve). Its backlog screen is checked against
-it by the registry-wide property test in test_backlog.py."""
+the run's length is unknown, so `lr_anomaly` cannot hold it to the curve). Its backlog screen against the rule
+fed point by point (`screen_check.screened_as_fed`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 from collector import formats
 from collector.detect import registry
 from collector.detect.engine import RunDetector, detect_series
+from collector.detect.lr_decay import LrNotDecaying
+from tests.collector.detect.screen_check import drawn, screen_property, screened_as_fed
 
 REAL = Path(__file__).resolve().parents[3].parent / "shared" / "real-runs"
 CONSTANT_LR_RUN = (
@@ -83,3 +85,12 @@ def test_a_real_constant_lr_run_is_quiet_unless_its_config_said_cosine() -> None
     told_cosine = RunDetector("whisper", run_info={"lr_scheduler_type": "cosine"})
     found = _found(told_cosine.update(points))
     assert found == [("lr_not_decaying", "info", 1000)]
+
+
+@screen_property
+def test_lr_not_decaying_screen_takes_only_what_feeding_gives(seed: int, n: int, horizon: int) -> None:
+    steps, values, facts, excused = drawn(seed, "train/lr", n)
+    facts.settings.pop("total_steps", None)  # the rule speaks only while the run's length is unknown
+    screened_as_fed(
+        LrNotDecaying("train/lr", LrNotDecaying.settings()), steps, values, facts, excused, horizon
+    )

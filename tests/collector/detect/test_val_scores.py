@@ -1,14 +1,16 @@
 """`val_score_decline` (issue 12 item 3): a validation score that falls from its best and stays down is an
 alert for RL runs; a plateau's wobble, a one-evaluation dip, SFT runs (by default) and a score's spread are not.
-Fixtures written here in the shape of the real runs (../shared stays read-only)."""
+Fixtures written here in the shape of the real runs (../shared stays read-only). Its backlog screen against the
+rule fed point by point (`screen_check.screened_as_fed`)."""
 
 from __future__ import annotations
 
 import random
 
 from collector.detect.engine import detect_series
-from collector.detect.val_scores import is_validation_score
+from collector.detect.val_scores import ValScoreDecline, is_validation_score
 from collector.settings.config import DetectConfig, apply_document
+from tests.collector.detect.screen_check import calm, drawn, screen_property, screened_as_fed
 
 VAL = "val-core/openai/gsm8k/reward/mean@1"
 
@@ -82,3 +84,18 @@ def test_which_metrics_are_validation_scores():
     for name in ("val-core/math_dapo/acc/best@32/std", "eval_loss", "eval_rewards/chosen", "accuracy",
                  "mean_token_accuracy", "eval_runtime", "critic/score/mean", "val-aux/x/length"):  # fmt: skip
         assert not is_validation_score(name), name
+
+
+@screen_property
+def test_val_score_decline_screen_takes_only_what_feeding_gives(seed: int, n: int, horizon: int) -> None:
+    """A validation score is fed in full; a training accuracy it does not judge is taken in bulk."""
+    metric = (VAL, "val/test_score/accuracy", "mean_token_accuracy", "train/accuracy")[seed % 4]
+    steps, values, facts, excused = drawn(seed, metric, min(n, 300))
+    rule = ValScoreDecline(metric, ValScoreDecline.settings(all_runs=seed % 3 == 0))
+    screened_as_fed(rule, steps, values, facts, excused, horizon)
+
+
+def test_a_score_it_does_not_judge_is_taken_in_bulk() -> None:
+    steps, values, facts, excused = calm([0.5 + 0.001 * i for i in range(500)])
+    rule = ValScoreDecline("mean_token_accuracy", ValScoreDecline.settings())
+    assert screened_as_fed(rule, steps, values, facts, excused) == 500
