@@ -16,7 +16,7 @@ import numpy as np
 from collector.core.facts import RunFacts
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Finding, Rule, Verdict, fmt
-from collector.detect.screens import Screen, ScreenContext, first
+from collector.detect.screening import Screen, ScreenContext, first
 
 
 @dataclass(frozen=True)
