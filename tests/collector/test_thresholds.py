@@ -115,7 +115,7 @@ def test_every_rule_in_the_table_states_its_contract():
             rule = cls("m", getattr(DetectConfig().rules, section))
             assert isinstance(rule.rule_id, str) and isinstance(rule.clear_after, int), (role, cls)
             assert isinstance(cls.unsafe_checkpoint, bool), (role, cls)
-    assert {"nonfinite", "grad_spike"} == UNSAFE_CHECKPOINT_RULES
+    assert {"nonfinite", "grad_spike", "loss_above_uniform"} == UNSAFE_CHECKPOINT_RULES
 
 
 def test_every_registered_rule_declares_what_it_is():

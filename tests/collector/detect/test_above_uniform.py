@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from collector.core.model import Points
 from collector.detect import registry
+from collector.detect.above_uniform import LossAboveUniform
 from collector.detect.backlog import judge_backlog
 from collector.detect.engine import RunDetector, detect_series
+from tests.collector.detect.screen_check import drawn, screen_property, screened_as_fed
 
 VOCAB = {"vocab_size": 512}  # as run.json says it
 DIVERGED = [34.5, 58.0, 48.4, 46.7, 66.8, 77.4, 70.6, 71.8, 65.4, 59.6, 60.6, 63.4, 75.1, 57.2, 55.3, 41.9, 40.8,
@@ -76,3 +78,18 @@ def test_its_screen_finds_what_feeding_every_point_finds(runs: list[tuple[bool, 
             got.update({(e.rule, e.first_step): e.to_dict() for e in judge_backlog(fast, part.step, part.metric,
                                                                                    part.value)})  # fmt: skip
     assert got == want
+
+
+def _above(rng: np.random.Generator, values: np.ndarray) -> np.ndarray:
+    """`trouble`: stretches far above 2 x ln(32000) = 20.8 (`drawn` gives a vocabulary of 32,000 at times)."""
+    for _ in range(int(rng.integers(0, 4))):
+        at, span = int(rng.integers(0, len(values))), int(rng.integers(1, 8))
+        values[at : at + span] = rng.uniform(15.0, 60.0, len(values[at : at + span]))
+    return values
+
+
+@screen_property
+def test_loss_above_uniform_screen_takes_only_what_feeding_gives(seed: int, n: int, horizon: int) -> None:
+    steps, values, facts, excused = drawn(seed, "train/loss", n, _above)
+    rule = LossAboveUniform("train/loss", LossAboveUniform.settings())
+    screened_as_fed(rule, steps, values, facts, excused, horizon)
