@@ -134,10 +134,10 @@ def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:
     write_marker(
         settings.db,
         {"pid": os.getpid(), "host": settings.host, "port": port, "started_at": time.time(), "roots": [],
-         "db": str(settings.db), "lake": spec.catalog, "lake_read_only": read_only},
+         "db": str(settings.db), "lake": spec.shown, "lake_read_only": read_only},
     )  # fmt: skip
     log.info(
-        "team lake reader pid %d serving %s on http://%s:%d", os.getpid(), spec.catalog, settings.host, port
+        "team lake reader pid %d serving %s on http://%s:%d", os.getpid(), spec.shown, settings.host, port
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -75,6 +75,11 @@ class LakeSpec:
             raise StoreError("--store and --data-path may not contain a single quote")
         return cls(store, data_path.rstrip("/") + "/")
 
+    @property
+    def shown(self) -> str:
+        """The catalog as logs, messages, the marker and the dashboard show it: a password masked."""
+        return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", self.catalog, flags=re.IGNORECASE)
+
 
 def namespace(name: str) -> int:
     """The collector's id block: 20 bits from its name, the same in every process. So every id in the lake
@@ -111,7 +116,7 @@ def attach(con: duckdb.DuckDBPyConnection, spec: LakeSpec, read_only: bool = Fal
     try:
         con.execute(f"ATTACH '{spec.catalog}' AS {LAKE} (DATA_PATH '{spec.data_path}'{mode})")
     except duckdb.Error as e:
-        raise StoreError(f"cannot attach the lake {spec.catalog}: {str(e).splitlines()[0]}") from None
+        raise StoreError(f"cannot attach the lake {spec.shown}: {str(e).splitlines()[0]}") from None
 
 
 def local_tables(cur: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:

@@ -82,7 +82,9 @@ def test_roles_a_read_only_reader_and_a_token_for_each_process(pg, tmp_path):
         tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(as_role(dsn, "alice"), data, "alice")
     )
     desk = TeamDaemon(tmp_path / "desk.duckdb", [], *lake_args(as_role(dsn, "desk"), data))
-    viewer = TeamDaemon(tmp_path / "viewer.duckdb", [], *lake_args(as_role(dsn, "viewer"), data))
+    # (the cluster trusts 127.0.0.1, so a password is accepted unread: here it shows it is never shown)
+    secret = as_role(dsn, "viewer") + " password=never-shown-7f3a"
+    viewer = TeamDaemon(tmp_path / "viewer.duckdb", [], *lake_args(secret, data))
     try:
         alice.start()
         desk.start()
@@ -95,6 +97,8 @@ def test_roles_a_read_only_reader_and_a_token_for_each_process(pg, tmp_path):
         assert "may only read the lake: serving it read-only" in viewer.log.read_text()
         markers = {d: json.loads(Path(f"{d.db}.collector.json").read_text()) for d in (desk, viewer)}
         assert markers[viewer]["lake_read_only"] is True and markers[desk]["lake_read_only"] is False
+        assert markers[viewer]["lake"].endswith("password=***")  # the dashboard shows the marker's lake
+        assert "never-shown" not in viewer.log.read_text() + json.dumps(markers[viewer])
         # Postgres itself refuses the read-only role any change of the catalog.
         refused = psql(pg, "roles", "viewer", "DELETE FROM ducklake_snapshot")
         assert refused.returncode != 0 and "permission denied" in refused.stderr, refused.stderr
