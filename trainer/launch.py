@@ -363,20 +363,32 @@ def run_workers(
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     tail: collections.deque[str] = collections.deque(maxlen=200)
+    held: list[str] = []  # the output after a signal was forwarded, relayed once the trainer has stopped
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            if stopped_by:
+                held.append(line)
+            else:
+                sys.stdout.write(line)
+                sys.stdout.flush()
             tail.append(line.rstrip("\n"))
         rc = proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if stopped_by:
+        # torchrun reports the signal it was sent as a traceback of its own (SignalException): the signal
+        # came from here, and the line below says it
+        sys.stdout.writelines(without_signal_report(held))
+        sys.stdout.flush()
     if rc != 0:
         state = finish_status(
             out, rc, list(tail), total_steps, stopped_by[0] if stopped_by else None, args.preset
         )
+        if stopped_by and state != "stopped":
+            print(f"trainer.launch: {signal_stop_line(out, stopped_by[0])}", flush=True)
+            return rc
         if state != "stopped":
             print(f"trainer.launch: run {out} failed (exit code {rc}); see status.json", file=sys.stderr)
             return rc
@@ -385,6 +397,34 @@ def run_workers(
         # after whatever the trainer printed last (a progress bar's final redraw): the log ends with the stop
         print(f"trainer.launch: {stopped_line(out, status)}", flush=True)
     return 0
+
+
+def without_signal_report(lines: list[str]) -> list[str]:
+    """`lines` without torchrun's traceback of a signal it was sent (from its `Traceback` line to the
+    `SignalException` line); any other traceback stays."""
+    kept: list[str] = []
+    start = None  # where the traceback being read began in `kept`
+    for line in lines:
+        text = re.sub(r"^\[rank\d+\]:\s?", "", line.rstrip("\n"))
+        if text.startswith("Traceback (most recent call last)"):
+            start = len(kept)
+        kept.append(line)
+        if start is not None and "SignalException" in text and EXCEPTION_LINE.match(text):
+            del kept[start:]
+            start = None
+        elif start is not None and not text.startswith((" ", "Traceback")):
+            start = None if EXCEPTION_LINE.match(text) else start
+    return kept
+
+
+def signal_stop_line(out: Path, signal_name: str) -> str:
+    """The last line of a run stopped by a signal the launcher was sent: the step and the last checkpoint."""
+    status = read_status(out)
+    saved = status.get("last_checkpoint_step") or latest_checkpoint(out)
+    folder = out / f"global_step_{saved}" if saved else None
+    where = f"last checkpoint {folder}" if folder is not None and folder.is_dir() else "no checkpoint saved"
+    step = status.get("step")
+    return f"stopped by {signal_name} at step {step if step is not None else '?'}; {where}"
 
 
 def read_status(out: Path) -> dict:

@@ -5,6 +5,7 @@ goes NaN, within two steps of the alert, leaving a complete checkpoint from befo
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from collector.core.stop_request import STOP_FILE
 from tests.collector.test_daemon_support import Daemon, cli_json
 from tests.trainer.conftest import REPO, launch, read_metrics, train_records
 from tests.waiting import wait_for
+from trainer.launch import without_signal_report
 
 pytestmark = pytest.mark.slow
 
@@ -126,3 +128,44 @@ def wait_for_step(run_dir, step: int, proc: subprocess.Popen, limit_s: float = 4
         return got if got >= step else None
 
     return wait_for(reached, f"{run_dir} to reach step {step}", limit_s, proc=proc, poll_s=0.5)
+
+
+def test_a_run_stopped_by_a_signal_ends_its_log_with_one_line(built_data, tmp_path):
+    """SIGTERM to the launcher (a person's kill, make's forwarded signal): torchrun's own SignalException
+    traceback is left out, and the log ends with the signal, the step and the last checkpoint."""
+    run_dir = tmp_path / "sft"
+    command = [sys.executable, "-m", "trainer.launch", "--preset", "smoke", "--out", str(run_dir)]
+    with subprocess.Popen(
+        command + ["--steps", "40"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as proc:
+        try:
+            wait_for_step(run_dir, 4, proc)  # the smoke preset saves every 3 steps
+            proc.send_signal(signal.SIGTERM)
+            output = proc.communicate(timeout=300)[0].decode(errors="replace")
+        finally:
+            proc.kill()
+    assert proc.returncode != 0, output[-4000:]  # not finished: status.json says failed, stopped by SIGTERM
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and status["error"].startswith("stopped by SIGTERM"), status
+    assert "Traceback" not in output and "SignalException" not in output, output[-4000:]
+    saved = max(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*"))
+    last = [line for line in output.splitlines() if line.strip()][-1]
+    assert last == (
+        f"trainer.launch: stopped by SIGTERM at step {status['step']}; last checkpoint {run_dir}/global_step_{saved}"
+    ), output[-2000:]
+
+
+def test_only_torchruns_report_of_the_signal_is_left_out():
+    """A worker's own traceback stays; torchrun's SignalException traceback goes, with nothing else."""
+    lines = [
+        "step:5 - train/loss:5.7\n",
+        "[rank0]: Traceback (most recent call last):\n",
+        '[rank0]:   File "x.py", line 1, in <module>\n',
+        "[rank0]: RuntimeError: worker broke\n",
+        "W1126 Received 15 death signal, shutting down workers\n",
+        "Traceback (most recent call last):\n",
+        '  File "run.py", line 9, in main\n',
+        "    time.sleep(monitor_interval)\n",
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15\n",
+    ]
+    assert without_signal_report(lines) == lines[:5]
