@@ -27,7 +27,7 @@ from collector.api import run_files
 from collector.api import runs as api_runs
 from collector.api import series as api_series
 from collector.api import stop as api_stop
-from collector.api.client import ApiError, Client
+from collector.api.client import ApiError, Client, parse
 from collector.cli_check import EXIT_USAGE
 from collector.cli_tables import TABLES
 from collector.core import runtime
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         from collector import cli_check
 
         try:
-            return cli_check.check(args, _ingest, asking)
+            return cli_check.check(args, _ingest, asking_typed)
         except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
             print(f"collector check: {printable(e)}", file=sys.stderr)
             return EXIT_USAGE
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
             return _serve(args)
         if args.command == "ingest":
             return _ingest(args)
-        result = _as_typed(args, _query(args))
+        result = typed(args, _query(args))
     except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
         print(f"collector {args.command}: {printable(e)}", file=sys.stderr)
         return EXIT_USAGE
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         print(f"collector {args.command}: {printable(error)}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        print(json.dumps(result, allow_nan=True, default=str))
+        print(json.dumps(as_json(result), allow_nan=True, default=str))
     else:
         print(TABLES[args.command](result))
     return 0
@@ -302,6 +302,8 @@ def _ingest(args: argparse.Namespace) -> int:
     paths = _roots(args.paths, wait=client is None)
     if client is not None:
         # The daemon holds the database: ask it (it only takes paths inside its roots).
+        from collector.api.models import Queued
+
         try:
             result = client.post("/api/ingest", {"paths": [_root_text(p) for p in paths]})
         except ApiError as e:
@@ -311,11 +313,8 @@ def _ingest(args: argparse.Namespace) -> int:
                 f"{e}. The collector serving {args.db} holds the database and reads only its roots: add this"
                 " path to its roots (restart `collector serve` with it), or stop it and run ingest again"
             ) from None
-        print(
-            json.dumps(result)
-            if args.json
-            else f"queued for the running collector: {', '.join(result['queued'])}"
-        )
+        queued = parse(result, Queued).queued
+        print(json.dumps(result) if args.json else f"queued for the running collector: {', '.join(queued)}")
         return 0
     from collector.core.runtime import alerts_log_path
     from collector.daemon import sinks
@@ -406,6 +405,13 @@ def asking(db: Path) -> Iterator[Callable[[argparse.Namespace], Any]]:
         store.close()
 
 
+@contextlib.contextmanager
+def asking_typed(db: Path) -> Iterator[Callable[[argparse.Namespace], Any]]:
+    """`asking`, each answer read as its type (`typed`): what `check` reads."""
+    with asking(db) as ask:
+        yield lambda args: typed(args, ask(args))
+
+
 def _from_collector(client: Client, args: argparse.Namespace) -> Any:
     path, params, _ = _request(args)
     if args.command in ("ack", "resolve"):
@@ -414,41 +420,51 @@ def _from_collector(client: Client, args: argparse.Namespace) -> Any:
         return client.post(path, {"reason": args.reason})
     result = client.get(path, params=params)
     if args.command == "runs":  # what is listed may be behind: say why
-        ingest = client.get("/api/health").get("ingest") or {}
-        if ingest.get("state") == "stalled":
-            print(f"collector runs: warning: {printable(ingest.get('message'))}", file=sys.stderr)
-    return result["series"][0] if args.command == "metrics" else result
+        from collector.api.models import Health
+
+        ingest = client.get("/api/health", model=Health).ingest
+        if ingest is not None and ingest.state == "stalled":
+            print(f"collector runs: warning: {printable(ingest.message)}", file=sys.stderr)
+    return result
 
 
-def _as_typed(args: argparse.Namespace, result: Any) -> Any:
-    """The command's answer read as its type (`collector.api.models`, the API's own), then as the JSON data the
-    tables and `--json` print: an answer of another shape (a collector of another version) is an error
-    naming the field, not a table printed wrong. Fields the model does not name are kept, absent ones stay
-    absent."""
-    from pydantic import TypeAdapter
-
-    from collector.api import models
+def typed(args: argparse.Namespace, result: Any) -> Any:
+    """The command's answer (`_query`'s JSON data) read as its type (`collector.api.models`, the API's own),
+    which the tables and `check` read: an answer of another shape (a collector of another version) is an
+    error naming the field, not a table printed wrong. `as_json` gives the JSON data back."""
+    from collector.api import models  # (pydantic: only for the commands that print an answer)
 
     c = args.command
+    # `alerts` lists incidents for people; with --json (and for `check`, which asks without it) every alert
+    listing = list[models.Alert] if getattr(args, "json", True) else list[models.Incident]
     model = {
         "runs": list[models.RunSummary],
-        "metrics": models.Series,
-        "alerts": list[models.Alert] if args.json else list[models.Incident],
+        "metrics": models.SeriesAnswer,
+        "alerts": listing,
         "incidents": list[models.Incident],
         "ack": models.AlertDetail,
         "resolve": models.AlertDetail,
         "stop": models.StopAnswer,
         "files": list[models.ProblemFile],
         "checkpoints": models.Advice,
-    }.get(c)
-    if model is None:
-        return result
-    adapter = TypeAdapter(model)
+    }[c]
     try:
-        typed = adapter.validate_python(result)
+        answer = parse(result, model)
     except ValueError as e:
         raise CliError(f"the answer to {c} is not what this command reads: {e}") from None
-    return adapter.dump_python(typed, exclude_unset=True, by_alias=True)
+    return answer.series[0] if c == "metrics" else answer  # (the one metric asked for)
+
+
+def as_json(answer: Any) -> Any:
+    """A typed answer as the JSON data it was read from: fields the model does not name are kept, absent ones
+    stay absent, a renamed one (`copy`) has its JSON name."""
+    from collector.api.models import Answer
+
+    if isinstance(answer, list):
+        return [as_json(a) for a in answer]
+    if isinstance(answer, Answer):
+        return answer.model_dump(exclude_unset=True, by_alias=True)
+    return answer
 
 
 def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[RunService], Any]]:
@@ -462,9 +478,7 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[RunService],
         return (
             f"/api/runs/{quote(args.run, safe='/')}/metrics",
             params,
-            lambda s: api_series.metrics(s.store, args.run, [args.metric], args.points, args.start, args.end)[
-                "series"
-            ][0],
+            lambda s: api_series.metrics(s.store, args.run, [args.metric], args.points, args.start, args.end),
         )
     if c == "incidents" or (c == "alerts" and not getattr(args, "json", True)):
         # people read incidents: `alerts` prints each with its alert count (`--json` keeps every alert's row)

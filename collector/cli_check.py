@@ -14,13 +14,17 @@ import contextlib
 import io
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.cli_tables import MIN_NAME, steps, width, wrap
 from collector.core.printable import middle, printable
 from collector.core.runtime import default_db
 from collector.runs.lookup import no_run
+
+if TYPE_CHECKING:
+    from collector.api.models import Alert, Incident, RunSummary
 
 _RANK = {"info": 0, "warn": 1, "error": 2}
 # The exit codes of every command (README, "Exit codes"): a usage error is never read as a finding.
@@ -34,8 +38,8 @@ def check(
 ) -> int:
     """`check`: a path is read once into a database (a temporary one unless --db) and every run found in it
     is judged; a run id is judged from --db (default $RUNWATCH_DB, else .runwatch/runwatch.duckdb). `asking(db)`
-    gives what answers the CLI's commands on the database, for all of check's questions (`cli.asking`).
-    Returns the exit code (`exit_code`)."""
+    gives what answers the CLI's commands on the database, each answer as its type (`collector.api.models`),
+    for all of check's questions (`cli.asking_typed`). Returns the exit code (`exit_code`)."""
     import tempfile
 
     target = Path(args.target).expanduser()
@@ -53,13 +57,13 @@ def check(
             raise ValueError(f"{target} does not exist (give a run folder or file, or a run id with --db)")
         with asking(db) as query:
             verdicts = _verdicts(db, run_ids, not_read, query)
-    counts = {level: sum(v["verdict"] == level for v in verdicts) for level in ("error", "warn", "ok")}
+    counts = {level: sum(v.verdict == level for v in verdicts) for level in ("error", "warn", "ok")}
     code = exit_code(counts, args.fail_on)
     if args.json:
         summary = {"runs": len(verdicts), "errors": counts["error"], "warnings": counts["warn"]}
         summary |= {"healthy": counts["ok"], "exit_code": code}
-        print(json.dumps({"runs": verdicts, "fail_on": args.fail_on, "failed": code != EXIT_OK,
-                          "summary": summary}, allow_nan=True))  # fmt: skip
+        print(json.dumps({"runs": [v.to_json() for v in verdicts], "fail_on": args.fail_on,
+                          "failed": code != EXIT_OK, "summary": summary}, allow_nan=True))  # fmt: skip
     else:
         print("\n".join(report(verdicts, counts, target)))
     return code
@@ -67,11 +71,11 @@ def check(
 
 def _verdicts(
     db: Path, run_ids: list[str] | None, not_read: dict, query: Callable[[argparse.Namespace], Any]
-) -> list[dict]:
-    """Each run's verdict (of `run_ids`, else of every run in `db`), asking `query`: the runs, then every run's
-    alerts and incidents in one question each, then each run's advice."""
-    runs = [
-        r for r in query(argparse.Namespace(db=db, command="runs")) if run_ids is None or r["id"] in run_ids
+) -> list[Verdict]:
+    """Each run's verdict (of `run_ids`, else of every run in `db`), asking `query` (each answer as its type,
+    `cli.typed`): the runs, then every run's alerts and incidents in one question each, then each run's advice."""
+    runs: list[RunSummary] = [
+        r for r in query(argparse.Namespace(db=db, command="runs")) if run_ids is None or r.id in run_ids
     ]
     if run_ids is not None and not runs:
         raise ValueError(f"{no_run(run_ids[0])} in {db}")
@@ -82,38 +86,58 @@ def _verdicts(
                                                     state="all", json=True)))  # fmt: skip
     verdicts = []
     for r in runs:
-        alerts, incidents = alerts_of.get(r["id"], []), incidents_of.get(r["id"], [])
-        worst = max((a["severity"] for a in alerts), key=_RANK.__getitem__, default=None)
+        alerts, incidents = alerts_of.get(r.id, []), incidents_of.get(r.id, [])
+        worst = max((a.severity for a in alerts), key=_RANK.__getitem__, default=None)
         verdicts.append(
-            {
-                "run": r["id"],
-                "status": r["status"],
-                "last_step": r["last_step"],
-                "recommended_step": r["recommended_step"],
-                "recommendation_reason": _recommendation_reason(db, r, query),
-                # files and entries of the run not read, with why (as `ingest` lists them)
-                "not_read": not_read.get(r["id"], []),
-                "verdict": worst if worst in ("warn", "error") else "ok",
-                "alerts": [
-                    {
-                        k: a.get(k)
-                        for k in (
-                            "rule",
-                            "severity",
-                            "metric",
-                            "first_step",
-                            "last_step",
-                            "message",
-                            "action",
-                        )
-                    }
-                    for a in sorted(alerts, key=lambda a: (-_RANK[a["severity"]], a["first_step"]))
-                ],
-                # what a person reads: the alerts grouped by trouble (each names its alerts, `alert_ids`)
-                "incidents": sorted(incidents, key=lambda i: (-_RANK[i["severity"]], i["first_step"])),
-            }
+            Verdict(
+                run=r,
+                recommendation_reason=_recommendation_reason(db, r, query),
+                not_read=not_read.get(r.id, []),
+                verdict=worst if worst in ("warn", "error") else "ok",
+                alerts=sorted(alerts, key=lambda a: (-_RANK[a.severity], a.first_step)),
+                incidents=sorted(incidents, key=lambda i: (-_RANK[i.severity], i.first_step)),
+            )
         )
     return verdicts
+
+
+@dataclass
+class Verdict:
+    """One run judged: its summary, why its checkpoint is the one to keep, what of it was not read, its worst
+    level (`error`, `warn`, `ok`), its alerts and incidents (the most severe first)."""
+
+    run: RunSummary
+    recommendation_reason: str
+    not_read: list[dict]  # files and entries of the run not read, with why (as `ingest` lists them)
+    verdict: str
+    alerts: list[Alert]
+    incidents: list[Incident]
+
+    def to_json(self) -> dict:
+        """The run's entry of `check --json` (README, "check")."""
+        return {
+            "run": self.run.id,
+            "status": self.run.status,
+            "last_step": self.run.last_step,
+            "recommended_step": self.run.recommended_step,
+            "recommendation_reason": self.recommendation_reason,
+            "not_read": self.not_read,
+            "verdict": self.verdict,
+            "alerts": [
+                {
+                    "rule": a.rule,
+                    "severity": a.severity,
+                    "metric": a.metric,
+                    "first_step": a.first_step,
+                    "last_step": a.last_step,
+                    "message": a.message,
+                    "action": a.action.model_dump(exclude_unset=True) if a.action is not None else None,
+                }
+                for a in self.alerts
+            ],
+            # what a person reads: the alerts grouped by trouble (each names its alerts, `alert_ids`)
+            "incidents": [i.model_dump(exclude_unset=True) for i in self.incidents],
+        }
 
 
 def exit_code(counts: dict[str, int], fail_on: str) -> int:
@@ -125,7 +149,7 @@ def exit_code(counts: dict[str, int], fail_on: str) -> int:
     return EXIT_OK
 
 
-def report(verdicts: list[dict], counts: dict[str, int], target: Path) -> list[str]:
+def report(verdicts: list[Verdict], counts: dict[str, int], target: Path) -> list[str]:
     """The verdict for people, fitted to the terminal: the count first, then each troubled run (errors
     first) with its incidents, their actions and the checkpoint to keep, then one line per healthy run."""
     n = len(verdicts)
@@ -133,28 +157,24 @@ def report(verdicts: list[dict], counts: dict[str, int], target: Path) -> list[s
              f" {counts['ok']} healthy"]  # fmt: skip
     if not verdicts:
         return [*lines, *wrap(f"no run found in {target}")]
-    order = sorted(verdicts, key=lambda v: -_RANK.get(v["verdict"], 0))
+    order = sorted(verdicts, key=lambda v: -_RANK.get(v.verdict, 0))
     for v in order:
-        keep = v.get("recommended_step")
-        said = f"(status {v['status']}" + (f", keep step {keep})" if keep is not None else ")")
-        label = v["verdict"].upper().ljust(5)
+        keep = v.run.recommended_step
+        said = f"(status {v.run.status}" + (f", keep step {keep})" if keep is not None else ")")
+        label = v.verdict.upper().ljust(5)
         room = width() - len(label) - len(said) - 4
-        lines.append(f"{label}  {middle(printable(v['run']), max(room, MIN_NAME))}  {said}")
-        if v["verdict"] == "ok":
+        lines.append(f"{label}  {middle(printable(v.run.id), max(room, MIN_NAME))}  {said}")
+        if v.verdict == "ok":
             continue
-        for i in v["incidents"]:  # what a person reads: the alerts grouped by trouble
-            where = steps(i["first_step"], i["last_step"])
-            count = (
-                f" ({i['alert_count']} alerts at steps {_steps(i['steps'])})" if i["alert_count"] > 1 else ""
-            )
-            rules = " -> ".join(i["rules"])
-            lines += wrap(
-                f"[{i['severity']}] {rules} {i['metric']} @{where}{count}: {i['message']}", indent="  "
-            )
-            if i.get("action"):  # what to do: the checkpoint to go back to and the resume command
-                lines += wrap(f"action: {i['action']['text']}", indent="    ")
-        if v.get("recommendation_reason"):
-            lines += wrap(f"checkpoint: {v['recommendation_reason']}", indent="  ")
+        for i in v.incidents:  # what a person reads: the alerts grouped by trouble
+            where = steps(i.first_step, i.last_step)
+            count = f" ({i.alert_count} alerts at steps {_steps(i.steps)})" if i.alert_count > 1 else ""
+            rules = " -> ".join(i.rules)
+            lines += wrap(f"[{i.severity}] {rules} {i.metric} @{where}{count}: {i.message}", indent="  ")
+            if i.action:  # what to do: the checkpoint to go back to and the resume command
+                lines += wrap(f"action: {i.action.text}", indent="    ")
+        if v.recommendation_reason:
+            lines += wrap(f"checkpoint: {v.recommendation_reason}", indent="  ")
     return lines
 
 
@@ -162,11 +182,11 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' * (n != 1)}"
 
 
-def _by_run(rows: list[dict]) -> dict[str, list[dict]]:
+def _by_run(rows: list[Alert] | list[Incident]) -> dict[str, list]:
     """Rows (alerts, incidents) by their run, each run's in the order given."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list] = {}
     for row in rows:
-        out.setdefault(row["run"], []).append(row)
+        out.setdefault(row.run, []).append(row)
     return out
 
 
@@ -174,11 +194,10 @@ def _steps(steps: list[int]) -> str:
     return ", ".join(str(s) for s in steps[:6]) + (", ..." if len(steps) > 6 else "")
 
 
-def _recommendation_reason(db: Path, run: dict, query: Callable[[argparse.Namespace], Any]) -> str:
+def _recommendation_reason(db: Path, run: RunSummary, query: Callable[[argparse.Namespace], Any]) -> str:
     """Why `recommended_step` is what it is: the advice's reason, or why there is none (never a bare null)."""
-    asked = argparse.Namespace(db=db, command="checkpoints", run=run["id"], metric=None, direction=None)
+    asked = argparse.Namespace(db=db, command="checkpoints", run=run.id, metric=None, direction=None)
     advice = query(asked)
-    rec = advice.get("recommended")
-    if run["recommended_step"] is not None and rec:
-        return rec["reason"]
-    return advice.get("no_recommendation") or "No checkpoint of this run was seen or inferred."
+    if run.recommended_step is not None and advice.recommended:
+        return advice.recommended.reason
+    return advice.no_recommendation or "No checkpoint of this run was seen or inferred."

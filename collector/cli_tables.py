@@ -1,4 +1,5 @@
-"""How the CLI prints each command's answer for people (with `--json` it prints the API's JSON instead).
+"""How the CLI prints each command's answer for people (with `--json` it prints the API's JSON instead), from
+the answer's type (`collector.api.models`): a field renamed in a model fails here, not as an empty column.
 
 Every table fits the terminal's width (`$COLUMNS`, else the terminal's, else 100 when output is not a
 terminal): names and paths are shortened from the middle (`my-exp/sf…7b/run-3`: both ends of a name tell runs
@@ -10,9 +11,20 @@ from __future__ import annotations
 import shutil
 import textwrap
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.core.printable import middle, printable
+
+if TYPE_CHECKING:  # (pydantic is imported by the commands that print an answer, when they do)
+    from collector.api.models import (
+        Advice,
+        AlertDetail,
+        Incident,
+        ProblemFile,
+        RunSummary,
+        Series,
+        StopAnswer,
+    )
 
 ELLIPSIS = "…"
 # The narrowest a shortened name gets: a few characters of each end stay readable.
@@ -124,68 +136,86 @@ def steps(first: Any, last: Any) -> str:
     return cell(first) if first == last else f"{cell(first)}-{cell(last)}"
 
 
-def runs_table(rows: list[dict]) -> str:
-    shown = [
-        r
-        | {
-            "steps": cell(r.get("last_step")) + (f"/{r['total_steps']}" if r.get("total_steps") else ""),
-            "alerts": r.get("open_alerts"),
+def runs_table(runs: list[RunSummary]) -> str:
+    rows = [
+        {
+            "id": r.id,
+            "status": r.status,
+            "steps": cell(r.last_step) + (f"/{r.total_steps}" if r.total_steps else ""),
+            "train_loss": r.train_loss,
+            "val_loss": r.val_loss,
+            "alerts": " ".join(f"{s}:{n}" for s, n in r.open_alerts.by_severity() if n),
+            "format": r.format,
         }
-        for r in rows
+        for r in runs
     ]
-    return table(shown, ["id", "status", "steps", "train_loss", "val_loss", "alerts", "format"], keep="id")
+    return table(rows, ["id", "status", "steps", "train_loss", "val_loss", "alerts", "format"], keep="id")
 
 
-def incidents_table(rows: list[dict]) -> str:
+def incidents_table(incidents: list[Incident]) -> str:
     """One row per incident (its cause first, the troubles it explains, how many alerts it holds), its message
     under it; then the count of incidents and alerts."""
-    shown = [
-        i
-        | {
-            "rule": " -> ".join(i["rules"]),
-            "steps": steps(i["first_step"], i["last_step"]),
-            "alerts": i["alert_count"],
+    rows = [
+        {
+            "id": i.id,
+            "run": i.run,
+            "rule": " -> ".join(i.rules),
+            "severity": i.severity,
+            "steps": steps(i.first_step, i.last_step),
+            "alerts": i.alert_count,
+            "state": i.state,
+            "message": i.message,
         }
-        for i in rows
+        for i in incidents
     ]
     body = table(
-        shown, ["id", "run", "rule", "severity", "steps", "alerts", "state"], under="message", keep="run"
+        rows, ["id", "run", "rule", "severity", "steps", "alerts", "state"], under="message", keep="run"
     )
-    total = sum(i["alert_count"] for i in rows)
-    return "\n".join([body, *wrap(f"{len(rows)} incident(s) holding {total} alert(s) (every alert: --json)")])
+    total = sum(i.alert_count for i in incidents)
+    said = f"{len(incidents)} incident(s) holding {total} alert(s) (every alert: --json)"
+    return "\n".join([body, *wrap(said)])
 
 
-def metrics_table(series: dict) -> str:
-    head = f"{series['run']} {series['metric']}: {series['total_points']} points"
-    head += f", {len(series['steps'])} buckets (min/max per bucket)" if series["downsampled"] else ""
-    rows = [{"step": s, "value": v} for s, v in zip(series["steps"], series["values"], strict=True)]
-    if series["downsampled"]:
-        for row, mn, mx in zip(rows, series["min"], series["max"], strict=True):
+def metrics_table(series: Series) -> str:
+    head = f"{series.run} {series.metric}: {series.total_points} points"
+    head += f", {len(series.steps)} buckets (min/max per bucket)" if series.downsampled else ""
+    rows: list[dict] = [{"step": s, "value": v} for s, v in zip(series.steps, series.values, strict=True)]
+    if series.downsampled:
+        for row, mn, mx in zip(rows, series.min or [], series.max or [], strict=True):
             row |= {"min": mn, "max": mx}
     return "\n".join([*wrap(head), table(rows, list(rows[0]) if rows else ["step", "value"])])
 
 
-def checkpoints_table(advice: dict) -> str:
-    rec = advice.get("recommended")
+def checkpoints_table(advice: Advice) -> str:
+    rec = advice.recommended
     head = (
         [
-            *wrap(f"keep step {rec['step']}: {rec['path'] or '(no checkpoint seen)'}"),
-            *wrap(rec["reason"], indent="  "),
+            *wrap(f"keep step {rec.step}: {rec.path or '(no checkpoint seen)'}"),
+            *wrap(rec.reason, indent="  "),
         ]
         if rec
         else ["no checkpoint to recommend"]
     )
-    body = table(advice.get("checkpoints", []), ["step", "complete", "bytes", "value", "path"])
-    return "\n".join([*head, body, *wrap(f"deletable: {advice.get('deletable') or 'none'}")])
+    rows = [
+        {"step": c.step, "complete": c.complete, "bytes": c.bytes, "value": c.value, "path": c.path}
+        for c in advice.checkpoints
+    ]
+    body = table(rows, ["step", "complete", "bytes", "value", "path"])
+    return "\n".join([*head, body, *wrap(f"deletable: {advice.deletable or 'none'}")])
 
 
-def alert_line(a: dict) -> str:
-    return "\n".join(wrap(f"alert {a['id']} [{a['severity']}] {a['rule']} ({a['state']}): {a['message']}"))
+def files_table(files: list[ProblemFile]) -> str:
+    rows = [{"run": f.run, "problem": f.problem, "path": f.path, "reason": f.reason} for f in files]
+    return table(rows, ["run", "problem", "path"], under="reason", keep="path")
 
 
-def stop_line(r: dict) -> str:
-    said = "asked to stop" if r["written"] else "already asked to stop"
-    return "\n".join(wrap(f"run {r['run']}: {said}: {r['path']} ({r['request']['reason']})"))
+def alert_line(a: AlertDetail) -> str:
+    return "\n".join(wrap(f"alert {a.id} [{a.severity}] {a.rule} ({a.state}): {a.message}"))
+
+
+def stop_line(r: StopAnswer) -> str:
+    said = "asked to stop" if r.written else "already asked to stop"
+    return "\n".join(wrap(f"run {r.run}: {said}: {r.path} ({r.request.reason})"))
 
 
 TABLES: dict[str, Callable[[Any], str]] = {
@@ -196,6 +226,6 @@ TABLES: dict[str, Callable[[Any], str]] = {
     "ack": alert_line,
     "resolve": alert_line,
     "checkpoints": checkpoints_table,
-    "files": lambda rows: table(rows, ["run", "problem", "path"], under="reason", keep="path"),
+    "files": files_table,
     "stop": stop_line,
 }
