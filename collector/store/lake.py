@@ -205,8 +205,14 @@ class LakePublisher:
         self.tables = local_tables(self.cur)
         self.beat_at = time.time()  # the heartbeat last written (registering writes one)
         self.last_error: str | None = None
-        self._connect()
-        self._register()
+        try:
+            self._connect()
+            self._register()
+        except duckdb.Error as e:  # the data folder or bucket refusing the first write, the catalog's table
+            raise StoreError(
+                f"cannot publish into the lake {spec.shown} with its data in {spec.data_path}: "
+                f"{str(e).splitlines()[0]}"
+            ) from None
 
     # ---- connection ---------------------------------------------------------------------------------
 

@@ -176,6 +176,15 @@ def test_the_lakes_data_on_an_s3_compatible_server(pg, tmp_path, monkeypatch):
             ("AWS_ENDPOINT_URL", endpoint),
         ):
             monkeypatch.setenv(name, value)  # the collector and the reader inherit them
+        # A bucket that is not there: the collector stops at once, saying where it could not write.
+        lost = subprocess.run(
+            [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(tmp_path / "lost.duckdb"),
+             str(tmp_path), "--once", *lake_args(pg.new_database("nobucket"), "s3://no-such-bucket/runs/", "lost")],
+            cwd=REPO, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert lost.returncode == 1, lost.stderr[-2000:]
+        assert "cannot publish into the lake" in lost.stderr and "s3://no-such-bucket/runs/" in lost.stderr
+        assert "Traceback" not in lost.stderr, lost.stderr[-2000:]
         dsn, data = pg.new_database("s3"), "s3://team-lake/runs/"
         metrics = tmp_path / "root" / "exp" / "rl" / "metrics.jsonl"
         write_steps(metrics, 1, 400)
