@@ -23,7 +23,7 @@ def stored_incidents(
 
 
 def _steps(store: Store, run: str | None) -> dict[str, RunSteps]:
-    return run_steps(store_read.runs(store, run), store_read.metric_stats(store, run))
+    return run_steps(store_read.run_progress(store, run), store_read.metric_stats(store, run))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,13 @@ def runs(store: Store, run: str | None = None) -> list[dict]:
     )
 
 
+def run_progress(store: Store, run: str | None = None) -> list[dict]:
+    """Every run (or just `run`) with how far it got: `id`, `last_step`, `status`; what grouping its alerts into
+    incidents reads (`runs` reads each run's config and status texts too: a trainer_state.json can be a MB)."""
+    where, params = ("WHERE id = ?", [run]) if run is not None else ("", [])
+    return store.dicts(f"SELECT id, last_step, status FROM runs {where} ORDER BY id", params)
+
+
 def metric_stats(store: Store, run: str | None = None, runs: list[str] | None = None) -> list[dict]:
     """Per (run, metric) of `run`, else of `runs`, else of every run: point count, first and last step and the
     value at the last."""
