@@ -184,12 +184,13 @@ event = st.dataframe(
         "updated": st.column_config.TextColumn("last update"),
     },
 )
-# the full name of a shortened one, over its row (Streamlit's table shows no tooltip for a cell)
-full_names_on_hover("runs_table", "run", ROW_MARKERS_PX + NAME_WIDTH, NAME_CHARS)
 st.caption(
     f"{len(shown)} of {len(runs)} runs shown. Hover a shortened name for all of it; click a row to open the "
     "run (its page is titled with the full name); the name filter matches any part of a full name."
 )
+# the full name of a shortened one, over its row (Streamlit's table shows no tooltip for a cell); mounted
+# under the caption, where its empty element's gap is at the page's end
+full_names_on_hover("runs_table", "run", ROW_MARKERS_PX + NAME_WIDTH, NAME_CHARS)
 rows = event.selection.rows if event is not None else []
 if rows:
     ui.open_run(shown.iloc[rows[0]]["run"])
