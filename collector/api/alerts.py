@@ -7,7 +7,7 @@ from __future__ import annotations
 from collector.runs.lookup import NotFound
 from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
-from collector.store import lake as store_lake
+from collector.store import lake_reader
 from collector.store.db import Store
 
 
@@ -45,7 +45,7 @@ def set_alert_state(store: Store, alert_id: int, state: str, note: str | None) -
             found = store_alerts.get_alert(store, alert_id)
         except store_alerts.AlertNotFound as e:
             raise NotFound(str(e)) from None
-        store_lake.ask_alert_states(store.cursor(), [alert_id], state, note)
+        lake_reader.ask_alert_states(store.cursor(), [alert_id], state, note)
         return found | {"state_requested": state}
     try:
         return store_alerts.set_state(store, alert_id, state, note)

@@ -10,7 +10,7 @@ from collector.runs.incidents import stored_incidents
 from collector.runs.lookup import NotFound, find_run
 from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
-from collector.store import lake as store_lake
+from collector.store import lake_reader
 from collector.store.db import Store
 
 STATES = (*store_alerts.STATES, "all")
@@ -83,7 +83,7 @@ def set_incident_state(runs: RunService, incident_id: int, state: str, note: str
     alerts = store_alerts.list_alerts(store, ids=sorted(incident["alert_ids"]))
     changed = [a["id"] for a in alerts if a["state"] in wanted]
     if store.lake_reader:
-        store_lake.ask_alert_states(store.cursor(), changed, state, note)
+        lake_reader.ask_alert_states(store.cursor(), changed, state, note)
         found = with_actions(runs, [incident])[0]
         return {"incident": found, "changed": [], "requested": changed, "state_requested": state}
     for alert_id in changed:

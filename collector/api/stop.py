@@ -7,7 +7,7 @@ from pathlib import Path
 
 from collector.core.stop_request import check_inside, stop_path, write_stop_request
 from collector.runs.lookup import find_run
-from collector.store import lake as store_lake
+from collector.store import lake_reader
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -20,7 +20,7 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
     r = find_run(store, run_id)
     if store.lake_reader:  # team mode: the collector owning the run writes its stop file (store/lake.py)
         reason = reason.strip() or "stop requested from runwatch"
-        store_lake.ask_stop(store.cursor(), run_id, reason, by="person")
+        lake_reader.ask_stop(store.cursor(), run_id, reason, by="person")
         # `path`: where the owning collector writes the request, on its machine; `written`: asked of it
         request = {"reason": reason, "by": "person", "through": "team lake"}
         return {"run": run_id, "path": str(stop_path(Path(r["path"]))), "request": request, "written": True}

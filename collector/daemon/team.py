@@ -20,7 +20,7 @@ from typing import Any
 from collector.core.runtime import Settings, ensure_token, remove_marker, write_marker
 from collector.core.stop_request import write_stop_request
 from collector.store import alerts as store_alerts
-from collector.store import lake, lake_access
+from collector.store import lake, lake_access, lake_reader
 from collector.store.db import Store
 
 log = logging.getLogger("collector")
@@ -115,7 +115,7 @@ def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:
     import uvicorn
 
     spec = lake.LakeSpec.parse(settings.store, settings.data_path)
-    con = lake.open_lake_reader(spec, settings.memory_mb)
+    con = lake_reader.open_lake_reader(spec, settings.memory_mb)
     read_only = lake_access.attached_read_only(con, lake.LAKE)  # (its role may only read: the marker says so)
     store = Store.on_connection(con, settings.db)
     token = ensure_token(settings.db)

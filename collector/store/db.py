@@ -27,9 +27,9 @@ import duckdb
 
 from collector.core.model import BadLine
 from collector.core.runtime import MEMORY_MB, command_of
-from collector.store import lake
 from collector.store.damage import check_whole, damage_of, damaged
 from collector.store.disk import DiskState
+from collector.store.lake_reader import ReaderCursor
 from collector.store.schema import StoreError, migrate
 
 
@@ -107,7 +107,7 @@ class Store:
     @classmethod
     def on_connection(cls, con: duckdb.DuckDBPyConnection, path: str | Path) -> Store:
         """A store over a connection already open, not migrated: team mode's reader, whose default database
-        is the shared lake (`collector.store.lake`); `path` names it in messages and beside-files."""
+        is the shared lake (`collector.store.lake_reader`); `path` names it in messages and beside-files."""
         self = cls.__new__(cls)
         self.path, self._con = Path(path), con
         self._open_done()
@@ -142,7 +142,7 @@ class Store:
             cur = self._con.cursor()
             if self.lake_reader:  # each cursor is a connection of its own: the lake is its default too
                 cur.execute("USE lake")
-                cur = lake.ReaderCursor(cur)
+                cur = ReaderCursor(cur)
             self._local.cur = cur
         return cur
 
@@ -164,7 +164,7 @@ class Store:
         ):  # the rows belong to the collectors publishing them: a change here would be undone
             raise ValueError(
                 "this API reads a team's lake: make the change on the collector that owns the run (the part of "
-                "the run id before the first '/'); only stop requests go through the lake"
+                "the run id before the first '/'); only stops, acks and resolves go through the lake"
             )
         with self._write_lock:
             cur = self.cursor()
