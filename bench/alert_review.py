@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 
 def ask(db: Path, asks: int) -> dict:
@@ -58,22 +59,12 @@ def ask(db: Path, asks: int) -> dict:
     }
 
 
-def measured(tree: Path, db: Path, asks: int) -> dict:
-    """`ask` in a fresh interpreter importing `tree`'s collector."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--db", str(db), "--asks", str(asks)]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", type=Path, help="a database (else --root is ingested into a new one)")
     ap.add_argument("--root", type=Path, help="runs to ingest with this checkout's `collector ingest`")
     ap.add_argument("--asks", type=int, default=10, help="answers built per turn (default 10)")
-    ap.add_argument("--turns", type=int, default=2, help="turns of each checkout (default 2)")
-    ap.add_argument("--before", type=Path, help="another checkout, timed in turns with this one")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    harness.turn_arguments(ap, turns=2)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(ask(args.db, args.asks)))
@@ -85,12 +76,12 @@ def main() -> None:
                 ap.error("give --db or --root")
             db = Path(tmp) / "review.duckdb"
             ingest = [sys.executable, "-m", "collector", "ingest", "--db", str(db), str(args.root)]
-            subprocess.run(ingest, cwd=REPO, check=True, capture_output=True)
-        trees = {"this": REPO} | ({"before": args.before.resolve()} if args.before else {})
+            subprocess.run(ingest, cwd=harness.gen.REPO, check=True, capture_output=True)
+        trees = harness.checkouts(args.before)
         rows = []
         for turn in range(args.turns):
             for name, tree in trees.items():
-                got = measured(tree, db, args.asks)
+                got = harness.in_checkout(tree, __file__, ["--db", str(db), "--asks", str(args.asks)])
                 rows.append((name, turn, got, os.getloadavg()[0]))
                 print(
                     f"{name:6} turn {turn}: first {got['first_ms']:.0f} ms ({got['first_cpu_ms']:.0f} ms CPU), "

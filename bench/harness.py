@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -49,6 +50,28 @@ def measured_run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = 
     if found is None:
         return Measured(proc.returncode or 1, float("nan"), float("nan"), out)
     return Measured(found[0], found[1], found[2], out)
+
+
+def turn_arguments(ap: argparse.ArgumentParser, turns: int) -> None:
+    """`--turns`, `--before PATH` (another checkout, measured in turns with this one) and the hidden `--child`
+    (the measuring process `in_checkout` starts)."""
+    ap.add_argument("--turns", type=int, default=turns, help=f"turns of each checkout (default {turns})")
+    ap.add_argument("--before", type=Path, help="another checkout, measured in turns with this one")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+
+
+def checkouts(before: Path | None) -> dict[str, Path]:
+    """The checkouts to measure in turns: this one, and `before` when given."""
+    return {"this": gen.REPO} | ({"before": before.resolve()} if before else {})
+
+
+def in_checkout(tree: Path, script: str, args: list[str]) -> dict:
+    """`script --child ARGS` in a fresh interpreter whose `collector` is `tree`'s (this checkout or another):
+    its last line of output, read as JSON."""
+    cmd = [sys.executable, str(Path(script).resolve()), "--child", *args]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def collector_cmd(*args: str) -> list[str]:

@@ -17,13 +17,14 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
 WARM_UP = 40  # steps stored before the live commits
 
 
@@ -95,15 +96,6 @@ def feed(steps: int, every: int, per_commit: int) -> dict:
     }
 
 
-def measured(tree: Path, args: argparse.Namespace) -> dict:
-    """`feed` in a fresh interpreter importing `tree`'s collector."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--steps", str(args.steps),
-           "--every", str(args.every), "--per-commit", str(args.per_commit)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=1200, help="steps the run logs (default 1200)")
@@ -111,18 +103,17 @@ def main() -> None:
         "--every", type=int, default=50, help="a gradient spike every this many steps (default 50)"
     )
     ap.add_argument("--per-commit", type=int, default=2, help="steps a commit (default 2)")
-    ap.add_argument("--turns", type=int, default=1, help="turns of each checkout (default 1)")
-    ap.add_argument("--before", type=Path, help="another checkout, timed in turns with this one")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    harness.turn_arguments(ap, turns=1)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(feed(args.steps, args.every, args.per_commit)))
         return
-    trees = {"this": REPO} | ({"before": args.before.resolve()} if args.before else {})
+    trees = harness.checkouts(args.before)
+    child = ["--steps", str(args.steps), "--every", str(args.every), "--per-commit", str(args.per_commit)]
     events = set()
     for turn in range(args.turns):
         for name, tree in trees.items():
-            got = measured(tree, args)
+            got = harness.in_checkout(tree, __file__, child)
             events.add(got["events"])
             print(
                 f"{name:6} turn {turn}: {got['checks']} keep-firing checks, median {got['median_ms']:.2f} ms "
