@@ -1,7 +1,6 @@
-"""The collector's HTTP API as the dashboard uses it: one method per endpoint. The runs, a run's detail and
-first view, alerts, incidents and checkpoint advice come back as the API's types (`collector.api.models`), so a
-page reads `run.last_step`, and a field renamed in a model fails where it is read; the other answers (series,
-epochs, health, compare, the checklist, stop) as JSON data.
+"""The collector's HTTP API as the dashboard uses it: one method per endpoint. The answers come back as the
+API's types (`collector.api.models`), so a page reads `run.last_step`, and a field renamed in a model fails where
+it is read; only the metric series (`metrics`) and a playback's events stay JSON data.
 
 Transport (address, token, errors) is the collector's client; this class only names the calls the pages
 make, so a page reads `api.checkpoints(run)` rather than a path string.
@@ -18,11 +17,16 @@ from collector.api.models import (
     Advice,
     Alert,
     AlertDetail,
+    ChecklistItem,
+    Compare,
+    Epochs,
+    Health,
     Incident,
     IncidentChange,
     RunDetail,
     RunSummary,
     RunView,
+    StopAnswer,
 )
 
 # Bucket count for a chart: about one bucket per horizontal pixel of a wide chart.
@@ -49,8 +53,8 @@ class DashboardApi:
         answer = self.client.post(path, body)
         return answer if model is None else parse(answer, model)
 
-    def health(self) -> dict:
-        return self._get("/api/health")
+    def health(self) -> Health:
+        return self._get("/api/health", model=Health)
 
     def runs(self) -> list[RunSummary]:
         return self._get("/api/runs", model=list[RunSummary])
@@ -86,8 +90,8 @@ class DashboardApi:
             params.append(("start", start))
         return self._get(f"/api/runs/{_run_path(run)}/view", params=params, model=RunView)
 
-    def epochs(self, run: str, metric: str) -> Any:
-        return self._get(f"/api/runs/{_run_path(run)}/epochs", params={"metric": metric})
+    def epochs(self, run: str, metric: str) -> Epochs:
+        return self._get(f"/api/runs/{_run_path(run)}/epochs", params={"metric": metric}, model=Epochs)
 
     def alerts(
         self,
@@ -106,11 +110,11 @@ class DashboardApi:
     def alert(self, alert_id: int) -> AlertDetail:
         return self._get(f"/api/alerts/{alert_id}", model=AlertDetail)
 
-    def acknowledge(self, alert_id: int, note: str) -> dict:
-        return self._post(f"/api/alerts/{alert_id}/ack", {"note": note})
+    def acknowledge(self, alert_id: int, note: str) -> AlertDetail:
+        return self._post(f"/api/alerts/{alert_id}/ack", {"note": note}, model=AlertDetail)
 
-    def resolve(self, alert_id: int, note: str) -> dict:
-        return self._post(f"/api/alerts/{alert_id}/resolve", {"note": note})
+    def resolve(self, alert_id: int, note: str) -> AlertDetail:
+        return self._post(f"/api/alerts/{alert_id}/resolve", {"note": note}, model=AlertDetail)
 
     def incidents(self, *, run: str | None = None, state: str = "all") -> list[Incident]:
         """The incidents (alerts grouped by trouble, each with its `alert_ids` and `action`), newest first."""
@@ -130,15 +134,15 @@ class DashboardApi:
     def checkpoints(self, run: str) -> Advice:
         return self._get(f"/api/runs/{_run_path(run)}/checkpoints", model=Advice)
 
-    def health_checklist(self, run: str) -> list[dict]:
-        return self._get(f"/api/runs/{_run_path(run)}/health")
+    def health_checklist(self, run: str) -> list[ChecklistItem]:
+        return self._get(f"/api/runs/{_run_path(run)}/health", model=list[ChecklistItem])
 
-    def compare(self, runs: list[str]) -> dict:
-        return self._get("/api/compare", params=[("run", r) for r in runs])
+    def compare(self, runs: list[str]) -> Compare:
+        return self._get("/api/compare", params=[("run", r) for r in runs], model=Compare)
 
-    def stop(self, run: str, reason: str) -> dict:
+    def stop(self, run: str, reason: str) -> StopAnswer:
         """Ask the run to stop (its trainer polls `RUN_DIR/runwatch.stop`); the request in force."""
-        return self._post(f"/api/runs/{_run_path(run)}/stop", {"reason": reason})
+        return self._post(f"/api/runs/{_run_path(run)}/stop", {"reason": reason}, model=StopAnswer)
 
     def playback(
         self, run: str, metrics: list[str], start_step: int, end_step: int, speed: float

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 import plotly.graph_objects as go
 
 from app.series import debiased_ema, is_finite
-from collector.api.models import Alert
+from collector.api.models import Alert, EpochRow
 
 SEVERITY_COLORS = {"error": "#d62728", "warn": "#ff7f0e", "info": "#1f77b4"}
 # Plotly's default colour cycle, spelled out so the band can reuse a line's colour with transparency.
@@ -274,15 +274,15 @@ def metric_figure(
     return fig
 
 
-def epoch_figure(rows: list[dict], *, metric: str, height: int = 300) -> go.Figure:
+def epoch_figure(rows: list[EpochRow], *, metric: str, height: int = 300) -> go.Figure:
     """Mean per epoch with its spread: error bars of one standard deviation and a min-max band."""
-    rows = sorted(rows, key=lambda r: r["epoch"])
-    epochs = [r["epoch"] for r in rows]
+    rows = sorted(rows, key=lambda r: r.epoch)
+    epochs = [r.epoch for r in rows]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
             x=epochs,
-            y=_drawable(r.get("max") for r in rows),
+            y=_drawable(r.max for r in rows),
             mode="lines",
             line={"width": 0},
             name="max",
@@ -292,7 +292,7 @@ def epoch_figure(rows: list[dict], *, metric: str, height: int = 300) -> go.Figu
     fig.add_trace(
         go.Scatter(
             x=epochs,
-            y=_drawable(r.get("min") for r in rows),
+            y=_drawable(r.min for r in rows),
             mode="lines",
             line={"width": 0},
             fill="tonexty",
@@ -303,11 +303,11 @@ def epoch_figure(rows: list[dict], *, metric: str, height: int = 300) -> go.Figu
     fig.add_trace(
         go.Scatter(
             x=epochs,
-            y=_drawable(r.get("mean") for r in rows),
+            y=_drawable(r.mean for r in rows),
             mode="lines+markers",
             name="mean",
             line={"color": PALETTE[0], "width": 2},
-            error_y={"type": "data", "array": _drawable(r.get("std") for r in rows), "visible": True},
+            error_y={"type": "data", "array": _drawable(r.std for r in rows), "visible": True},
         )
     )
     fig.update_layout(

@@ -36,8 +36,8 @@ def stop_control(api: DashboardApi, run: str) -> None:
         if yes.button("Yes, stop the run", type="primary", key="stop_run_confirmed"):
             answer = api.stop(run, reason)
             st.session_state[asking] = False
-            verb = "Asked the run to stop" if answer["written"] else "The run was already asked to stop"
-            st.success(f"{verb}: {answer['path']} ({answer['request']['reason']})")
+            verb = "Asked the run to stop" if answer.written else "The run was already asked to stop"
+            st.success(f"{verb}: {answer.path} ({answer.request.reason})")
         if no.button("Cancel", key="stop_run_cancelled"):
             st.session_state[asking] = False
             st.rerun()

@@ -97,10 +97,11 @@ with st.sidebar:
     conn = ui.connection()
     # Each root's state from the collector: a remote one is connected, connecting or disconnected.
     health = api.health()
-    root_states = {s["root"]: s for s in health.get("root_states", [])}
+    root_states = {s.root: s for s in health.root_states}
 
     def root_label(root) -> str:
-        state = root_states.get(str(root), {}).get("state", "local")
+        known = root_states.get(str(root))
+        state = known.state if known else "local"
         return f"`{root}`" + ("" if state == "local" else f" ({state})")
 
     lake = conn.info.get("lake")  # a team's API (`serve --store` without roots): every collector's runs
@@ -114,13 +115,13 @@ with st.sidebar:
         + f"  \nLive charts refresh every {conf.refresh_s:g} s"
     )
     for root in root_states.values():
-        if root["state"] == "disconnected":
-            why = f": {root['error']}" if root.get("error") else ""
+        if root.state == "disconnected":
+            why = f": {root.error}" if root.error else ""
             st.warning(
-                f"`{root['root']}` is disconnected{why}. Its runs show what was read before; the collector "
+                f"`{root.root}` is disconnected{why}. Its runs show what was read before; the collector "
                 "reconnects by itself and reads on from where it stopped."
             )
-    ui.problem_files_note(health.get("problem_files") or {})
+    ui.problem_files_note(health.problem_files)
     missing = [] if lake else roots_differ(conn.info, conf.roots)
     if missing:
         st.warning(
@@ -128,9 +129,9 @@ with st.sidebar:
             "stop it to have the dashboard start one with these roots."
         )
 
-ingest = health.get("ingest") or {}
-if ingest.get("state") == "stalled":  # (a full disk: the collector answers but stores nothing new)
-    st.error(ingest.get("message") or "The collector's ingest is stalled.", icon=":material/storage:")
+ingest = health.ingest
+if ingest and ingest.state == "stalled":  # (a full disk: the collector answers but stores nothing new)
+    st.error(ingest.message or "The collector's ingest is stalled.", icon=":material/storage:")
 
 try:
     page.run()

@@ -14,7 +14,7 @@ from app.api import DashboardApi
 from app.connection import CollectorUnavailable, Connection, connect, log_path
 from app.settings import Settings, SettingsError, read_settings
 from collector.api.client import ApiError, Client
-from collector.api.models import OpenAlerts
+from collector.api.models import OpenAlerts, ProblemCounts
 from collector.core.runtime import read_token
 
 RUN_KEY = "run"
@@ -172,23 +172,20 @@ def fmt_time(value: str | float | None) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S UTC") if when else "?"
 
 
-# How the sidebar words each kind of `/api/health` `problem_files` count.
-_PROBLEM_WORDS = {
-    "not_read": "not read",
-    "deleted": "deleted",
-    "bad_lines": "with quarantined lines",
-    "no_points": "read without a point",
-}
-
-
-def problem_files_note(counts: dict) -> None:
+def problem_files_note(counts: ProblemCounts) -> None:
     """The sidebar's word on files not read in full, over all runs (the counts `/api/health` gives)."""
-    if counts.get("failing"):
+    if counts.failing:
         st.warning(
-            f"{counts['failing']} file(s) could not be read; the collector retries them. Each run's page "
+            f"{counts.failing} file(s) could not be read; the collector retries them. Each run's page "
             "names its files and why (or `python -m collector files`).",
             icon=":material/error:",
         )
-    other = [f"{counts[k]} {words}" for k, words in _PROBLEM_WORDS.items() if counts.get(k)]
+    worded = (
+        (counts.not_read, "not read"),
+        (counts.deleted, "deleted"),
+        (counts.bad_lines, "with quarantined lines"),
+        (counts.no_points, "read without a point"),
+    )
+    other = [f"{n} {words}" for n, words in worded if n]
     if other:
         st.caption(f"Files: {', '.join(other)} (each run's page lists them)")

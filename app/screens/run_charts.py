@@ -263,8 +263,7 @@ def charts() -> None:
 
     epoch_metric = next(iter(roles.get("loss", [])), None)
     if epoch_metric and ("epoch" in names or roles.get("epoch")):
-        epochs = api.epochs(run, epoch_metric)
-        rows = epochs.get("epochs", []) if isinstance(epochs, dict) else epochs
+        rows = api.epochs(run, epoch_metric).epochs
         if rows:
             st.subheader("Per epoch")
             st.plotly_chart(epoch_figure(rows, metric=epoch_metric), key="epoch-view")

@@ -79,10 +79,10 @@ def _shown(value) -> str:
 
 
 st.subheader("Config differences (run.json)")
-diff = api.compare(chosen).get("config_diff") or []
+diff = api.compare(chosen).config_diff
 if diff:
     st.dataframe(
-        [{"key": d["key"], **{run: _shown(d["values"].get(run)) for run in chosen}} for d in diff],
+        [{"key": d.key, **{run: _shown(d.values.get(run)) for run in chosen}} for d in diff],
         hide_index=True,
         width="stretch",
     )

@@ -23,18 +23,18 @@ if not items:
 else:
     totals = st.columns(3)
     for col, state in zip(totals, ("pass", "fail", "unknown"), strict=True):
-        col.metric(f"{STATE_ICONS[state]} {state}", sum(i.get("state") == state for i in items))
+        col.metric(f"{STATE_ICONS[state]} {state}", sum(i.state == state for i in items))
     known = {p for p, _ in PHASES}
     for phase, heading in (*PHASES, ("other", "Other checks")):
-        in_phase = [i for i in items if (i.get("phase") if i.get("phase") in known else "other") == phase]
+        in_phase = [i for i in items if (i.phase if i.phase in known else "other") == phase]
         if not in_phase:
             continue
         st.subheader(heading)
         for item in in_phase:
-            icon = STATE_ICONS.get(item.get("state"), STATE_ICONS["unknown"])
-            st.markdown(f"{icon} **{item.get('title', item.get('id'))}** ({item.get('state', 'unknown')})")
-            if item.get("evidence"):
-                st.caption(str(item["evidence"]))
+            icon = STATE_ICONS.get(item.state, STATE_ICONS["unknown"])
+            st.markdown(f"{icon} **{item.title}** ({item.state})")
+            if item.evidence:
+                st.caption(item.evidence)
 
 st.subheader("Config (run.json)")
 detail = api.run(run)

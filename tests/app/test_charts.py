@@ -15,7 +15,7 @@ from app.series import (
     group_metrics,
     scaled,
 )
-from collector.api.models import Alert
+from collector.api.models import Alert, EpochRow
 
 
 def alert(rule: str, severity: str, metric: str | None, first_step: int, last_step: int) -> Alert:
@@ -215,8 +215,8 @@ def test_checkpoint_saves_are_marked_on_the_step_time_chart():
 
 def test_epoch_figure_draws_mean_with_spread():
     rows = [
-        {"epoch": 1, "mean": 2.0, "std": 0.5, "min": 1.0, "max": 3.0},
-        {"epoch": 0, "mean": 3.0, "std": 0.2, "min": 2.5, "max": 3.5},
+        EpochRow(epoch=1, mean=2.0, std=0.5, min=1.0, max=3.0, points=4),
+        EpochRow(epoch=0, mean=3.0, std=0.2, min=2.5, max=3.5, points=4),
     ]
     fig = figure_json(epoch_figure(rows, metric="train/loss"))
     mean = next(t for t in fig["data"] if t["name"] == "mean")

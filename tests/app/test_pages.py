@@ -144,9 +144,9 @@ def test_run_page_draws_role_panels_and_nan_markers(app_env):
     lr = figure_titled(figs, "Learning rate")
     assert trace(lr, "learning_rate")["y"]
     # HF runs log `epoch`: the epoch view draws the loss's mean per epoch with its spread
-    epochs = api_of(app_env).epochs(NAN_GRAD_RUN, "loss")["epochs"]
+    epochs = api_of(app_env).epochs(NAN_GRAD_RUN, "loss").epochs
     per_epoch = figure_titled(figs, "loss per epoch")
-    assert trace(per_epoch, "mean")["y"] == pytest.approx([e["mean"] for e in epochs])
+    assert trace(per_epoch, "mean")["y"] == pytest.approx([e.mean for e in epochs])
 
 
 def test_run_page_lists_the_files_it_reads_and_those_it_does_not(app_env):
@@ -350,10 +350,10 @@ def test_compare_overlays_runs_and_lists_config_differences(app_env):
     assert overlay["layout"]["title"]["text"].startswith("loss")
     names = {t["name"] for t in overlay["data"]}
     assert {f"{run} (loss)" for run in runs} <= names
-    diff = api_of(app_env).compare(runs)["config_diff"]
+    diff = api_of(app_env).compare(runs).config_diff
     tables = at.dataframe
     if diff:
-        assert set(tables[-1].value["key"]) == {d["key"] for d in diff}
+        assert set(tables[-1].value["key"]) == {d.key for d in diff}
 
 
 def test_health_checklist_and_config(app_env):
@@ -363,10 +363,10 @@ def test_health_checklist_and_config(app_env):
     assert at.title[0].value == f"Health of {HEALTHY_RUN}"
     counts = {m.label.split()[-1]: int(m.value) for m in at.metric}
     for state in ("pass", "fail", "unknown"):
-        assert counts[state] == sum(i["state"] == state for i in items)
+        assert counts[state] == sum(i.state == state for i in items)
     shown = " ".join(m.value for m in at.markdown)
     for item in items:
-        assert item["title"] in shown
+        assert item.title in shown
     assert at.json, "the run's config (run.json) is not shown"
 
 
