@@ -93,11 +93,11 @@ class TeamPublishing:
             log.info("team lake: alert %d set to %s through the lake: %s", local_id, state, outcome)
 
     def _loop(self) -> None:
-        last_compacted = started = time.monotonic()
-        # A batch every `interval` from the start of the last one (not `interval` after it ended): a line
-        # committed just after a batch began waits at most one interval plus a batch, whatever a batch takes.
-        while not self._stop.wait(max(0.0, started + self.interval - time.monotonic())):
-            started = time.monotonic()
+        last_compacted = time.monotonic()
+        # `interval` after the last batch ended, not after it began: on a starved machine (a batch longer than the
+        # interval) back-to-back batches pay a batch's fixed cost (~10 lake statements) more often, and timing
+        # from the start did no better in bench/README.md's A/B ("Team mode, second pass").
+        while not self._stop.wait(self.interval):
             if self.once() and time.monotonic() - last_compacted >= COMPACT_EVERY_S:
                 last_compacted = time.monotonic()
                 try:
