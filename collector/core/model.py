@@ -97,7 +97,9 @@ class Format:
     this format only when `sniff(head)` is true of their first 64 KiB. `parse(data, first_line, *, path,
     state)` is pure. `whole_document`: each change replaces the file (re-read from offset 0, points merged
     by step). `role`: "metrics" (points) or "meta" (run facts only). `run_info(info)` reads the run-level
-    facts from a parse's `info`; None for formats whose info says nothing about the run.
+    facts from a parse's `info`; None for formats whose info says nothing about the run. `lives`: name
+    patterns of a log that the trainer starts as a new file each time it starts or resumes: such files in
+    one folder are one run's lives (read oldest first), never several runs gathered side by side.
     """
 
     name: str
@@ -114,3 +116,4 @@ class Format:
     # Records are text lines ending with a newline, consumed only up to one: a line longer than 64 MiB is
     # quarantined once, whole. False for binary framings (TensorBoard, W&B records).
     lines: bool = True
+    lives: tuple[str, ...] = ()

@@ -11,7 +11,8 @@ How to add a format (the whole contract):
    the file name patterns that are the format by name (`names`), the patterns that need a look at the first
    64 KiB (`sniffed` with `sniff(head) -> bool`), `whole_document` (re-read from 0 on every change),
    `role` ("metrics" or "meta"), `run_info(info) -> RunInfo` when its `info` says something about the run,
-   and `lines=False` for a binary framing (records that are not newline-ended lines).
+   `lines=False` for a binary framing (records that are not newline-ended lines), and `lives` when the
+   trainer starts a new file of the log each time it starts or resumes (`log_<time>.txt`).
 3. Add the module's name to `MODULES` below: the order is the precedence when files of one run log the same
    (metric, step): a run's files are read in the reverse of this order (and, within a format, oldest
    modification first), so the later-read value wins. A format with `copy=True` (console logs, CSV
@@ -97,6 +98,12 @@ def by_name(path: PurePath) -> tuple[Format | None, list[Format]]:
             return None, []
         sniffed = [f for f in sniffed if not f.whole_document]
     return named, sniffed
+
+
+def is_life(path: PurePath, name: str) -> bool:
+    """Whether `path` is named as one life of format `name`'s log (`Format.lives`): one of the files the
+    trainer starts anew each time it runs in the same folder."""
+    return any(_matches(path, p) for p in get(name).lives)
 
 
 def unrotated(path: PurePath) -> PurePath:

@@ -92,8 +92,9 @@ def platform_jobs(files: list[tuple[Path, str]]) -> dict[str, list[tuple[Path, s
 def unrelated_files(files: list[tuple[Path, str]]) -> bool:
     """Whether a folder's metrics files are several runs' gathered side by side, not one run's: a format
     comes in two files or more that are not one log's lives or splits (`train.log` and its rotated
-    `train.log.1`, TensorBoard's `events.out.tfevents.*` of one logging folder, `training_history.csv` and
-    `validation_history.csv`), as in a flat folder of collected logs
+    `train.log.1`, the lives a format declares (`Format.lives`: TensorBoard's `events.out.tfevents.*`,
+    torchtune's `log_<time>.txt`), `training_history.csv` and `validation_history.csv`), as in a flat
+    folder of collected logs
     (`sft.log` beside `dpo.log`, nine `*trainer_log.jsonl`). A folder holding a run's own status or config
     (runwatch's `status.json`, `run.json`) is one run whatever it holds."""
     families: dict[str, set[str]] = {}
@@ -103,7 +104,7 @@ def unrelated_files(files: list[tuple[Path, str]]) -> bool:
             if fmt != "checkpoint_marker":
                 return False
             continue
-        families.setdefault(fmt, set()).add(_family(path))
+        families.setdefault(fmt, set()).add(_family(path, fmt))
     return any(len(lives) > 1 for lives in families.values())
 
 
@@ -111,9 +112,9 @@ def unrelated_files(files: list[tuple[Path, str]]) -> bool:
 _SPLIT_WORDS = re.compile(r"train(ing)?|val(idation|id)?|eval(uation)?|test")
 
 
-def _family(path: Path) -> str:
-    """The log a file is part of: its name without a rotation suffix or split words; TensorBoard's event
-    files of one folder are one run's lives."""
-    if path.name.startswith("events.out.tfevents."):
-        return "events"
+def _family(path: Path, fmt: str) -> str:
+    """The log a file is part of: its name without a rotation suffix or split words; the files of one
+    folder named as its format's lives are one log."""
+    if formats.is_life(path, fmt):
+        return "lives"
     return _SPLIT_WORDS.sub("", formats.unrotated(path).name.lower())

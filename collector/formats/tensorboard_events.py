@@ -177,4 +177,5 @@ FORMAT = Format(
     sniffed=("*tfevents*",),
     sniff=sniff,
     lines=False,
+    lives=("events.out.tfevents.*",),  # one per writer, named for its start time and host
 )

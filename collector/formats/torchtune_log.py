@@ -88,4 +88,6 @@ def sniff(head: bytes) -> bool:
     return _HEAD_RECORD.search(head) is not None
 
 
-FORMAT = Format(name="torchtune_log", parse=parse, sniffed=("*.txt",), sniff=sniff)
+# A DiskLogger opens a new `log_<unix time>.txt` each time a recipe starts (a rerun or a resume into the same
+# output_dir): the files of one logs folder are one run's lives, not runs gathered side by side.
+FORMAT = Format(name="torchtune_log", parse=parse, sniffed=("*.txt",), sniff=sniff, lives=("log_[0-9]*.txt",))

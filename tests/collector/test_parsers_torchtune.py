@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 
 from collector.formats import discover, torchtune_log
+from collector.formats.discover import find_runs
 from collector.ingest.reader import Ingestor
 from collector.store import read as store_read
 from collector.store.db import Store
+from tests.collector.test_daemon_support import Daemon, wait_for
+from tests.collector.test_discover import write
 from tests.collector.test_parsers_support import (
     FuzzSample,
     assert_split_anywhere_equals_one_shot,
@@ -130,6 +133,78 @@ def test_a_torchtune_output_folder_is_read_by_a_real_ingest(tmp_path):
     finally:
         ingest.close()
         store.close()
+
+
+def test_the_log_files_of_one_logs_folder_are_one_run_whatever_their_number(tmp_path):
+    """A rerun or resume into the same output_dir opens a new `log_<time>.txt` beside the first (the
+    DiskLogger names each file for the time it opened): one run, its id the folder's from the first file on.
+    `.txt` files of another format named alike are still runs of their own."""
+    logs = tmp_path / "out" / "logs"
+    write(logs / "log_1732431600.txt", "Step 1 | loss:2.0 \n")
+    assert [r.id for r in find_runs([tmp_path])] == ["out/logs"]
+    write(logs / "log_1732435200.txt", "Step 1 | loss:2.1 \n")
+    [run] = find_runs([tmp_path])
+    assert run.id == "out/logs" and [s.path.name for s in run.metrics_sources()] == [
+        "log_1732431600.txt",
+        "log_1732435200.txt",
+    ]
+    assert discover.run_for_path(logs / "log_1732435200.txt", [tmp_path]).id == "out/logs"
+    write(tmp_path / "gathered" / "log_1.txt", "step:1 - train/loss:2.5\n")  # verl console logs
+    write(tmp_path / "gathered" / "log_2.txt", "step:1 - train/loss:2.7\n")
+    assert [r.id for r in find_runs([tmp_path / "gathered"])] == ["log_1", "log_2"]
+
+
+def test_a_resume_and_a_rerun_into_a_watched_output_folder_continue_its_run(tmp_path):
+    """`collector serve` (a real process, real watchdog) watches a recipe's output folder while torchtune
+    runs three times into it: the first run, a resume from its epoch checkpoint at step 4 (steps 5-6 logged
+    again, then on), and a rerun from scratch. The run id is `out/logs` throughout; each life's points are
+    there at their steps, and the values a later life wrote over are the run's replaced values."""
+    root = tmp_path / "root"
+    logs = root / "out" / "logs"
+    logs.mkdir(parents=True)
+    first = logs / "log_1732431600.txt"
+    first.write_bytes(b"".join(step_line(s, loss=2.0 - s / 10, lr=2e-05) for s in range(1, 7)))
+    daemon = Daemon(tmp_path / "rw.duckdb", [root]).start()
+    seen: set[str] = set()
+    try:
+        client = daemon.client()
+
+        def loss() -> list[tuple[int, float]]:
+            seen.update(r["id"] for r in client.get("/api/runs"))
+            found = client.get("/api/runs/out/logs/metrics", {"metric": "loss", "points": 1000})["series"]
+            return [(st, round(v, 6)) for st, v in zip(found[0]["steps"], found[0]["values"], strict=True)]
+
+        life_one = [(s, round(2.0 - s / 10, 6)) for s in range(1, 7)]
+        wait_for(lambda: loss() == life_one, "the first life's steps 1-6")
+
+        resumed = logs / "log_1732435200.txt"
+        resumed.touch()  # the DiskLogger opens its file before the first step is logged
+        with resumed.open("ab") as f:
+            for s in range(5, 9):
+                f.write(step_line(s, loss=1.0 - s / 100, lr=1e-05))
+                f.flush()
+        life_two = [(s, round(1.0 - s / 100, 6)) for s in range(5, 9)]
+        wait_for(lambda: loss() == life_one[:4] + life_two, "the resumed life's steps 5-8 over the first's")
+
+        rerun = logs / "log_1732438800.txt"
+        rerun.write_bytes(step_line(1, loss=3.0) + step_line(2, loss=2.5))
+        wait_for(lambda: loss() == [(1, 3.0), (2, 2.5), *life_one[2:4], *life_two], "the rerun's steps 1-2")
+
+        run = client.get("/api/runs/out/logs")
+        assert [(s["path"], s["bad_lines"]) for s in run["sources"]] == [
+            (str(p), 0) for p in (first, resumed, rerun)
+        ]
+        replaced = client.get("/api/runs/out/logs/replaced", {"metric": "loss"})
+        assert sorted((r["step"], round(r["value"], 6)) for r in replaced) == [
+            (1, 1.9),
+            (2, 1.8),
+            (5, 1.5),
+            (6, 1.4),
+        ]
+        assert {r["id"] for r in client.get("/api/runs")} == {"out/logs"}
+        assert seen == {"out/logs"}
+    finally:
+        daemon.ensure_stopped()
 
 
 # What the garbage fuzz (test_parsers_garbage) damages for this format.
