@@ -80,6 +80,7 @@ class ResponseTruncationRule:
 
 _MARGIN = 1e-9  # relative: far above a sum's rounding, far below any threshold's meaning
 _CHUNK = 2048  # points whose longer-run deviation is worked out at once (100 values each)
+_DECLINE_POINTS = 1000  # the recent points a reward's decline is traced back through to where it began
 
 
 class RewardCollapseScreen(Screen):
@@ -139,6 +140,8 @@ class RewardCollapseScreen(Screen):
         rule.low = min(rule.low, float(rolling.min()))
         rule.recent.extend(values[-rule.recent.maxlen :].tolist())
         rule.long.extend(values[-rule.long.maxlen :].tolist())
+        keep = rule.seen.maxlen
+        rule.seen.extend(zip(steps[-keep:].tolist(), values[-keep:].tolist(), strict=True))
         rule.falling = 0
 
 
@@ -158,6 +161,7 @@ class RewardCollapse(Rule):
         self.clear_after = cfg.clear_after
         self.recent: deque[float] = deque(maxlen=max(2, cfg.window))
         self.long: deque[float] = deque(maxlen=max(2, cfg.noise_points))  # the series' noise, longer-run
+        self.seen: deque[tuple[int, float]] = deque(maxlen=_DECLINE_POINTS)  # (step, value): where it began
         self.best: float | None = None
         self.best_step = 0
         self.low: float | None = None
@@ -166,12 +170,14 @@ class RewardCollapse(Rule):
 
     def rewind(self, step: int) -> None:
         self.recent.clear()
+        self.seen.clear()
         self.falling = 0
 
     def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
         self.recent.append(value)
         self.long.append(value)
+        self.seen.append((step, value))
         if len(self.recent) < self.recent.maxlen:
             return HOLD
         values = list(self.recent)
@@ -212,8 +218,29 @@ class RewardCollapse(Rule):
                 "rolling_median": rolling,
                 "noise": noise,
             },
-            first_step=self.first_falling,
+            first_step=self._decline_start(),
         )
+
+    def _decline_start(self) -> int:
+        """The step the decline began at: the change point of the values since the best (the split whose
+        earlier mean stands furthest above its later one, weighed by both sides' lengths), when it comes
+        before the drop grew past the noise (`first_falling`). A slow slide (ijinyu1113's reward: from
+        step 281 on, crossing the line only at 439) then points the action at the checkpoint before it."""
+        since = [(s, v) for s, v in self.seen if s > self.best_step]
+        w = self.recent.maxlen
+        if len(since) < 2 * w:
+            return self.first_falling
+        values = np.asarray([v for _, v in since], dtype=np.float64)
+        n = len(values)
+        sums = np.cumsum(values)
+        k = np.arange(w, n - w + 1)  # the later side starts at index k; each side holds a window at least
+        before = sums[k - 1] / k
+        after = (sums[-1] - sums[k - 1]) / (n - k)
+        score = (before - after) * np.sqrt(k * (n - k) / n)
+        best = int(np.argmax(score))
+        if score[best] <= 0:
+            return self.first_falling
+        return min(self.first_falling, since[int(k[best])][0])
 
     def _constant(self, step: int, value: float) -> Finding:
         return Finding(

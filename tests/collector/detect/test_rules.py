@@ -308,6 +308,19 @@ def test_reward_falling_after_its_peak_is_collapse():
     assert 150 < alert.first_step < 200 and alert.evidence["best_step"] <= 160
 
 
+def test_a_reward_sliding_down_is_dated_from_where_it_began_not_where_the_drop_grew_past_the_noise():
+    # ijinyu1113's shape: a GRPO reward of 8 samples a step, logged every other step, about 0.2 to step 280,
+    # about 0.07 from 281 to 480 (a partial collapse), then recovered. The rolling median crosses the line only
+    # into the dip (dated by those crossings: two alerts, at 295 and 373): the trouble began at ~281, one
+    # alert says so, and the action goes back to the checkpoint before that
+    rng = random.Random(3)
+    steps = list(range(1, 1001, 2))
+    chance = [0.2 if s <= 280 else 0.07 if s <= 480 else 0.3 for s in steps]
+    reward = [sum(rng.random() < p for _ in range(8)) / 8 for p in chance]
+    alert = only(detect_series({"critic/score/mean": (steps, reward)}), "reward_collapse")
+    assert str(alert.severity) == "warn" and 260 <= alert.first_step <= 300 and alert.last_step >= 440
+
+
 def test_noisy_rising_reward_is_fine():
     steps = list(range(1, 301))
     reward = [s / 300 + 0.3 * math.sin(s * 2.3) for s in steps]
