@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.api import CHART_POINTS, DashboardApi
-from app.series import append_new, from_api, last_step
+from app.series import append_new, from_api, last_step, raw_points
 
 
 def _held(run: str) -> dict[str, dict]:
@@ -24,15 +24,15 @@ def load_series(api: DashboardApi, run: str, metrics: list[str], *, poll: bool) 
     missing = [m for m in metrics if m not in held]
     if missing:
         for series in api.metrics(run, missing, points=CHART_POINTS):
-            held[series["metric"]] = from_api(series)
+            held[series.metric] = from_api(series)
         for metric in missing:
-            held.setdefault(metric, from_api({"metric": metric, "steps": [], "values": []}))
+            held.setdefault(metric, from_api(raw_points(metric, [], [])))
     elif poll:
         lasts = [last_step(held[m]) for m in metrics]
         after = min((s for s in lasts if s is not None), default=-1)
         for series in api.metrics(run, metrics, points=CHART_POINTS, after=after):
-            metric = series["metric"]
-            held[metric] = append_new(held[metric], from_api({**series, "downsampled": False}))
+            raw = series.model_copy(update={"downsampled": False})
+            held[series.metric] = append_new(held[series.metric], from_api(raw))
     return {m: held[m] for m in metrics}
 
 
@@ -47,11 +47,11 @@ def window_series(
     if cached is not None and cached[0] == wanted:
         return cached[1]
     got = {
-        s["metric"]: from_api(s)
+        s.metric: from_api(s)
         for s in api.metrics(run, metrics, points=CHART_POINTS, start=window[0], end=window[1])
     }
     for metric in metrics:
-        got.setdefault(metric, from_api({"metric": metric, "steps": [], "values": []}))
+        got.setdefault(metric, from_api(raw_points(metric, [], [])))
     st.session_state[key] = (wanted, got)
     return got
 

@@ -11,7 +11,7 @@ import streamlit as st
 
 from app.api import DashboardApi
 from app.panels import Panel
-from app.series import from_api
+from app.series import from_api, raw_points
 from collector.api.models import Alert
 
 SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -86,7 +86,7 @@ def play(
     step, drawn_at = start, 0.0
 
     def draw() -> None:
-        series = {m: from_api(s) for m, s in held.items()}
+        series = {m: from_api(raw_points(m, s["steps"], s["values"])) for m, s in held.items()}
         # An alert shows from the step it was raised up to the step played so far, not its final extent.
         shown = [a.model_copy(update={"last_step": min(a.last_step, step)}) for a in alerts]
         for panel, slot in zip(panels, slots, strict=True):

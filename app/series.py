@@ -1,4 +1,5 @@
-"""Series as the app holds them: the API's metric series, merged with live points, smoothed for drawing.
+"""Series as the app holds them: the API's metric series (`collector.api.models.Series`), merged with live
+points, smoothed for drawing.
 
 Pure functions over plain lists; no I/O, no Streamlit. A series here is a dict with lists of one length:
 `steps`, `values`, `mins`, `maxs` (a raw point has min = max = value), plus `downsampled`, `total_points`
@@ -8,56 +9,53 @@ and `nonfinite_steps` (steps whose value, or some value in whose bucket, is NaN 
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from collector.api.models import Series
 
 # "lr(1e-3)" is the old verl trainer's name for the learning rate multiplied by 1000.
 
 
-def _number(value: Any) -> float:
-    """A JSON value as a float: null and non-numbers become NaN (the API writes non-finite values as null)."""
-    if value is None or isinstance(value, bool):
-        return math.nan
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)  # "NaN", "Infinity" from encoders that spell them out
-        except ValueError:
-            return math.nan
-    return math.nan
+def _floats(values: list[float | None]) -> list[float]:
+    """The model's values with null (a value the API could not write as a number) as NaN."""
+    return [math.nan if v is None else v for v in values]
 
 
 def is_finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def from_api(series: dict) -> dict:
+def raw_points(metric: str, steps: list[int], values: list[float | None]) -> Series:
+    """Raw points (a playback's so far; none, for a metric the API has no points of) as an API series."""
+    return Series(metric=metric, steps=steps, values=values, downsampled=False, total_points=len(steps))
+
+
+def from_api(series: Series) -> dict:
     """Turn one API series (`steps`, `values`, optional `min`/`max`/`nonfinite`, `downsampled`) into the app's.
 
     Promises lists of equal length; a bucket or point holding NaN/inf is listed in `nonfinite_steps`: a
     bucket the API counts NaN/inf points in (`nonfinite`), or a value the API wrote as NaN, inf or null.
     """
-    steps = [int(s) for s in series.get("steps") or []]
-    values = [_number(v) for v in series.get("values") or []]
-    downsampled = bool(series.get("downsampled"))
-    if downsampled and series.get("min") is not None and series.get("max") is not None:
-        mins = [_number(v) for v in series["min"]]
-        maxs = [_number(v) for v in series["max"]]
+    steps = list(series.steps)
+    values = _floats(series.values)
+    downsampled = series.downsampled
+    if downsampled and series.min is not None and series.max is not None:
+        mins = _floats(series.min)
+        maxs = _floats(series.max)
     else:
         mins, maxs = list(values), list(values)
-    counts = series.get("nonfinite") if downsampled else None
+    counts = series.nonfinite if downsampled else None
     nonfinite = {step for step, n in zip(steps, counts or [], strict=False) if n}
     for step, value, lo, hi in zip(steps, values, mins, maxs, strict=True):
         if not (is_finite(value) and is_finite(lo) and is_finite(hi)):
             nonfinite.add(step)
     return {
-        "metric": series.get("metric", ""),
+        "metric": series.metric,
         "steps": steps,
         "values": values,
         "mins": mins,
         "maxs": maxs,
         "downsampled": downsampled,
-        "total_points": int(series.get("total_points") or len(steps)),
+        "total_points": series.total_points or len(steps),
         "nonfinite_steps": sorted(nonfinite),
     }
 

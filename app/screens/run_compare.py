@@ -62,7 +62,7 @@ for choice in metrics:
         if not names:
             missing.append(run)
         for s in api.metrics(run, names) if names else []:
-            label = run if not choice.startswith(ROLE_PREFIX) else f"{run} ({s['metric']})"
+            label = run if not choice.startswith(ROLE_PREFIX) else f"{run} ({s.metric})"
             series.append({**from_api(s), "label": label})
     title = choice.removeprefix(ROLE_PREFIX)
     st.plotly_chart(

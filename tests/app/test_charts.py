@@ -13,9 +13,10 @@ from app.series import (
     debiased_ema,
     from_api,
     group_metrics,
+    raw_points,
     scaled,
 )
-from collector.api.models import Alert, EpochRow
+from collector.api.models import Alert, EpochRow, Series
 
 
 def alert(rule: str, severity: str, metric: str | None, first_step: int, last_step: int) -> Alert:
@@ -38,7 +39,7 @@ def alert(rule: str, severity: str, metric: str | None, first_step: int, last_st
 
 
 def raw_series(metric: str, steps: list[int], values: list) -> dict:
-    return from_api({"metric": metric, "steps": steps, "values": values, "downsampled": False})
+    return from_api(raw_points(metric, steps, values))
 
 
 def test_debiased_ema_matches_tensorboard_by_hand():
@@ -65,16 +66,18 @@ def test_from_api_marks_null_and_counted_nonfinite_points():
     series = raw_series("train/loss", [1, 2, 3], [1.0, None, "NaN"])
     assert series["nonfinite_steps"] == [2, 3]
     down = from_api(
-        {
-            "metric": "train/grad_norm",
-            "steps": [0, 100],
-            "values": [1.0, 1.0],
-            "min": [0.5, 0.4],
-            "max": [2.0, 900.0],
-            "downsampled": True,
-            "total_points": 200,
-            "nonfinite": [3, 0],  # the API's count of NaN/inf points per bucket
-        }
+        Series.model_validate(
+            {
+                "metric": "train/grad_norm",
+                "steps": [0, 100],
+                "values": [1.0, 1.0],
+                "min": [0.5, 0.4],
+                "max": [2.0, 900.0],
+                "downsampled": True,
+                "total_points": 200,
+                "nonfinite": [3, 0],  # the API's count of NaN/inf points per bucket
+            }
+        )
     )
     assert down["maxs"] == [2.0, 900.0] and down["mins"] == [0.5, 0.4]
     assert down["nonfinite_steps"] == [0]
@@ -121,15 +124,17 @@ def figure_json(fig) -> dict:
 
 def test_downsampled_series_draws_band_nan_markers_and_says_so():
     series = from_api(
-        {
-            "metric": "train/grad_norm",
-            "steps": [0, 500, 1000],
-            "values": [1.0, 1.1, None],
-            "min": [0.5, 0.6, 0.7],
-            "max": [1.5, 750.0, None],
-            "downsampled": True,
-            "total_points": 1500,
-        }
+        Series.model_validate(
+            {
+                "metric": "train/grad_norm",
+                "steps": [0, 500, 1000],
+                "values": [1.0, 1.1, None],
+                "min": [0.5, 0.6, 0.7],
+                "max": [1.5, 750.0, None],
+                "downsampled": True,
+                "total_points": 1500,
+            }
+        )
     )
     fig = figure_json(metric_figure([series], title="grad_norm", normal_band=(0.1, 10), warning_line=100))
     names = [t["name"] for t in fig["data"]]
@@ -227,16 +232,18 @@ def test_epoch_figure_draws_mean_with_spread():
 def test_a_bucket_with_a_nan_and_a_spike_draws_both():
     # The API's shape for such a bucket: value NaN, max the spike (finite values only), nonfinite counted.
     series = from_api(
-        {
-            "metric": "grad_norm",
-            "steps": [40, 80, 120],
-            "values": [float("nan"), 1.67, 0.84],
-            "min": [0.49, 0.52, 0.6],
-            "max": [19.28, 1.92, 1.74],
-            "nonfinite": [3, 0, 0],
-            "downsampled": True,
-            "total_points": 120,
-        }
+        Series.model_validate(
+            {
+                "metric": "grad_norm",
+                "steps": [40, 80, 120],
+                "values": [float("nan"), 1.67, 0.84],
+                "min": [0.49, 0.52, 0.6],
+                "max": [19.28, 1.92, 1.74],
+                "nonfinite": [3, 0, 0],
+                "downsampled": True,
+                "total_points": 120,
+            }
+        )
     )
     fig = figure_json(metric_figure([series], title="grad_norm"))
     by_name = {t["name"]: t for t in fig["data"]}
@@ -246,6 +253,6 @@ def test_a_bucket_with_a_nan_and_a_spike_draws_both():
 
 def test_small_values_keep_their_digits_on_the_axis():
     # a constant lr of 5e-4 read "0" on a -0.5..1 axis: the ticks say 0.0005
-    series = {"metric": "lr", "steps": [1, 2, 3], "values": [5e-4, 4e-4, 3e-4]}
+    series = raw_points("lr", [1, 2, 3], [5e-4, 4e-4, 3e-4])
     fig = figure_json(metric_figure([from_api(series)], title="lr"))
     assert fig["layout"]["yaxis"]["tickformat"] == ".4~g"

@@ -212,7 +212,7 @@ def test_run_page_of_the_verl_smoke_run(smoke_env):
     detail = api_of(smoke_env).run(SMOKE_RUN)
     series = api_of(smoke_env).metrics(SMOKE_RUN, ["train/loss"])[0]
     raw = trace(loss, "train/loss raw")["y"]
-    assert raw == [v if math.isfinite(v) else None for v in series["values"]]
+    assert raw == [v if math.isfinite(v) else None for v in series.values]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Status"] == detail.status == "completed"
     # other verl metrics are grouped by prefix below the role panels
