@@ -48,6 +48,7 @@ MODULES = (
     "csv_history",
     "console",
     "hf_console",
+    "torchtune_console",
     "status",
     "platform_status",
     "run_config",

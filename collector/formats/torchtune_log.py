@@ -19,8 +19,9 @@ from collector.formats._printed import number
 _RECORD = re.compile(r"^Step\s+(\d+)\s*\|(.*)$")
 # One `name:value` item; a tensor's value runs to its closing parenthesis, spaces and colons included.
 _ITEM = re.compile(r"\s*([^\s:]+):(tensor\([^)]*\)|\S*)")
-# A record somewhere in a file's head: what makes a `.txt` file a torchtune log.
-_HEAD_RECORD = re.compile(rb"(?m)^Step\s+\d+\s*\|\s*[^\s:]+:")
+# A record first in a file's head: what makes a `.txt` file a torchtune log (the DiskLogger's file starts with
+# one; torchtune's console output, which holds the same records, starts with other text).
+_HEAD_RECORD = re.compile(rb"\A\s*Step\s+\d+\s*\|\s*[^\s:]+:")
 
 
 def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = None) -> ParseResult:
@@ -34,7 +35,6 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     """
     lines, consumed = complete_lines(data)
     result = ParseResult(consumed=consumed, lines=len(lines))
-    points = result.points
     line_no = first_line - 1
     for raw in lines:
         line_no += 1
@@ -49,31 +49,36 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         if record is None:
             result.bad.append(BadLine(line_no, "not a torchtune `Step N | name:value` record", bad_text(raw)))
             continue
-        digits = record.group(1)
-        if len(digits) > 19 or int(digits) > STEP_MAX:
-            result.bad.append(
-                BadLine(line_no, f"step {digits[:30]} is beyond the 64-bit range", bad_text(raw))
-            )
-            continue
-        step = int(digits)
-        items, rest = _items(record.group(2))
-        if rest:
-            result.bad.append(BadLine(line_no, f"not a `name:value` item: {rest[:60]!r}", bad_text(raw)))
-            continue
-        not_numbers = []
-        for name, value in items:
-            found = number(value)
-            if found is None:
-                not_numbers.append(f"{name}:{value[:40]}")
-            else:
-                points.add(step, name, found)
-        if not_numbers:
-            reason = f"not a number: {', '.join(not_numbers)} (the line's other values were read)"
-            result.bad.append(BadLine(line_no, reason, bad_text(raw)))
+        read_record(record, line_no, raw, result)
     return result
 
 
-def _items(text: str) -> tuple[list[tuple[str, str]], str]:
+def read_record(record: re.Match, line_no: int, raw: bytes | str, result: ParseResult) -> None:
+    """Adds the points of one record (`record`: its step digits and the text after `|`, as `_RECORD` finds
+    them) to `result`, or reports it in `result.bad` with `line_no` (a step beyond the 64-bit range, text
+    that is not `name:value` items; values that are not numbers, the line's other values kept)."""
+    digits = record.group(1)
+    if len(digits) > 19 or int(digits) > STEP_MAX:
+        result.bad.append(BadLine(line_no, f"step {digits[:30]} is beyond the 64-bit range", bad_text(raw)))
+        return
+    step = int(digits)
+    items, rest = items_of(record.group(2))
+    if rest:
+        result.bad.append(BadLine(line_no, f"not a `name:value` item: {rest[:60]!r}", bad_text(raw)))
+        return
+    not_numbers = []
+    for name, value in items:
+        found = number(value)
+        if found is None:
+            not_numbers.append(f"{name}:{value[:40]}")
+        else:
+            result.points.add(step, name, found)
+    if not_numbers:
+        reason = f"not a number: {', '.join(not_numbers)} (the line's other values were read)"
+        result.bad.append(BadLine(line_no, reason, bad_text(raw)))
+
+
+def items_of(text: str) -> tuple[list[tuple[str, str]], str]:
     """The `name:value` items of a record's text after `|`, and what is left over that is not one ("" when
     the whole text is items)."""
     items, at = [], 0
@@ -84,8 +89,8 @@ def _items(text: str) -> tuple[list[tuple[str, str]], str]:
 
 
 def sniff(head: bytes) -> bool:
-    """Whether a `.txt` file's head holds a torchtune `Step N | name:value` record at the start of a line."""
-    return _HEAD_RECORD.search(head) is not None
+    """Whether a `.txt` file starts with a torchtune `Step N | name:value` record (blank lines aside)."""
+    return _HEAD_RECORD.match(head) is not None
 
 
 # A DiskLogger opens a new `log_<unix time>.txt` each time a recipe starts (a rerun or a resume into the same
