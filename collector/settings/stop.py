@@ -35,7 +35,9 @@ def parse_stop(current: StopSettings, values: object, where: str) -> StopSetting
     values = checked_table(values, ("on", "severity", "after_points"), where, StopConfigError)
     on = values.get("on", list(current.on))
     if not isinstance(on, list) or not all(isinstance(r, str) and r for r in on):
-        raise StopConfigError(f'{where} on: expected a list of rule ids (["nonfinite", ...]), got {on!r}')
+        raise StopConfigError(
+            f"{where} on: expected a list of rule ids (the README's Alert rules), got {on!r}"
+        )
     severity = values.get("severity", current.severity)
     if severity not in SEVERITIES:
         raise StopConfigError(f'{where} severity: expected "info", "warn" or "error", got {severity!r}')
@@ -48,8 +50,8 @@ def parse_stop(current: StopSettings, values: object, where: str) -> StopSetting
 def stops_run(settings: StopSettings, alert: dict) -> bool:
     """Whether this alert (an open episode: `rule`, `severity`, `evidence.points`) asks for the run to stop. With
     its `incident` (as the collector sends it) the incident decides: any of its rules, its severity, the points
-    its alerts lasted together (a no_learning error inside a reward collapse's incident stops on
-    "reward_collapse"; recurring spikes count together)."""
+    its alerts lasted together (a no_learning error inside a reward collapse's incident stops on the reward
+    collapse's rule; recurring spikes count together)."""
     if not settings.on or not alert.get("active", True):
         return False
     incident = alert.get("incident") if isinstance(alert.get("incident"), dict) else {}
