@@ -233,6 +233,10 @@ class RunFacts:
         """Median of the last few training-loss points (None before any)."""
         return median(self._train_loss) if self._train_loss else None
 
+    def last_train_loss(self) -> float | None:
+        """The training loss last logged (None before any)."""
+        return self._train_loss[-1] if self._train_loss else None
+
     def lr_fraction(self) -> float | None:
         """The current lr as a fraction of its peak so far (None when the run logs no lr)."""
         if self._lr_now is None or self._lr_peak <= 0:

@@ -11,8 +11,9 @@ Stable interface (the collector calls this; see docs/architecture.md):
   collector passes runwatch.toml's `collector.settings.config.DetectConfig`, which is one):
   - `update(points) -> list[AlertEvent]`: incremental; points arrive in file order in batches; state per
     metric is bounded (windows of a few dozen points). A point for a step already seen replaces it: the
-    same value again (a whole-file re-read of trainer_state.json) is skipped; a different value rewinds that
-    metric's windows to the step (a resumed run rewriting its history). One event per changed episode per call.
+    same value again (a whole-file re-read of trainer_state.json, or TensorBoard's float32 copy of its float64
+    value) is skipped; a different value rewinds that metric's windows to the step (a resumed run rewriting its
+    history). One event per changed episode per call.
   - `set_run_info(run_info)`: run.json / trainer_state info (scheduler, warmup, total steps, vocab size,
     save_freq / test_freq...).
   - `note_checkpoints(steps)`: steps with a saved checkpoint (their slow steps are normal).
@@ -54,6 +55,18 @@ __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
 _RECENT_LIMIT = 2 * _RECENT
+# float32's relative spacing: a float64 rounded to float32 is off by at most half of it
+_FLOAT32_EPS = 2.0**-23
+
+
+def _same_point(seen: float, value: float) -> bool:
+    """Whether a value read again for a judged step is the point judged: equal, both NaN, or equal at float32
+    precision (TensorBoard keeps float32, trainer_state.json float64: an HF run's two files give one loss in
+    different last digits, which is no rewrite to rewind the rules for)."""
+    if seen == value or (seen != seen and value != value):
+        return True
+    scale = max(abs(seen), abs(value))
+    return isfinite(scale) and abs(seen - value) <= _FLOAT32_EPS * scale
 
 
 class _Metric:
@@ -155,7 +168,7 @@ class RunDetector:
                 )
             if state.last_step is not None and step <= state.last_step:
                 seen = state.recent.get(step)
-                if seen is None or seen == value or (seen != seen and value != value):
+                if seen is None or _same_point(seen, value):
                     continue  # a re-read of what we judged (or older than we remember)
                 for rule in state.rules:
                     rule.rewind(step)
@@ -170,8 +183,9 @@ class RunDetector:
             if not isfinite(value):
                 if nonfinite_on:
                     finding = nonfinite_finding(
-                        metric, step, value, nonfinite_cfg, state.role, facts.is_rl, facts.settings
-                    )
+                        metric, step, value, nonfinite_cfg, state.role, facts.is_rl, facts.settings,
+                        self.episodes.run_of(state.nonfinite_key, step), facts.last_train_loss() == 0.0,
+                    )  # fmt: skip
                     if not self.episodes.join_incident(state.nonfinite_key, finding, step):
                         self.episodes.hit(state.nonfinite_key, finding, step)
                 continue

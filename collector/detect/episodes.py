@@ -64,6 +64,7 @@ class _Episode:
     event: AlertEvent
     hits: int = 1
     quiet: int = 0
+    broken: bool = False  # a quiet point came between two of its points
     error_after: int | None = None
     warn_after: int | None = None
     peak: float | None = None  # highest value of a spike episode so far
@@ -102,6 +103,7 @@ class Episodes:
         else:
             event = episode.event
             episode.hits += 1
+            episode.broken = episode.broken or episode.quiet > 0
             episode.quiet = 0
             event.last_step = max(event.last_step, at)
             if finding.peak:
@@ -138,27 +140,43 @@ class Episodes:
         event.evidence["points"] = episode.hits
         self._touch(event)
 
+    def run_of(self, key: tuple[str, str], step: int) -> tuple[int, int, bool]:
+        """What a finding of `key` at `step` makes of its episode: (first step, points with this one,
+        whether they come in a row); a new episode's when none is open."""
+        episode = self.open_by_key.get(key)
+        if episode is None:
+            return step, 1, True
+        return episode.event.first_step, episode.hits + 1, not (episode.broken or episode.quiet > 0)
+
     def join_incident(self, key: tuple[str, str], finding: Finding, step: int) -> bool:
         """One root cause, one alert: a finding of `key`'s rule on another metric at the same step as an open
         episode of that rule (every metric NaN at one step; loss and grad norm stuck from the same point)
-        joins that episode, which names every metric, instead of opening its own. False when there is none
-        (or `key` has its own open episode)."""
+        joins that episode, which names every metric and keeps its first step, instead of opening its own
+        (a more severe finding heads instead when that episode opened at this very step); a metric it names
+        goes on joining it at later steps. False when there is none (or `key` has its own open episode)."""
         if key in self.open_by_key:
             return False
         rule, metric = key
         first = finding.first_step if finding.first_step is not None else step
         for (other_rule, other), episode in list(self.open_by_key.items()):
             event = episode.event
+            named = metric in event.evidence.get("metrics", ())  # it joined or was folded in before
             if (
                 other_rule != rule
                 or other == metric
-                or not (event.last_step == step or event.first_step == first)
+                or not (event.last_step == step or event.first_step == first or named)
             ):
                 continue
             dirty_key = (event.rule, event.metric, event.first_step)
-            if finding.severity.rank > event.severity.rank and self._dirty.get(dirty_key) is event:
+            if (
+                finding.severity.rank > event.severity.rank
+                and event.first_step == first
+                and self._dirty.get(dirty_key) is event
+            ):
                 # the more severe metric heads the incident (a NaN loss over the grad norm the loss scaler
-                # skipped): the other episode, not handed out yet, folds into this one
+                # skipped at this step): the other episode, opened at this step and not handed out yet, folds
+                # into this one; one that began earlier heads (NaN gradients since step 5, then a NaN
+                # evaluation at 50: the trouble began at 5), below
                 del self.open_by_key[(other_rule, other)], self._dirty[dirty_key]
                 self.hit(key, finding, step)
                 head = self.open_by_key[key]
@@ -177,6 +195,7 @@ class Episodes:
                 event.message = base + episode.also
             if finding.severity.rank > event.severity.rank:
                 event.severity = finding.severity
+            event.last_step = max(event.last_step, finding.at_step if finding.at_step is not None else step)
             self._touch(event)
             return True
         return False

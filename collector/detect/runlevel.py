@@ -78,18 +78,49 @@ def nonfinite_finding(
     role: str | None,
     rl: bool = False,
     settings: dict | None = None,
+    episode: tuple[int, int, bool] | None = None,
+    loss_zero: bool = False,
 ) -> Finding:
     """NaN or Inf in a metric: an error, except a gradient norm's, which alone is a step the loss scaler
     skipped (a notice that becomes a warning, then an error, as they add up in one episode). The message says
-    where in the run it happened (`settings`: the run's `total_steps`, `warmup_steps` when known)."""
+    where in the run it happened (`settings`: the run's `total_steps`, `warmup_steps` when known) and, once a
+    gradient norm's episode has escalated, what that means (`episode`: the open episode's first step, its
+    points with this one, whether they came in a row); `loss_zero`: the training loss last logged is exactly
+    0 (a trainer's NaN filter, said beside NaN gradients)."""
     if role == "grad_norm":
+        since, points, in_a_row = episode if episode is not None else (step, 1, True)
+        zero = (
+            " The training loss logged as exactly 0 beside them is no perfect fit: a trainer that drops NaN "
+            "losses from its logged average logs 0 when every one was NaN (Hugging Face Trainer's "
+            "logging_nan_inf_filter, on by default)."
+            if loss_zero
+            else ""
+        )
+        evidence = {"value": str(value), "kind": "skipped_step", "since_step": since}
+        if points < cfg.grad_warn_after:
+            message = (
+                f"{metric} is {fmt(value)} at step {step}: with fp16 and a dynamic loss scaler the optimizer "
+                f"skips this step and lowers the scale ({_where_skipped(step, settings or {})}). Many in a row "
+                f"mean the scale collapsed: switch to bf16 or lower the lr.{zero}"
+            )
+        else:
+            which = "in a row" if in_a_row else "in one episode"
+            meaning = (
+                "the fp16 loss scale collapsed or the weights themselves are NaN"
+                if points >= cfg.grad_error_after
+                else "far more than a loss scaler's routine skips: the fp16 loss scale is collapsing or the "
+                "weights went NaN"
+            )
+            message = (
+                f"{metric} is {fmt(value)} at step {step}, at {points} logged steps {which} since step {since}: "
+                f"{meaning}, so nothing has been learned since step {since}.{zero} Restart from a checkpoint "
+                f"saved before step {since} (or from the start) with bf16 or a lower lr and gradient clipping."
+            )
         return Finding(
             Severity.INFO,
             value,
-            f"{metric} is {fmt(value)} at step {step}: with fp16 and a dynamic loss scaler the optimizer skips "
-            f"this step and lowers the scale ({_where_skipped(step, settings or {})}). Many in a row mean the "
-            f"scale collapsed: switch to bf16 or lower the lr.",
-            {"value": str(value), "kind": "skipped_step"},
+            message,
+            evidence,
             warn_after_points=cfg.grad_warn_after,
             error_after_points=cfg.grad_error_after,
         )
