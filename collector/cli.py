@@ -36,6 +36,7 @@ from collector.core.runtime import API_THREADS, MEMORY_MB, Settings, keep_privat
 from collector.formats import unread
 from collector.runs.lookup import NotFound
 from collector.runs.service import RunService
+from collector.store import lake
 from collector.store import read as store_read
 from collector.store.damage import damage_of, damaged
 from collector.store.db import Store, StoreError
@@ -236,6 +237,12 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if args.memory_mb < 16 or args.api_threads < 1:
         raise CliError("--memory-mb must be at least 16 and --api-threads at least 1")
+    if args.store and lake.has_password(args.store):
+        logging.getLogger("collector").warning(
+            "--store holds the Postgres password: the process list (ps) shows it to every user of this "
+            "machine. Instead, %s",
+            lake.PASSWORD_HOW,
+        )
     if not args.roots:
         if not args.store:
             raise CliError("serve needs at least one root (or --store, to serve a team's lake)")

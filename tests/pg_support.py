@@ -5,7 +5,8 @@ tests run as root: PostgreSQL refuses to run as root) in a folder of its own und
 (pytest's temporary folders are private to root), starts it with `pg_ctl` on a free port, listening on
 127.0.0.1 only, with its socket in that folder, and creates the database `lake`. `stop()` then `start()`
 again keeps the port and the data (a server restart under a writer); `remove()` stops it and deletes it all.
-`dsn` is what `ducklake:postgres:` takes.
+`dsn` is what `ducklake:postgres:` takes. `PgServer(passwords=True)` asks every connection over 127.0.0.1 for
+its role's password (scram-sha-256); the tests' own set-up goes through the folder's socket (trusted) then.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ def postgres_missing() -> str | None:
     return None
 
 
-def team_cluster(team_python: Path) -> Iterator[PgServer]:
+def team_cluster(team_python: Path, passwords: bool = False) -> Iterator[PgServer]:
     """A module's cluster for the team-mode tests, removed afterwards: fails (never skips) when Postgres or the
-    team venv is missing (`make test` installs both)."""
+    team venv is missing (`make test` installs both). `passwords`: see `PgServer`."""
     missing = postgres_missing()
     if missing is None and not Path(team_python).exists():
         missing = (
@@ -42,7 +43,7 @@ def team_cluster(team_python: Path) -> Iterator[PgServer]:
         import pytest
 
         pytest.fail(missing)
-    server = PgServer().start()
+    server = PgServer(passwords=passwords).start()
     yield server
     server.remove()
 
@@ -56,7 +57,7 @@ def free_port() -> int:
 class PgServer:
     """A cluster under `base/pg` served by `postgres -p PORT -k base/pg -c listen_addresses=127.0.0.1`."""
 
-    def __init__(self, database: str = "lake") -> None:
+    def __init__(self, database: str = "lake", passwords: bool = False) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="runwatch-pg-"))
         self.data = self.dir / "data"
         self.port = free_port()
@@ -65,7 +66,8 @@ class PgServer:
         self.user = "postgres" if self.as_root else getpass.getuser()
         if self.as_root:
             shutil.chown(self.dir, "postgres", "postgres")
-        self._run([str(BIN / "initdb"), "-D", str(self.data), "-U", self.user, "-A", "trust", "-E", "UTF8"])
+        auth = ["--auth-local", "trust", "--auth-host", "scram-sha-256"] if passwords else ["-A", "trust"]
+        self._run([str(BIN / "initdb"), "-D", str(self.data), "-U", self.user, *auth, "-E", "UTF8"])
 
     @property
     def dsn(self) -> str:
@@ -73,7 +75,7 @@ class PgServer:
 
     def new_database(self, name: str) -> str:
         """Create another database in the cluster (a lake of its own); its dsn."""
-        self._run([str(BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, name])
+        self._run([str(BIN / "createdb"), "-h", str(self.dir), "-p", str(self.port), "-U", self.user, name])
         return self.dsn.replace(f"dbname={self.database}", f"dbname={name}")
 
     def _run(self, cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
@@ -104,7 +106,7 @@ class PgServer:
                 [
                     str(BIN / "createdb"),
                     "-h",
-                    "127.0.0.1",
+                    str(self.dir),
                     "-p",
                     str(self.port),
                     "-U",
@@ -116,10 +118,18 @@ class PgServer:
 
     def _has_database(self) -> bool:
         res = self._run(
-            ["/usr/bin/psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", "postgres", "-tAc",
+            ["/usr/bin/psql", "-h", str(self.dir), "-p", str(self.port), "-U", self.user, "-d", "postgres", "-tAc",
              f"SELECT 1 FROM pg_database WHERE datname = '{self.database}'"],
         )  # fmt: skip
         return res.stdout.strip() == "1"
+
+    def sql(self, database: str, sql: str) -> subprocess.CompletedProcess:
+        """Run `sql` in `database` as the superuser, through the socket (stops at the first error)."""
+        return self._run(
+            ["/usr/bin/psql", "-h", str(self.dir), "-p", str(self.port), "-U", self.user, "-d", database,
+             "-v", "ON_ERROR_STOP=1", "-c", sql],
+            check=False,
+        )  # fmt: skip
 
     def stop(self, mode: str = "fast") -> None:
         self._run([str(BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"], check=False)

@@ -60,7 +60,10 @@ class TeamPublishing:
         except Exception as e:  # Postgres restarting, a network drop: the file keeps everything meanwhile
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
-                log.warning("team lake: publishing failed (%s); the collector keeps its file and retries", e)
+                log.warning(
+                    "team lake: publishing failed (%s); the collector keeps its file and retries",
+                    lake.masked(str(e)),
+                )
             return False
         if self._failing_since is not None:
             log.info("team lake: publishing again after %.0f s", time.monotonic() - self._failing_since)
@@ -103,7 +106,8 @@ class TeamPublishing:
                 try:
                     self.publisher.compact()
                 except Exception as e:  # another collector compacting at the same moment: next time
-                    log.info("team lake: compaction left for later (%s)", str(e).splitlines()[0][:200])
+                    why = lake.masked(str(e).splitlines()[0])[:200]
+                    log.info("team lake: compaction left for later (%s)", why)
 
 
 def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:

@@ -78,7 +78,26 @@ class LakeSpec:
     @property
     def shown(self) -> str:
         """The catalog as logs, messages, the marker and the dashboard show it: a password masked."""
-        return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", self.catalog, flags=re.IGNORECASE)
+        return masked(self.catalog)
+
+
+# A password in a libpq string, `password=...` (DuckDB's errors quote the string in double quotes) or a URI's
+# `postgresql://user:...@host`.
+_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|[^\s\"]+)|(://[^:/@\s]*:)[^@\s]*(@)", re.IGNORECASE)
+PASSWORD_HOW = (
+    "give the role's password in ~/.pgpass (mode 0600), a file named by PGPASSFILE, or PGPASSWORD, "
+    "which Postgres' client library reads (README, team mode: passwords)"
+)
+
+
+def masked(text: str) -> str:
+    """`text` (a catalog, or an error quoting one) with any password in it shown as ***."""
+    return _PASSWORD.sub(lambda m: f"{m[1]}***" if m[1] else f"{m[3]}***{m[4]}", text)
+
+
+def has_password(catalog: str) -> bool:
+    """Whether the catalog string itself carries a password (then the process list shows it)."""
+    return masked(catalog) != catalog
 
 
 def namespace(name: str) -> int:
@@ -116,7 +135,19 @@ def attach(con: duckdb.DuckDBPyConnection, spec: LakeSpec, read_only: bool = Fal
     try:
         con.execute(f"ATTACH '{spec.catalog}' AS {LAKE} (DATA_PATH '{spec.data_path}'{mode})")
     except duckdb.Error as e:
-        raise StoreError(f"cannot attach the lake {spec.shown}: {str(e).splitlines()[0]}") from None
+        raise StoreError(f"cannot attach the lake {spec.shown}: {_attach_failure(str(e))}") from None
+
+
+def _attach_failure(error: str) -> str:
+    """Why the lake could not be attached, in one line, no password in it; for a refused login, how to give
+    the password."""
+    first = masked(error.splitlines()[0] if error else "")
+    reason = first.rsplit("failed: ", 1)[-1].replace("FATAL:", "").strip()
+    if "password authentication failed" in first:
+        return f"Postgres refused the password ({reason}): {PASSWORD_HOW}"
+    if "no password supplied" in first:
+        return f"Postgres asks for a password and none was given ({reason}): {PASSWORD_HOW}"
+    return first
 
 
 def local_tables(cur: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
@@ -211,7 +242,7 @@ class LakePublisher:
         except duckdb.Error as e:  # the data folder or bucket refusing the first write, the catalog's table
             raise StoreError(
                 f"cannot publish into the lake {spec.shown} with its data in {spec.data_path}: "
-                f"{str(e).splitlines()[0]}"
+                f"{masked(str(e).splitlines()[0])}"
             ) from None
 
     # ---- connection ---------------------------------------------------------------------------------
@@ -293,7 +324,7 @@ class LakePublisher:
             self._connect()
             return self._retry(self._publish_once)
         except BaseException as e:
-            self.last_error = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self.last_error = masked(str(e).splitlines()[0]) if str(e) else type(e).__name__
             self._drop_connection()
             raise
 

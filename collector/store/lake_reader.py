@@ -10,7 +10,7 @@ import time
 import duckdb
 
 from collector.store import lake_access
-from collector.store.lake import LAKE, LakeSpec, attach, load_extensions
+from collector.store.lake import LAKE, LakeSpec, attach, load_extensions, masked
 
 log = logging.getLogger("collector")
 
@@ -65,6 +65,8 @@ class ReaderCursor:
                 if isinstance(e, duckdb.IOException) and "Permission denied" in str(e):
                     raise lake_access.LakeUnreadable(str(e).splitlines()[0]) from None
                 if attempt == 3 or not any(s in str(e) for s in _DEAD_CONNECTION):
+                    if masked(str(e)) != str(e):  # (a reconnect's error quotes the catalog string)
+                        raise type(e)(masked(str(e))) from None
                     raise
                 log.info("team lake: the catalog connection was gone (Postgres restarted?); querying again")
         return None

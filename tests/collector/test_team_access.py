@@ -82,7 +82,8 @@ def test_roles_a_read_only_reader_and_a_token_for_each_process(pg, tmp_path):
         tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(as_role(dsn, "alice"), data, "alice")
     )
     desk = TeamDaemon(tmp_path / "desk.duckdb", [], *lake_args(as_role(dsn, "desk"), data))
-    # (the cluster trusts 127.0.0.1, so a password is accepted unread: here it shows it is never shown)
+    # (this cluster trusts 127.0.0.1, so a password is accepted unread: here it shows it is never shown;
+    # test_team_passwords.py checks passwords)
     secret = as_role(dsn, "viewer") + " password=never-shown-7f3a"
     viewer = TeamDaemon(tmp_path / "viewer.duckdb", [], *lake_args(secret, data))
     try:
