@@ -61,16 +61,27 @@ def collector_of(tree: Path, db: Path, root: Path, log: Path) -> subprocess.Pope
     return proc
 
 
-def opens(url: str, count: int) -> list[float]:
+def opens(url: str, count: int) -> list[float | None]:
     """Seconds from asking for /alerts until the chosen incident's evidence shows and the page is idle: the
-    first open, then `count` reloads."""
-    out = []
+    first open, then `count` reloads (None for one that did not show it within two minutes: what the page
+    showed instead is printed)."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    out: list[float | None] = []
     with chromium_page() as page:
         for i in range(count + 1):
             started = time.monotonic()
-            page.goto(f"{url}/alerts") if i == 0 else page.reload()
-            page.wait_for_selector("text=Evidence:")  # its charts, or its alerts for a run-level incident
-            wait_idle(page)
+            try:
+                page.goto(f"{url}/alerts") if i == 0 else page.reload()
+                page.wait_for_selector("text=Evidence:")  # its charts, or its alerts for a run-level incident
+                wait_idle(page)
+            except PageTimeout:
+                print(
+                    f"open {i}: no evidence shown; the page said: {page.inner_text('body')[:300]!r}",
+                    flush=True,
+                )
+                out.append(None)
+                continue
             out.append(time.monotonic() - started)
     return out
 
@@ -95,11 +106,12 @@ def main() -> None:
                         seconds = opens(url, args.opens)
                 finally:
                     stop_process(proc)
-                again = seconds[1:]
+                again = [s for s in seconds[1:] if s is not None]
+                first = f"{seconds[0]:.2f} s" if seconds[0] is not None else "failed"
                 print(
-                    f"{name:6} turn {turn}: first open {seconds[0]:.2f} s, reloads median "
+                    f"{name:6} turn {turn}: first open {first}, reloads median "
                     f"{statistics.median(again):.2f} s (min {min(again):.2f}, max {max(again):.2f}, "
-                    f"{len(again)}); load {os.getloadavg()[0]:.1f}",
+                    f"{len(again)} of {len(seconds) - 1}); load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
 
