@@ -57,11 +57,13 @@ def check(
             raise ValueError(f"{target} does not exist (give a run folder or file, or a run id with --db)")
         with asking(db) as query:
             verdicts = _verdicts(db, run_ids, not_read, query)
-    counts = {level: sum(v.verdict == level for v in verdicts) for level in ("error", "warn", "ok")}
+    counts = {
+        level: sum(v.verdict == level for v in verdicts) for level in ("error", "warn", "ok", "no_data")
+    }
     code = exit_code(counts, args.fail_on)
     if args.json:
         summary = {"runs": len(verdicts), "errors": counts["error"], "warnings": counts["warn"]}
-        summary |= {"healthy": counts["ok"], "exit_code": code}
+        summary |= {"healthy": counts["ok"], "no_data": counts["no_data"], "exit_code": code}
         print(json.dumps({"runs": [v.to_json() for v in verdicts], "fail_on": args.fail_on,
                           "failed": code != EXIT_OK, "summary": summary}, allow_nan=True))  # fmt: skip
     else:
@@ -93,7 +95,12 @@ def _verdicts(
                 run=r,
                 recommendation_reason=_recommendation_reason(db, r, query),
                 not_read=not_read.get(r.id, []),
-                verdict=worst if worst in ("warn", "error") else "ok",
+                # a run of which no point was read is not healthy: nothing was judged (its files are listed)
+                verdict=worst
+                if worst in ("warn", "error")
+                else "ok"
+                if r.last_step is not None
+                else "no_data",
                 alerts=sorted(alerts, key=lambda a: (-_RANK[a.severity], a.first_step)),
                 incidents=sorted(incidents, key=lambda i: (-_RANK[i.severity], i.first_step)),
             )
@@ -153,18 +160,25 @@ def report(verdicts: list[Verdict], counts: dict[str, int], target: Path) -> lis
     """The verdict for people, fitted to the terminal: the count first, then each troubled run (errors
     first) with its incidents, their actions and the checkpoint to keep, then one line per healthy run."""
     n = len(verdicts)
+    empty = f", {counts['no_data']} with no points read" if counts["no_data"] else ""
     lines = [f"{n} run{'s' * (n != 1)}: {_count(counts['error'], 'error')}, {_count(counts['warn'], 'warning')},"
-             f" {counts['ok']} healthy"]  # fmt: skip
+             f" {counts['ok']} healthy{empty}"]  # fmt: skip
     if not verdicts:
         return [*lines, *wrap(f"no run found in {target}")]
-    order = sorted(verdicts, key=lambda v: -_RANK.get(v.verdict, 0))
+    order = sorted(verdicts, key=lambda v: (-_RANK.get(v.verdict, 0), v.verdict == "no_data"))
     for v in order:
         keep = v.run.recommended_step
         said = f"(status {v.run.status}" + (f", keep step {keep})" if keep is not None else ")")
-        label = v.verdict.upper().ljust(5)
+        label = "EMPTY" if v.verdict == "no_data" else v.verdict.upper().ljust(5)
         room = width() - len(label) - len(said) - 4
         lines.append(f"{label}  {middle(printable(v.run.id), max(room, MIN_NAME))}  {said}")
         if v.verdict == "ok":
+            continue
+        if v.verdict == "no_data":
+            why = "; ".join(
+                f"{printable(str(f.get('path', '')))}: {f.get('reason', '')}" for f in v.not_read[:2]
+            )
+            lines += wrap(f"no point was read{f' ({why})' if why else ''}: nothing to judge", indent="  ")
             continue
         for i in v.incidents:  # what a person reads: the alerts grouped by trouble
             where = steps(i.first_step, i.last_step)

@@ -59,3 +59,33 @@ def test_check_prints_the_verdict_and_fails_at_the_level(tmp_path):
 def test_check_names_a_missing_target(tmp_path):
     missing = _check(str(tmp_path / "nowhere"))
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_a_run_of_which_no_point_was_read_is_not_counted_healthy(tmp_path):
+    """A metrics file with no metric in it (here, lines without a step) gives a run with nothing judged: it is
+    `no_data` (EMPTY, with the file and why), apart from the healthy ones; it fails nothing by itself."""
+    good, empty = tmp_path / "runs" / "good", tmp_path / "runs" / "empty"
+    good.mkdir(parents=True)
+    empty.mkdir()
+    _state(good / "trainer_state.json", [2.0 * 0.98**i for i in range(40)])
+    (empty / "metrics.jsonl").write_text("".join(json.dumps({"note": f"line {i}"}) + "\n" for i in range(5)))
+    text = _check(str(tmp_path / "runs"))
+    assert text.returncode == 0, text.stdout + text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == "2 runs: 0 errors, 0 warnings, 1 healthy, 1 with no points read"
+    said = " ".join(line.strip() for line in lines)
+    assert "EMPTY  runs/empty" in said or "EMPTY  empty" in said, said
+    assert "metrics.jsonl" in said and "nothing to judge" in said
+    verdict = json.loads(_check(str(tmp_path / "runs"), "--json").stdout)
+    assert {r["run"].rsplit("/", 1)[-1]: r["verdict"] for r in verdict["runs"]} == {
+        "good": "ok",
+        "empty": "no_data",
+    }
+    assert verdict["summary"] == {
+        "runs": 2,
+        "errors": 0,
+        "warnings": 0,
+        "healthy": 1,
+        "no_data": 1,
+        "exit_code": 0,
+    }

@@ -88,7 +88,14 @@ def test_check_says_the_verdict_first_and_exits_by_what_it_found(tmp_path):
     assert [line.split()[0] for line in lines[-2:]] == ["OK", "OK"]
     assert all(len(line) <= 100 for line in lines)
     verdict = json.loads(_run("check", str(runs), "--json").stdout)
-    assert verdict["summary"] == {"runs": 3, "errors": 1, "warnings": 0, "healthy": 2, "exit_code": 2}
+    assert verdict["summary"] == {
+        "runs": 3,
+        "errors": 1,
+        "warnings": 0,
+        "healthy": 2,
+        "no_data": 0,
+        "exit_code": 2,
+    }
     assert verdict["failed"] and verdict["fail_on"] == "error"
 
 
