@@ -150,6 +150,17 @@ class Daemon:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
 
+    def post(self, path: str, body: dict, timeout: float = 30) -> object:
+        """POST a JSON body to an API path with the token and return the parsed JSON."""
+        req = urllib.request.Request(
+            self.url(path),
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a live process, from /proc."""

@@ -57,8 +57,12 @@ def free_port() -> int:
 class PgServer:
     """A cluster under `base/pg` served by `postgres -p PORT -k base/pg -c listen_addresses=127.0.0.1`."""
 
-    def __init__(self, database: str = "lake", passwords: bool = False) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="runwatch-pg-"))
+    def __init__(self, database: str = "lake", passwords: bool = False, keep_in: Path | None = None) -> None:
+        """A new cluster in a temporary folder; with `keep_in`, the cluster in that folder (made there when it
+        has none yet), which `stop` leaves for a later `PgServer(keep_in=...)` (a bench's seeded lake)."""
+        if keep_in is not None:
+            keep_in.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.dir = keep_in if keep_in is not None else Path(tempfile.mkdtemp(prefix="runwatch-pg-"))
         self.data = self.dir / "data"
         self.port = free_port()
         self.database = database
@@ -67,6 +71,8 @@ class PgServer:
         if self.as_root:
             shutil.chown(self.dir, "postgres", "postgres")
         auth = ["--auth-local", "trust", "--auth-host", "scram-sha-256"] if passwords else ["-A", "trust"]
+        if (self.data / "PG_VERSION").exists():
+            return
         self._run([str(BIN / "initdb"), "-D", str(self.data), "-U", self.user, *auth, "-E", "UTF8"])
 
     @property

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from collector.runs.service import RunService
 from collector.store.db import Store
@@ -22,7 +22,18 @@ class JSONWithNaN(JSONResponse):
     return it built (FastAPI then neither re-encodes nor filters the body: the views' JSON goes out as built)."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, allow_nan=True, separators=(",", ":"), default=str).encode()
+        return json_bytes(content)
+
+
+def json_bytes(content: Any) -> bytes:
+    """`content` as the API's JSON (`JSONWithNaN`'s body)."""
+    return json.dumps(content, allow_nan=True, separators=(",", ":"), default=str).encode()
+
+
+class EncodedJSON(Response):
+    """A JSON body encoded already by `json_bytes` (an answer kept encoded: a team's overview)."""
+
+    media_type = "application/json"
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,13 @@ from dataclasses import asdict
 from collector.advice.verl_saves import verl_save_freq
 from collector.api import incidents as api_incidents
 from collector.api import run_files
+from collector.api.http import json_bytes
 from collector.api.series import metrics
 from collector.core.panels import panels_for
 from collector.core.roles import RL_ROLES, real_units_name, role_of, value_scale
 from collector.detect import registry
 from collector.detect.runlevel import STALLED
-from collector.ingest.fs import root_state
+from collector.ingest.fs import hosts, root_state
 from collector.runs.inputs import is_evaluation
 from collector.runs.lookup import find_run
 from collector.runs.service import BAD_RULES, RunService
@@ -26,25 +27,68 @@ from collector.store import read as store_read
 
 
 def runs(service: RunService) -> list[dict]:
-    """Every run with its state, latest losses, open alerts and recommended checkpoint step."""
+    """Every run with its state, latest losses, open alerts and recommended checkpoint step. On a team's lake
+    the list is built once per lake snapshot (`store_read.data_version`), state of this process's remote
+    hosts and thresholds of the runs whose recommendation read them, so a repeated call between two commits
+    costs those checks; the list (and its dicts) is then the one returned before: not the caller's to change."""
+    version = store_read.data_version(service.store)
+    if version is None:
+        return _build(service, None)
+    key = (version, _host_states())  # read before the data: a commit in between is built again next time
+    cached = service.overview
+    if cached is not None and cached[0] == key and all(service.thresholds_of(p) == c for p, c in cached[2]):
+        return cached[1]
+    advised: list[tuple] = []
+    out = _build(service, advised)
+    service.overview = (key, out, advised)
+    return out
+
+
+def runs_body(service: RunService) -> bytes:
+    """`runs` as `GET /api/runs` sends it (`http.json_bytes`); a list kept per lake snapshot is kept encoded
+    too (10,000 runs are ~3 MB of JSON: encoding them costs more than checking the snapshot)."""
+    out = runs(service)
+    kept = service.overview_body
+    if kept is not None and kept[0] is out:
+        return kept[1]
+    body = json_bytes(out)
+    if service.overview is not None and service.overview[1] is out:
+        service.overview_body = (out, body)
+    return body
+
+
+def _host_states() -> tuple:
+    """The states of this process's remote hosts: what each run's `root_state` (and `unreachable`) reads."""
+    return tuple((h.label, h.state) for h in hosts())
+
+
+def _build(service: RunService, advised: list[tuple] | None) -> list[dict]:
+    """The overview as stored now; (path, thresholds) of each run whose recommendation reads them is added to
+    `advised` (read before the recommendation: a runwatch.toml changed in between is seen next time)."""
     store = service.store
     counts = store_read.open_alert_counts(store)
     signatures = store_read.advice_signatures(store, BAD_RULES)
+    all_stats = store_read.metric_stats(store)
     stats_by_run: dict[str, list[dict]] = {}
-    for s in store_read.metric_stats(store):
+    for s in all_stats:
         stats_by_run.setdefault(s["run"], []).append(s)
+    # (by metric name once, not per run's metric: 10,000 runs log the same few names)
+    evaluations = {m for m in {s["metric"] for s in all_stats} if is_evaluation(m)}
+    with_evaluations = {s["run"] for s in all_stats if s["metric"] in evaluations}
     with_checkpoints = store_alerts.runs_with_checkpoints(store)
     stalled = store_read.runs_with_open_alert(store, STALLED)
     errors = store_read.open_error_alerts(store)
     out = []
     for r in store_read.runs(store):
-        stats = stats_by_run.get(r["id"], [])
+        reads_advice = _reads_advice(r, r["id"] in with_checkpoints, r["id"] in with_evaluations)
+        if advised is not None and reads_advice:
+            advised.append((r["path"], service.thresholds_of(r["path"])))
         summary = _run_summary(
             service,
             r,
-            stats,
+            stats_by_run.get(r["id"], []),
             counts,
-            r["id"] in with_checkpoints,
+            reads_advice,
             r["id"] in stalled,
             signatures.get(r["id"]),
         )
@@ -84,24 +128,29 @@ def _save_freq(config: str | None) -> int | None:
     return verl_save_freq(store_read.parse_json(config))
 
 
+def _reads_advice(r: dict, has_checkpoints: bool, has_evaluations: bool) -> bool:
+    """Whether the run's recommended step is asked of its advice. A lone trainer_state.json or a verl log
+    naming its save_freq has no checkpoint folders to index (its advice infers them); a run with evaluations
+    and no checkpoint seen is told its best evaluation's step."""
+    return (
+        has_checkpoints
+        or r["format"] == "hf_trainer_state"
+        or has_evaluations
+        or _save_freq(r["config"]) is not None
+    )
+
+
 def _run_summary(
     service: RunService,
     r: dict,
     stats: list[dict],
     counts: dict,
-    has_checkpoints: bool,
+    reads_advice: bool,
     stalled: bool,
     signature: tuple | None,
 ) -> dict:
     recommended = None
-    # A lone trainer_state.json or a verl log naming its save_freq has no checkpoint folders to index (its
-    # advice infers them); a run with evaluations and no checkpoint seen is told its best evaluation's step.
-    if (
-        has_checkpoints
-        or r["format"] == "hf_trainer_state"
-        or any(is_evaluation(s["metric"]) for s in stats)
-        or _save_freq(r["config"]) is not None
-    ):
+    if reads_advice:
         recommended = service.recommended_step(r, stats, signature)
     state = root_state(r["path"])["state"]
     return {
@@ -130,8 +179,9 @@ def run(service: RunService, run_id: str) -> dict:
     has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
     stalled = run_id in store_read.runs_with_open_alert(store, STALLED)
     signature = store_read.advice_signatures(store, BAD_RULES).get(run_id)
+    reads_advice = _reads_advice(r, has_checkpoints, any(is_evaluation(s["metric"]) for s in stats))
     out = _run_summary(
-        service, r, stats, store_read.open_alert_counts(store), has_checkpoints, stalled, signature
+        service, r, stats, store_read.open_alert_counts(store), reads_advice, stalled, signature
     )
     out |= anomaly(store_read.open_error_alerts(store).get(run_id))
     out["config"] = store_read.parse_json(r["config"])

@@ -26,6 +26,15 @@ def runs(store: Store, run: str | None = None) -> list[dict]:
     )
 
 
+def data_version(store: Store) -> int | None:
+    """A number that changes with every commit to what the store's readers see, where there is one: a team
+    reader's lake snapshot id (every collector's and reader's commit draws a new one). None for a local file
+    (no such number: its answers are built anew each time)."""
+    if not store.lake_reader:
+        return None
+    return store.rows("SELECT id FROM current_snapshot()")[0][0]
+
+
 def run_progress(store: Store, run: str | None = None) -> list[dict]:
     """Every run (or just `run`) with how far it got: `id`, `last_step`, `status`; what grouping its alerts into
     incidents reads (`runs` reads each run's config and status texts too: a trainer_state.json can be a MB)."""

@@ -71,6 +71,11 @@ def exactly(client: Client, run: str, last: int) -> bool:
     )
 
 
+def overview_step(client: Client, run: str) -> int | None:
+    """The run's `last_step` as the reader's overview (`GET /api/runs`) says it."""
+    return next(r["last_step"] for r in client.get("/api/runs") if r["id"] == run)
+
+
 def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_path):
     dsn, data = pg.new_database("two"), tmp_path / "lake"
     write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 1, 300)
@@ -90,10 +95,13 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         wait_for(lambda: exactly(client, "bob/exp/sft", 200), "bob's 200 steps in the lake")
         ids = sorted(r["id"] for r in client.get("/api/runs"))
         assert ids == ["alice/exp/sft", "bob/exp/sft"]
+        wait_for(lambda: overview_step(client, "alice/exp/sft") == 300, "the reader's overview at step 300")
         assert sorted(r["id"] for r in cli_json(reader.db, "runs")) == ids  # the CLI finds the team's API
         # Live: lines written later reach the reader through the lake, and so do the alerts they raise.
         write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 301, 350)
         wait_for(lambda: exactly(client, "alice/exp/sft", 350), "alice's new lines in the lake")
+        # The reader keeps its overview per lake snapshot: the commit that brought them builds it again.
+        wait_for(lambda: overview_step(client, "alice/exp/sft") == 350, "the reader's overview at step 350")
         with (tmp_path / "bob" / "exp" / "sft" / "metrics.jsonl").open("a") as f:
             f.write('{"step": 201, "data": {"train/loss": NaN, "train/lr": 0.0002}}\n')
         nan = wait_for(

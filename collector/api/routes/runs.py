@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from collector.api import models
 from collector.api import runs as api_runs
 from collector.api import stop as api_stop
-from collector.api.http import TOKEN, JSONWithNaN, RunsDep, StoreDep
+from collector.api.http import TOKEN, EncodedJSON, JSONWithNaN, RunsDep, StoreDep
 from collector.api.routes.alerts import NOTE_MAX_CHARS
 
 router = APIRouter(dependencies=TOKEN)
@@ -24,8 +24,8 @@ class StopRequest(BaseModel):
 
 
 @router.get("/api/runs", response_model=list[models.RunSummary])
-def runs(service: RunsDep) -> JSONWithNaN:
-    return JSONWithNaN(api_runs.runs(service))
+def runs(service: RunsDep) -> EncodedJSON:
+    return EncodedJSON(api_runs.runs_body(service))
 
 
 @router.get("/api/compare", response_model=models.Compare)
