@@ -149,12 +149,15 @@ def role_of(metric: str) -> str | None:
 EVALUATION_ROLES = ("val_loss", "val_score", "eval_metric")
 
 
-def step_order(metric: str) -> tuple[bool, str]:
+def step_order(metric: str) -> tuple[bool, bool, str]:
     """Where a metric's point stands among the points of one step when detection judges them, on every path
     (read live, read back from the store): training metrics first, then evaluations (a trainer logs an
     evaluation after the training record of its step, and a rule reading the training loss at an evaluation
-    reads that step's), each by name."""
-    return role_of(metric) in EVALUATION_ROLES, metric
+    reads that step's), each by name; gradient norms last among the training metrics (a NaN norm alone is a
+    skipped step, a notice: judged after a NaN loss or lr of its step, it joins that error instead of heading
+    it, whichever batches the step's points came in)."""
+    role = role_of(metric)
+    return role in EVALUATION_ROLES, role == "grad_norm", metric
 
 
 def value_scale(metric: str) -> float:

@@ -355,7 +355,7 @@ def _as_stored(points: Points) -> Points:
     keys = [(s, *step_order(m)) for s, m in last]
     if len(last) == len(steps) and all(a <= b for a, b in zip(keys, keys[1:], strict=False)):
         return points  # already so (most batches: one metric a step, or in that order)
-    order = [last[(s, m)] for s, _, m in sorted(keys)]
+    order = [last[(s, m)] for s, *_, m in sorted(keys)]
     return Points(*([column[i] for i in order] for column in (steps, names, points.value, points.wall_time)))
 
 

@@ -308,9 +308,12 @@ def point_columns(
             table = store.cursor().execute(sql, [run, after_step, nxt]).fetchnumpy()
     steps, codes = np.asarray(table["step"], dtype=np.int64), np.asarray(table["code"], dtype=np.int64)
     values = np.asarray(table["value"], dtype=np.float64)
-    later = np.array([step_order(n)[0] for n in names], dtype=bool)
-    if len(codes) and later.any():  # evaluations after the training metrics of their step
-        order = np.lexsort((codes, later[codes], steps))
+    # each name's place in `step_order` among the run's names (evaluations after the training metrics of
+    # their step, gradient norms last of those)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[sorted(range(len(names)), key=lambda i: step_order(names[i]))] = np.arange(len(names))
+    if len(codes) and (rank != np.arange(len(names))).any():
+        order = np.lexsort((rank[codes], steps))
         steps, codes, values = steps[order], codes[order], values[order]
     return steps, codes, names, values
 

@@ -111,6 +111,8 @@ def _ingest(db: Path, root: Path, sinks: list | None = None) -> None:
 )
 # a run of evaluations only: its log interval is theirs (an alert back after 100 steps is the same incident)
 @example(seed=2138727811, n=462, cut=0.15454133335873582, chunk=123)
+# a NaN gradient norm and a NaN lr at one step, read in two batches: the error heads on every path
+@example(seed=5719, n=60, cut=0.5, chunk=1)
 def test_live_backlog_and_a_restart_in_the_middle_give_the_same_incidents(tmp_path, seed, n, cut, chunk):
     rows = _run(seed, n)
     steps = _run_steps(rows)
