@@ -120,7 +120,7 @@ RUNS = {
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
-    ap.add_argument("runs", nargs="*", choices=[*RUNS, []], default=list(RUNS))
+    ap.add_argument("runs", nargs="*", choices=list(RUNS), help="which runs (default: all)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (0.05 on a CPU)")
     args = ap.parse_args()
     device = torch.cuda.get_device_name(0) if GPU else "CPU"
