@@ -11,7 +11,7 @@ when there is one (bf16; on CPU with `--scale 0.05`), written as run folders for
 It needs torch, transformers and pandas only (no DuckDB, no verl), so it runs on a bare GPU image; copy the
 folders back and run `runwatch check OUT/runs`. The SFT data is data/build's (`make data`).
 
-    python scripts/gpu_hf_check.py OUT [healthy diverge stopped fp16 accum] [--scale 1.0]
+    python scripts/gpu_hf_check.py OUT [--runs healthy diverge stopped fp16 accum] [--scale 1.0]
 """
 
 from __future__ import annotations
@@ -120,7 +120,9 @@ RUNS = {
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
-    ap.add_argument("runs", nargs="*", choices=list(RUNS), help="which runs (default: all)")
+    ap.add_argument(
+        "--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="which runs (default: all)"
+    )
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every run's steps (0.05 on a CPU)")
     args = ap.parse_args()
     device = torch.cuda.get_device_name(0) if GPU else "CPU"
@@ -129,7 +131,7 @@ def main() -> int:
     tokenizer = AutoTokenizer.from_pretrained(DATA / "tokenizer")
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     data = (Rows(tokenizer, DATA / "sft_train.parquet"), Rows(tokenizer, DATA / "sft_val.parquet", 256))
-    for key in args.runs or RUNS:
+    for key in args.runs:
         name, lr, steps, extra = RUNS[key]
         train(args.out / "runs", name, data, lr, steps, scale=args.scale, **extra)
     return 0
