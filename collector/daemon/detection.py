@@ -345,7 +345,7 @@ class Detection:
 def _as_stored(points: Points) -> Points:
     """A batch whose steps only go forward as the store holds it and a collector started again reads it back
     (`store.read.point_columns`): one value per (step, metric), the later one, and each step's points in
-    `core.roles.step_order` (training metrics, then evaluations, by name); so a rule that reads another metric
+    `core.roles.step_order` (training metrics with gradient norms last, then evaluations, by name); so a rule that reads another metric
     at the same step (the training loss at an evaluation) or counts a step written twice judges the same on
     both paths. A batch that goes back (a resumed run rewriting its steps) keeps its file order."""
     steps, names = points.step, points.metric

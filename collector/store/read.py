@@ -284,7 +284,7 @@ def point_columns(
     store: Store, run: str, after_step: int, limit: int
 ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """About `limit` points of a run with step > `after_step`, whole steps only, each step's points in
-    `core.roles.step_order` (training metrics, then evaluations, each by name: the order the live path judges
+    `core.roles.step_order` (training metrics with gradient norms last, then evaluations, each by name: the order the live path judges
     them in), as columns for judging a backlog in bulk: (steps int64, metric codes into the returned names, the
     names, values float64). Empty columns: nothing stored past `after_step`.
     """
