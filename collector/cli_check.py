@@ -1,8 +1,8 @@
 """`python -m collector check RUN_OR_PATH [--fail-on warn|error] [--db DB] [--json]`: judge a run in one pass.
 
-For CI, scripts and agents: prints the count first (`N runs: E errors, W warnings, H healthy`), then each
-troubled run (errors first: its alerts with the action of each, the checkpoint to keep), then one line per healthy
-run. Exits 2 when an error alert (open or since cleared) was found, 3 when only warnings were and `--fail-on warn`,
+For CI, scripts and agents: prints the count first (`N runs: E errors, W warnings, H healthy`, then `, N with no
+points read` when there are such runs), then each troubled run (errors first: its alerts with the action of each,
+the checkpoint to keep), then one line per healthy run, then each run of which no point was read (EMPTY). Exits 2 when an error alert (open or since cleared) was found, 3 when only warnings were and `--fail-on warn`,
 1 on a usage error, 0 otherwise. The reading and the queries are the CLI's own (`ingest`, then `runs`, `alerts` and
 `incidents`): each troubled run lists its incidents (each with its alert count); `--json` has both per run.
 """
@@ -95,12 +95,7 @@ def _verdicts(
                 run=r,
                 recommendation_reason=_recommendation_reason(db, r, query),
                 not_read=not_read.get(r.id, []),
-                # a run of which no point was read is not healthy: nothing was judged (its files are listed)
-                verdict=worst
-                if worst in ("warn", "error")
-                else "ok"
-                if r.last_step is not None
-                else "no_data",
+                verdict=_level(worst, r),
                 alerts=sorted(alerts, key=lambda a: (-_RANK[a.severity], a.first_step)),
                 incidents=sorted(incidents, key=lambda i: (-_RANK[i.severity], i.first_step)),
             )
@@ -108,10 +103,18 @@ def _verdicts(
     return verdicts
 
 
+def _level(worst: str | None, run: RunSummary) -> str:
+    """A run's verdict from its worst alert: `error` or `warn`; else `ok`, or `no_data` for a run of which no
+    point was read (not healthy: nothing was judged; its files are listed)."""
+    if worst in ("warn", "error"):
+        return worst
+    return "ok" if run.last_step is not None else "no_data"
+
+
 @dataclass
 class Verdict:
     """One run judged: its summary, why its checkpoint is the one to keep, what of it was not read, its worst
-    level (`error`, `warn`, `ok`), its alerts and incidents (the most severe first)."""
+    level (`error`, `warn`, `ok`, `no_data`), its alerts and incidents (the most severe first)."""
 
     run: RunSummary
     recommendation_reason: str
