@@ -39,9 +39,8 @@ class LossSpikeRule:
     diverge_window: int = 10  # rolling median length for the divergence check
     diverge_rel: float = 0.3  # rolling median this much above its best so far = diverging
     diverge_for: int = 10  # for this many points
-    diverge_error_points: int = (
-        4  # a divergence found at this many trend checks (every half block) is an error
-    )
+    # a divergence found at this many trend checks (every half block) is an error
+    diverge_error_points: int = 4
     # a level shift: every one of the three blocks this much above the best (relative, and abs_jump) without
     # climbing: the loss jumped to a new level and stayed there; a warning at once, an error after this many
     # more trend checks (every half block)

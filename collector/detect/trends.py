@@ -37,9 +37,7 @@ class ValLossRiseRule:
     big_rise: float = 0.5  # ...or this much above it (relative)...
     big_patience: int = 2  # ...for this many evaluations (a loss that nearly doubles after the first one)
     noise_sigmas: float = 2.0  # and above the best by this many sigmas of the evaluations' own wobble
-    noise_evals: int = (
-        1000  # (`base.eval_noise` of the last this-many evaluations: all of a run's, as the advice)
-    )
+    noise_evals: int = 1000  # `base.eval_noise` over this many last evaluations: all, as the advice
     min_delta: float = 0.01  # relative: an evaluation within 1 % of the best is not "above" it
     train_window: int = 5  # train-loss points averaged at each evaluation to tell whether it still falls
     # an error once it lasts (2x patience evaluations), is large (relative) and far beyond the evals' wobble
