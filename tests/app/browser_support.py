@@ -158,6 +158,18 @@ def wait_idle(page) -> None:
     )
 
 
+def open_page(page, url: str, charts: int = 0) -> str:
+    """Open `url`, wait for its title, `charts` drawn charts and the end of the script run; its title. Fails
+    where Streamlit says the page was not found."""
+    page.goto(url)
+    page.wait_for_selector("h1")
+    if charts:
+        wait_for_charts(page, charts)
+    wait_idle(page)
+    assert page.get_by_text("Page not found").count() == 0, f"{url}: Streamlit says the page was not found"
+    return page.locator("h1").first.inner_text()
+
+
 def screenshots_dir(tmp_path: Path) -> Path:
     path = Path(os.environ.get("RUNWATCH_SCREENSHOTS") or tmp_path / "screenshots")
     path.mkdir(parents=True, exist_ok=True)

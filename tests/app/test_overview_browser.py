@@ -14,24 +14,14 @@ from app.name_hover import ROW_PX
 from tests.app.browser_support import (
     chromium_or_skip,
     chromium_page,
+    open_page,
     screenshot_whole_page,
     screenshots_dir,
     streamlit_app,
-    wait_for_charts,
     wait_idle,
 )
 from tests.app.conftest import real_run_ids, start_collector, stop_process
 from tests.waiting import wait_for
-
-
-def _open(page, url: str, charts: int = 0) -> str:
-    page.goto(url)
-    page.wait_for_selector("h1")
-    if charts:
-        wait_for_charts(page, charts)
-    wait_idle(page)
-    assert page.get_by_text("Page not found").count() == 0, f"{url}: Streamlit says the page was not found"
-    return page.locator("h1").first.inner_text()
 
 
 def test_natural_addresses_lead_to_their_pages(app_env, tmp_path: Path):
@@ -42,16 +32,16 @@ def test_natural_addresses_lead_to_their_pages(app_env, tmp_path: Path):
         streamlit_app(app_env.db, [app_env.root], tmp_path / "home", tmp_path / "st.log") as url,
         chromium_page() as page,
     ):
-        assert _open(page, url + "/") == "Runs"
-        assert _open(page, url + "/runs") == "Runs"
+        assert open_page(page, url + "/") == "Runs"
+        assert open_page(page, url + "/runs") == "Runs"
         page.wait_for_selector('[data-testid="stDataFrame"]')  # the overview's table, drawn
         screenshot_whole_page(page, shots / "overview.png")
         for path, title in (("/overview", "Runs"), ("/incidents", "Alerts"), ("/checkpoint", "Checkpoints")):
-            assert title in _open(page, url + path), path
-        assert _open(page, f"{url}/run?run={quote(runs[0])}", charts=1) == runs[0]
+            assert title in open_page(page, url + path), path
+        assert open_page(page, f"{url}/run?run={quote(runs[0])}", charts=1) == runs[0]
         # ten runs compared: the legend under the plot, one line each, the plot keeps its height
         chosen = ",".join(quote(r, safe="") for r in runs[:10])
-        assert _open(page, f"{url}/compare?runs={chosen}", charts=1) == "Compare runs"
+        assert open_page(page, f"{url}/compare?runs={chosen}", charts=1) == "Compare runs"
         screenshot_whole_page(page, shots / "compare.png")
         plot = page.locator(".js-plotly-plot .draglayer .nsewdrag").first.bounding_box()
         legend = page.locator(".js-plotly-plot .legend").first.bounding_box()
@@ -72,14 +62,14 @@ def test_the_chart_code_is_loaded_before_a_chart_asks_for_it(app_env, tmp_path: 
         streamlit_app(app_env.db, [app_env.root], tmp_path / "home", tmp_path / "st.log") as url,
         chromium_page() as page,
     ):
-        assert _open(page, url + "/") == "Runs"
+        assert open_page(page, url + "/") == "Runs"
         assert page.locator(".js-plotly-plot").count() == 0
         page.wait_for_function(
             "name => performance.getEntriesByType('resource').some(e => e.name.endsWith('/' + name))",
             arg=name,
         )
         runs = real_run_ids()
-        assert _open(page, f"{url}/run?run={quote(runs[0])}", charts=1) == runs[0]
+        assert open_page(page, f"{url}/run?run={quote(runs[0])}", charts=1) == runs[0]
 
 
 LONG_NAMES = [
@@ -106,7 +96,7 @@ def test_hovering_a_shortened_name_shows_it_in_full(tmp_path: Path):
             streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "st.log") as url,
             chromium_page() as page,
         ):
-            assert _open(page, url + "/") == "Runs"
+            assert open_page(page, url + "/") == "Runs"
             page.locator('[data-testid="stSelectbox"]').filter(has_text="Sort by").click()
             page.get_by_role("option", name="Name", exact=True).click()
             # sorted: the table's first row (its accessible copy, which the box reads too) is short-run

@@ -14,6 +14,7 @@ import pytest
 from tests.app.browser_support import (
     chromium_or_skip,
     chromium_page,
+    open_page,
     screenshot_whole_page,
     screenshots_dir,
     streamlit_app,
@@ -31,15 +32,6 @@ LAUNCH = [sys.executable, "-m", "app", "--port", "{port}"]  # as the README says
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PgServer]:
     yield from team_cluster(TEAM_PYTHON)
-
-
-def _open(page, url: str, charts: int = 0) -> str:
-    page.goto(url)
-    page.wait_for_selector("h1")
-    if charts:
-        wait_for_charts(page, charts)
-    wait_idle(page)
-    return page.locator("h1").first.inner_text()
 
 
 def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path: Path):
@@ -65,7 +57,7 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             streamlit_app(reader.db, [], tmp_path / "home", tmp_path / "streamlit.log", launch=LAUNCH) as url,
             chromium_page() as page,
         ):
-            assert _open(page, url + "/") == "Runs"
+            assert open_page(page, url + "/") == "Runs"
             page.wait_for_selector('[data-testid="stDataFrame"]')
             assert page.get_by_text("Team lake", exact=False).count() >= 1  # the sidebar names the lake
             assert page.get_by_text("does not watch", exact=False).count() == 0  # no roots warning
@@ -73,17 +65,17 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             # The grid is a canvas: each row (35 px) opened by its selection box; both collectors' runs are there.
             opened = set()
             for row in (1, 2):
-                _open(page, url + "/")
+                open_page(page, url + "/")
                 page.set_viewport_size({"width": 1400, "height": 1000})
                 grid = page.locator('[data-testid="stDataFrame"]').bounding_box()
                 page.mouse.click(grid["x"] + 15, grid["y"] + 35 * row + 17)
                 wait_for_charts(page, 1)
                 opened.add(page.locator("h1").first.inner_text())
             assert opened == {"alice/exp/sft", "bob/exp/rl"}
-            assert _open(page, f"{url}/run?run=alice/exp/sft", charts=1) == "alice/exp/sft"
+            assert open_page(page, f"{url}/run?run=alice/exp/sft", charts=1) == "alice/exp/sft"
             screenshot_whole_page(page, shots / "team-run.png")
             # The alert review acknowledges bob's incident on the team page: bob applies it, the lake shows it.
-            _open(page, url + "/alerts")
+            open_page(page, url + "/alerts")
             page.get_by_role("button", name="Acknowledge").wait_for()
             wait_idle(page)
             screenshot_whole_page(page, shots / "team-alerts.png")
