@@ -29,8 +29,8 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     A carriage return splits a line into the pieces a terminal would show (a progress bar redrawn), each
     read on its own, and ANSI color codes are removed first. A record is read as `torchtune_log` reads it:
     a step beyond the 64-bit range or text after `|` that is not `name:value` items makes its line bad, a
-    value that is not a number is reported with its line and the line's other values kept. A line holding
-    `Step` that is not UTF-8 is bad; every other line is ignored. `path` and `state` are unused.
+    value that is not a number is reported with its line and the line's other values kept. A line holding a
+    record that is not UTF-8 is bad; every other line is ignored. `path` and `state` are unused.
     """
     lines, consumed = complete_lines(data)
     result = ParseResult(consumed=consumed, lines=len(lines))
