@@ -32,7 +32,7 @@ from trainer.preflight import RunPlan, check_run, count_steps, parquet_rows, ste
 from trainer.presets import PRESETS, merge_overrides, override_value
 from trainer.resume_from import latest_checkpoint, resume_overrides, resume_problems
 from trainer.rl_launch import check_ppo_run, missing_packages, ppo_command, ppo_paths
-from trainer.stop import stopped_line
+from trainer.stop import checkpoint_said, stopped_line
 from trainer.writers import write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -420,9 +420,7 @@ def without_signal_report(lines: list[str]) -> list[str]:
 def signal_stop_line(out: Path, signal_name: str) -> str:
     """The last line of a run stopped by a signal the launcher was sent: the step and the last checkpoint."""
     status = read_status(out)
-    saved = status.get("last_checkpoint_step") or latest_checkpoint(out)
-    folder = out / f"global_step_{saved}" if saved else None
-    where = f"last checkpoint {folder}" if folder is not None and folder.is_dir() else "no checkpoint saved"
+    where = checkpoint_said(out, status.get("last_checkpoint_step") or latest_checkpoint(out))
     step = status.get("step")
     return f"stopped by {signal_name} at step {step if step is not None else '?'}; {where}"
 

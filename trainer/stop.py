@@ -50,8 +50,12 @@ def stopped_line(run_dir: Path | str, status: dict) -> str:
     """The one line a stopped run's log ends with, from its status.json: the step, the reason and the last
     checkpoint (its folder, or that none was saved)."""
     step = status.get("step")
-    saved = status.get("last_checkpoint_step")
-    folder = Path(run_dir) / f"global_step_{saved}" if saved else None
-    where = f"last checkpoint {folder}" if folder is not None and folder.is_dir() else "no checkpoint saved"
+    where = checkpoint_said(run_dir, status.get("last_checkpoint_step"))
     reason = status.get("stop_reason") or "stop requested"
     return f"stopped by runwatch at step {step if step is not None else '?'}: {reason}; {where}"
+
+
+def checkpoint_said(run_dir: Path | str, saved: int | None) -> str:
+    """`last checkpoint <its folder>` for step `saved` when it is there, else `no checkpoint saved`."""
+    folder = Path(run_dir) / f"global_step_{saved}" if saved else None
+    return f"last checkpoint {folder}" if folder is not None and folder.is_dir() else "no checkpoint saved"

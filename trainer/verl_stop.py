@@ -66,7 +66,7 @@ def stop_ppo_after(step: int, caller, STATE) -> None:  # noqa: N803
     """In verl's PPO/GRPO driver, after step `step` is logged: save its checkpoint unless saved, record
     `stopped`, and end `fit` (RunStopped, which the wrapped fit returns on; without the wrapper the Ray actor
     exits, and trainer.launch reads status.json). SFT stops in train_batch."""
-    module = sys.modules.get("verl.trainer.ppo.ray_trainer")
+    module = sys.modules.get(PPO_TRAINER_MODULE)
     trainer = caller.f_locals.get("self") if caller is not None else None
     if module is None or not isinstance(trainer, module.RayPPOTrainer) or STATE.ended:
         return
