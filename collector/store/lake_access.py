@@ -97,11 +97,12 @@ def prepare_data_path(con: duckdb.DuckDBPyConnection, data_path: str) -> None:
         "SESSION_TOKEN": env.get("AWS_SESSION_TOKEN"),
         "REGION": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
     }
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    named = "AWS_ENDPOINT_URL_S3" if env.get("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
+    endpoint = env.get(named)
     if endpoint:  # an S3-compatible server (MinIO, a test server): its host:port, path-style addresses
         url = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
         if url.scheme not in ("http", "https") or not url.netloc:
-            raise StoreError(f"AWS_ENDPOINT_URL {endpoint!r}: expected http(s)://host[:port]")
+            raise StoreError(f"{named}={endpoint}: expected http(s)://host[:port]")
         options |= {"ENDPOINT": url.netloc, "URL_STYLE": "path", "USE_SSL": url.scheme == "https"}
     given = ", ".join(f"{k} {_literal(v)}" for k, v in options.items() if v is not None)
     con.execute(f"CREATE OR REPLACE SECRET runwatch_lake_s3 (TYPE s3{', ' + given if given else ''})")

@@ -210,6 +210,30 @@ def test_the_lakes_data_on_an_s3_compatible_server(pg, tmp_path, monkeypatch):
         moto.wait(timeout=30)
 
 
+def test_an_endpoint_that_is_not_http_is_refused_naming_its_variable(tmp_path):
+    """A bad S3 endpoint stops the collector with the variable it was read from and the value given."""
+    code = (
+        "import duckdb\n"
+        "from collector.store.lake import load_extensions\n"
+        "from collector.store.lake_access import prepare_data_path\n"
+        "from collector.store.schema import StoreError\n"
+        "con = duckdb.connect()\n"
+        "load_extensions(con)  # as a collector does before its data path (httpfs from the team venv)\n"
+        "try:\n"
+        "    prepare_data_path(con, 's3://team-lake/runs/')\n"
+        "except StoreError as e:\n"
+        "    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    for named in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        said = subprocess.run(
+            [str(TEAM_PYTHON), "-c", code], cwd=REPO, env={**env, named: "ftp://minio.example:9000"},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert said.returncode == 0, said.stderr[-2000:]
+        assert said.stdout.strip() == f"{named}=ftp://minio.example:9000: expected http(s)://host[:port]"
+
+
 def test_a_shared_folder_read_by_another_user_of_its_group(pg, tmp_path, monkeypatch):
     """The lake's folder shared through a Unix group as the README says (setgid, a default ACL): the files a
     collector writes under its private umask (077) are readable by the group, and a team API running as another
