@@ -136,9 +136,8 @@ async def playback_events(
             "timing": "wall_time" if timed else "steps_per_second",
         },
     )
-    alerts = await run_in_threadpool(
-        api_alerts.alerts, runs, run
-    )  # as GET /api/alerts lists them (action too)
+    # as GET /api/alerts lists them (action too)
+    alerts = await run_in_threadpool(api_alerts.alerts, runs, run)
     pending = sorted(
         (a for a in alerts if start_step <= a["first_step"] <= end_step),
         key=lambda a: (a["first_step"], a["id"]),

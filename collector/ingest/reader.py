@@ -289,9 +289,8 @@ class Ingestor:
         try:
             result = work()
         except Exception as e:  # anything at all: one file must never stop the cycle or another run
-            disk_full = self.store.disk.failed(
-                e, paths[0]
-            )  # (a commit or a scratch copy: /api/health says it)
+            # (a commit or a scratch copy that failed for a full disk: /api/health says it)
+            disk_full = self.store.disk.failed(e, paths[0])
             for p, s in before.items():
                 self.sources[p] = s
             if damage_met(self.store.path, e, "") is not None:

@@ -48,9 +48,8 @@ class RunIncidents:
 
     def of_run(self, run: str) -> tuple[list[dict], list[Incident]]:
         """The run's alerts, as the store lists them, and its incidents (both shared: read, never change them)."""
-        version = self.store.alert_version(
-            run
-        )  # before the alerts: a change committed after is read next time
+        # read before the alerts: a change committed in between is read next time
+        version = self.store.alert_version(run)
         steps = _steps(self.store, run).get(run, RunSteps())
         last = self._grouped.get(run)
         if last is not None and last.version == version:
