@@ -139,7 +139,7 @@ many = (
     else ""
 )
 color(
-    f"**{' → '.join(incident.rules)}** ({SEVERITY_WORDS.get(incident.severity)}, {incident.state}) in run "
+    f"**{' → '.join(incident.rules)}** ({_severity(incident)}, {incident.state}) in run "
     f"`{incident.run}`: {incident.message}{many}"
 )
 
