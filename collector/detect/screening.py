@@ -110,10 +110,7 @@ def scheduled_medians(window: Window, values: np.ndarray) -> np.ndarray:
     mids = np.full(n, window._mid)
     if j0 < n:
         arr = np.concatenate([floats(window.vals), values])
-        at = np.arange(j0, n, stride)
-        ordered = np.sort(sliding_window_view(arr, size)[at], axis=1)
-        half = size // 2
-        meds = ordered[:, half] if size % 2 else (ordered[:, half - 1] + ordered[:, half]) / 2
+        meds = row_medians(sliding_window_view(arr, size)[np.arange(j0, n, stride)])
         mids[j0:] = meds[(np.arange(j0, n) - j0) // stride]
     return mids
 
