@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("collector")
 
 TICK_INTERVAL_S = 5.0  # time-based rules (stalled) and checkpoint rescans
+API_STOP_S = 60  # how long a stopping collector waits for the API's requests in flight
 # The periodic full rescan (for events a filesystem did not deliver) may take at most this share of the
 # time: walking a thousand run folders takes ~0.4 s of CPU, so it then comes every ~20 s instead of 5.
 RESCAN_SHARE = 0.02
@@ -83,6 +84,9 @@ class Collector:
 
             self.team = TeamPublishing(self.store, settings, self.ingestor.run_dirs)
         self._stop = threading.Event()
+        self.api_left_running = (
+            False  # the API thread outlived API_STOP_S: the store stays open, exit at once
+        )
         self.damage: DamagedDatabase | None = None  # damage met while serving: the daemon stops, saying it
         self._requests: list[Path] = []
         self._requests_lock = threading.Lock()
@@ -109,7 +113,8 @@ class Collector:
             self.team.close()  # the last batch, after the final commit
         self.detection.close()
         self.ingestor.close()
-        self.store.close()
+        if not self.api_left_running:  # (else a request may still read it: DuckDB replays its WAL next start)
+            self.store.close()
         for host in self.hosts():
             host.close()
 
@@ -197,7 +202,10 @@ class Collector:
                 poller.stop()
             tailer.stop()
             server.should_exit = True
-            api_thread.join(timeout=10)
+            api_thread.join(timeout=API_STOP_S)  # its requests end first: one can take seconds under load
+            if api_thread.is_alive():
+                log.warning("the API did not stop within %d s: exiting without its last requests", API_STOP_S)
+                self.api_left_running = True
             remove_marker(self.db, os.getpid())
         if self.damage is not None:
             raise self.damage
@@ -362,4 +370,7 @@ def run_daemon(settings: Settings, make_app: AppFactory) -> int:
         collector.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if collector.api_left_running:  # a thread still inside DuckDB would abort the interpreter's shutdown
+        logging.shutdown()
+        os._exit(0)
     return 0

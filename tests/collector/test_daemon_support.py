@@ -87,7 +87,10 @@ class Daemon:
     def stop(self) -> int:
         """SIGTERM and wait: the exit code."""
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=DEADLINE_S)
+        code = self.proc.wait(timeout=DEADLINE_S)
+        if code != 0:  # what the collector said, shown with the failing assertion
+            print(f"collector exited {code}; the end of its log:\n{self.log.read_text()[-4000:]}")
+        return code
 
     def kill9(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
