@@ -201,7 +201,8 @@ def checkpoints_table(advice: Advice) -> str:
         for c in advice.checkpoints
     ]
     body = table(rows, ["step", "complete", "bytes", "value", "path"])
-    return "\n".join([*head, body, *wrap(f"deletable: {advice.deletable or 'none'}")])
+    deletable = ", ".join(str(step) for step in advice.deletable) or "none"
+    return "\n".join([*head, body, *wrap(f"deletable steps: {deletable}")])
 
 
 def files_table(files: list[ProblemFile]) -> str:

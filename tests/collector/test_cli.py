@@ -82,7 +82,10 @@ def test_cli_through_the_daemon_and_directly_agree(tmp_path, real_runs):
     table = cli(db, "runs").stdout
     assert table.splitlines()[0].split()[:3] == ["id", "status", "steps"]
     assert HF_RUN[:5] in table and HF_RUN[-3:] in table  # shortened from the middle to fit
-    assert "keep step 200" in cli(db, "checkpoints", "--run", HF_RUN).stdout
+    picked = cli(db, "checkpoints", "--run", HF_RUN).stdout
+    assert "keep step 200" in picked
+    deletable = ", ".join(map(str, cli_json(db, "checkpoints", "--run", HF_RUN)["deletable"])) or "none"
+    assert picked.rstrip().endswith(f"deletable steps: {deletable}"), picked  # the steps, not a Python list
 
 
 def test_ingest_twice_adds_nothing_and_errors_are_clear(tmp_path, real_runs):
