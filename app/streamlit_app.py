@@ -19,6 +19,7 @@ import streamlit as st  # noqa: E402
 from app import chart_code, ui  # noqa: E402
 from app.connection import roots_differ  # noqa: E402
 from collector.api.client import ApiError  # noqa: E402
+from collector.core.printable import printable  # noqa: E402
 
 # A local icon: a Material icon name makes the browser fetch its picture from a font CDN (seen in Chromium).
 st.set_page_config(
@@ -87,6 +88,12 @@ if pending in run_ids:
     st.session_state[ui.RUN_KEY] = pending
 if st.session_state.get(ui.RUN_KEY) not in run_ids:
     st.session_state[ui.RUN_KEY] = run_ids[0] if run_ids else None
+if pending and pending not in run_ids:  # a mistyped or old address: say so, never show another run silently
+    shown = st.session_state[ui.RUN_KEY]
+    st.warning(
+        f"No run `{printable(pending)}` in this database"
+        + (f": showing `{shown}` instead." if shown else ".")
+    )
 
 with st.sidebar:
     if run_ids:

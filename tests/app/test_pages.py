@@ -436,3 +436,18 @@ def test_alert_review_says_what_to_do_in_three_lines_with_the_command_once(app_e
     assert [c.value for c in at.code] == ([action.command] if action.command else [])
     if action.command:
         assert not any(action.command in m for m in shown)
+
+
+def test_an_unknown_run_in_the_address_is_said_not_shown_silently_as_another(app_env):
+    """`/run?run=ID` with an ID the database does not hold (mistyped, or a file laid out under another name): the
+    page says so and which run it shows instead."""
+    at = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S)
+    at.query_params["run"] = "no/such-run"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = [w.value for w in at.warning]
+    assert any("No run `no/such-run` in this database: showing `" in w for w in said), said
+    at2 = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S)
+    at2.query_params["run"] = HEALTHY_RUN
+    at2.run()
+    assert not [w.value for w in at2.warning if "No run" in w.value]
