@@ -429,9 +429,12 @@ def _from_collector(client: Client, args: argparse.Namespace) -> Any:
     if args.command == "runs":  # what is listed may be behind: say why
         from collector.api.models import Health
 
-        ingest = client.get("/api/health", model=Health).ingest
+        health = client.get("/api/health", model=Health)
+        ingest = health.ingest
         if ingest is not None and ingest.state == "stalled":
             print(f"collector runs: warning: {printable(ingest.message)}", file=sys.stderr)
+        if not result and health.lake is not None and health.lake.message:  # a team's lake, no collector yet
+            print(f"collector runs: {printable(health.lake.message)}", file=sys.stderr)
     return result
 
 

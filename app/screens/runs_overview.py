@@ -20,8 +20,19 @@ api = ui.api()
 st.title("Runs")
 runs = api.runs()
 if not runs:
-    roots = ", ".join(str(r) for r in ui.settings().roots)
-    st.info(f"No runs yet under {roots}. Start a trainer writing into one of these folders; it appears here.")
+    lake = api.health().lake  # a team's API (`serve --store` without roots)
+    if lake is not None and not lake.collectors:
+        st.info(
+            "No runs yet: no collector has published into this team lake. Their runs show here as soon as one "
+            "does (each collector runs `serve --store ... --data-path ... --collector NAME ROOT`)."
+        )
+    elif lake is not None:
+        st.info("No runs yet: the team lake's collectors have found none in their folders so far.")
+    else:
+        roots = ", ".join(str(r) for r in ui.settings().roots)
+        st.info(
+            f"No runs yet under {roots}. Start a trainer writing into one of these folders; it appears here."
+        )
     st.stop()
 
 # A longer run name is shortened in the middle to fit its column (NAME_WIDTH px).

@@ -55,6 +55,16 @@ class IngestState(Answer):
     message: str | None = None
 
 
+class LakeState(Answer):
+    """A team reader's lake (`serve --store` without roots): how many `collectors` have published into it (0:
+    none yet, and `message` says so), and whether this reader may only read it (`read_only`; null until a
+    collector has created the lake: its catalog says what the role may do)."""
+
+    collectors: int
+    read_only: bool | None
+    message: str | None = None
+
+
 class Health(Answer):
     """`GET /api/health`."""
 
@@ -67,6 +77,7 @@ class Health(Answer):
     memory_limit: str
     api_threads: int
     ingest: IngestState | None = None
+    lake: LakeState | None = None  # a team reader's only
 
 
 class Identity(Answer):

@@ -20,12 +20,13 @@ from typing import Any
 from collector.core.runtime import Settings, ensure_token, remove_marker, write_marker
 from collector.core.stop_request import write_stop_request
 from collector.store import alerts as store_alerts
-from collector.store import lake, lake_access, lake_reader
+from collector.store import lake, lake_reader
 from collector.store.db import Store
 
 log = logging.getLogger("collector")
 
 COMPACT_EVERY_S = 30.0  # merge the batches' small Parquet files this often (store/lake.py: compact)
+LAKE_AWAITED_S = 1.0  # a reader started before any collector looks for the lake's catalog this often
 
 
 class TeamPublishing:
@@ -113,15 +114,15 @@ class TeamPublishing:
 def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:
     """`serve --store ... --data-path ...` without roots: the API `make_app` builds (the CLI's
     `create_app`) over every collector's runs in the lake, until SIGTERM/SIGINT. Stops asked here are written
-    to the lake for the owning collector."""
+    to the lake for the owning collector. Started before any collector created the lake, it answers as an
+    empty store and attaches the lake once one has (`lake_reader.LakeReader`)."""
     import signal
 
     import uvicorn
 
     spec = lake.LakeSpec.parse(settings.store, settings.data_path)
-    con = lake_reader.open_lake_reader(spec, settings.memory_mb)
-    read_only = lake_access.attached_read_only(con, lake.LAKE)  # (its role may only read: the marker says so)
-    store = Store.on_connection(con, settings.db)
+    reader = lake_reader.LakeReader(spec, settings.memory_mb)
+    store = Store.on_lake(reader, settings.db)
     token = ensure_token(settings.db)
     app = make_app(store, settings.db, [], token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -135,19 +136,22 @@ def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:
             raise RuntimeError(f"the API server on {settings.host} failed to start")
         time.sleep(0.02)
     port = sock.getsockname()[1]
-    write_marker(
-        settings.db,
-        {"pid": os.getpid(), "host": settings.host, "port": port, "started_at": time.time(), "roots": [],
-         "db": str(settings.db), "lake": spec.shown, "lake_read_only": read_only},
-    )  # fmt: skip
+    marker = {"pid": os.getpid(), "host": settings.host, "port": port, "started_at": time.time(), "roots": [],
+              "db": str(settings.db), "lake": spec.shown}  # fmt: skip
+    # (its role may only read: the marker says so, for the dashboard)
+    write_marker(settings.db, marker | {"lake_read_only": reader.read_only})
     log.info(
         "team lake reader pid %d serving %s on http://%s:%d", os.getpid(), spec.shown, settings.host, port
     )
+    if not reader.attached:
+        log.info("team lake: no collector has created the lake yet: answering as an empty store meanwhile")
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     try:
-        done.wait()
+        while not done.wait(None if reader.attached else LAKE_AWAITED_S):
+            if reader.wait_for_lake():
+                write_marker(settings.db, marker | {"lake_read_only": reader.read_only})
     finally:
         server.should_exit = True
         api.join(timeout=10)

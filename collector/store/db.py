@@ -29,7 +29,7 @@ from collector.core.model import BadLine
 from collector.core.runtime import MEMORY_MB, command_of
 from collector.store.damage import check_whole, damage_of, damaged
 from collector.store.disk import DiskState
-from collector.store.lake_reader import ReaderCursor
+from collector.store.lake_reader import LakeReader
 from collector.store.schema import StoreError, migrate
 
 
@@ -105,16 +105,17 @@ class Store:
         self._alert_changes = itertools.count(1)  # next() on it is atomic: no two changes draw one number
 
     @classmethod
-    def on_connection(cls, con: duckdb.DuckDBPyConnection, path: str | Path) -> Store:
-        """A store over a connection already open, not migrated: team mode's reader, whose default database
-        is the shared lake (`collector.store.lake_reader`); `path` names it in messages and beside-files."""
+    def on_lake(cls, lake: LakeReader, path: str | Path) -> Store:
+        """A store over team mode's reader connection, not migrated, whose cursors read the shared lake
+        (`collector.store.lake_reader`); `path` names it in messages and beside-files."""
         self = cls.__new__(cls)
-        self.path, self._con = Path(path), con
+        self.path, self._con, self.lake = Path(path), lake.con, lake
         self._open_done()
         self.lake_reader = True
         return self
 
     lake_reader = False  # True: reading a team's lake (stops go through it, not to a run folder)
+    lake: LakeReader | None = None  # the reader's connection and lake, when reading one
 
     def alert_version(self, run: str) -> int:
         """A number that changes whenever a change of the run's alerts made through this store is committed
@@ -139,10 +140,8 @@ class Store:
         """This thread's cursor (DuckDB connections are not shared between threads)."""
         cur = getattr(self._local, "cur", None)
         if cur is None:
-            cur = self._con.cursor()
-            if self.lake_reader:  # each cursor is a connection of its own: the lake is its default too
-                cur.execute("USE lake")
-                cur = ReaderCursor(cur)
+            # (a reader's cursor is a connection of its own: `lake_reader.ReaderCursor` makes the lake its default)
+            cur = self.lake.cursor() if self.lake is not None else self._con.cursor()
             self._local.cur = cur
         return cur
 

@@ -2,7 +2,7 @@
 
 Each collector keeps working on its own DuckDB file (its journal: everything the local path promises, a
 kill -9 included) and publishes it into the lake every few seconds, one lake transaction per batch
-(`LakePublisher.publish`). Readers (`lake_reader.open_lake_reader`) attach the lake and run the store's own read queries
+(`LakePublisher.publish`). Readers (`lake_reader.LakeReader`) attach the lake and run the store's own read queries
 on it: the lake holds the same tables (`runs`, `series`, `point_rows`, the `points` view, `metric_stats`,
 `alerts`, ...) as the file, with every collector's rows in them.
 

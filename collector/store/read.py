@@ -29,8 +29,9 @@ def runs(store: Store, run: str | None = None) -> list[dict]:
 def data_version(store: Store) -> int | None:
     """A number that changes with every commit to what the store's readers see, where there is one: a team
     reader's lake snapshot id (every collector's and reader's commit draws a new one). None for a local file
-    (no such number: its answers are built anew each time)."""
-    if not store.lake_reader:
+    (no such number: its answers are built anew each time), nor for a reader whose lake no collector has
+    created yet (its answers are the empty ones)."""
+    if store.lake is None or not store.lake.attached:
         return None
     return store.rows("SELECT id FROM current_snapshot()")[0][0]
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from collector.api.client import ApiError, Client
-from tests.collector.test_daemon_support import REPO, wait_for
+from tests.collector.test_daemon_support import REPO, cli, cli_json, wait_for
 from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, raw, write_steps
 from tests.pg_support import PgServer, free_port, team_cluster
 
@@ -32,7 +32,8 @@ AS_NOBODY = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-group
 
 
 # A writing role owns the catalog; each collector (and a team API that takes stops) logs in as its own role and
-# acts as it. A read-only role may read every catalog table, now and later.
+# acts as it. A read-only role may read every catalog table, now and later. (Roles are the cluster's, made once:
+# `lake_with_roles` for a module's second lake.)
 ROLES = """
 CREATE ROLE lake_writer NOLOGIN;
 CREATE ROLE lake_reader NOLOGIN;
@@ -46,6 +47,18 @@ CREATE ROLE desk LOGIN IN ROLE lake_writer;
 ALTER ROLE desk SET role = 'lake_writer';
 CREATE ROLE viewer LOGIN IN ROLE lake_reader;
 """
+
+
+def lake_with_roles(pg: PgServer, db: str) -> str:
+    """A new database `db` owned and read by ROLES' roles (made unless the cluster has them); its dsn."""
+    dsn = pg.new_database(db)
+    have = psql(pg, db, pg.user, "SELECT count(*) FROM pg_roles WHERE rolname = 'lake_writer'").stdout
+    sql = ROLES.format(db=db)
+    if have.split()[2] == "1":  # only the database's own statements
+        sql = "\n".join(line for line in sql.splitlines() if not re.match(r"(CREATE|ALTER) ROLE", line))
+    made = psql(pg, db, pg.user, sql)
+    assert made.returncode == 0, made.stderr
+    return dsn
 
 
 def psql(pg: PgServer, db: str, user: str, sql: str) -> subprocess.CompletedProcess:
@@ -138,6 +151,90 @@ def test_roles_a_read_only_reader_and_a_token_for_each_process(pg, tmp_path):
         for token, status in ((alice_token, 401), ("not-a-token", 401), (viewer_token, 200)):
             answer = httpx.get(f"{url}/api/runs", headers={"Authorization": f"Bearer {token}"})
             assert answer.status_code == status, (token[:4], answer.text)
+    finally:
+        for d in (alice, desk, viewer):
+            d.ensure_stopped()
+
+
+# DuckLake makes its catalog when a writing role first attaches the lake; this makes nothing else.
+MAKE_CATALOG = (
+    "import sys, duckdb\n"
+    "from collector.store.lake import LakeSpec, attach, load_extensions\n"
+    "con = duckdb.connect()\n"
+    "load_extensions(con)\n"
+    "attach(con, LakeSpec.parse(sys.argv[1], sys.argv[2]))\n"
+)
+
+
+def test_readers_started_on_a_brand_new_lake_answer_empty_then_read_the_first_collector(pg, tmp_path):
+    """A team starts its dashboard before any collector: a read-only and a writing team API on a lake no
+    collector has created answer as an empty store (health saying why), create nothing in the lake, read it
+    once its catalog exists, and list the first collector's runs as it publishes them, without a restart."""
+    dsn, data = lake_with_roles(pg, "fresh"), tmp_path / "lake"
+    viewer = TeamDaemon(tmp_path / "viewer.duckdb", [], *lake_args(as_role(dsn, "viewer"), data))
+    desk = TeamDaemon(tmp_path / "desk.duckdb", [], *lake_args(as_role(dsn, "desk"), data))
+    root = tmp_path / "alice"
+    metrics = root / "exp" / "sft" / "metrics.jsonl"
+    alice = TeamDaemon(tmp_path / "alice.duckdb", [root], *lake_args(as_role(dsn, "alice"), data, "alice"))
+    no_collector = "no collector has published into this team lake yet"
+    try:
+        viewer.start()
+        desk.start()
+        readers = {"viewer": viewer.client(), "desk": desk.client()}
+        for name, client in readers.items():
+            for path in ("/api/runs", "/api/alerts", "/api/incidents", "/api/problem_files"):
+                assert client.get(path) == [], (name, path)
+            lake = client.get("/api/health")["lake"]
+            assert lake["collectors"] == 0 and lake["read_only"] is None, (name, lake)
+            assert lake["message"].startswith(no_collector), (name, lake)
+        said = cli(viewer.db, "runs")  # the CLI on the team's API says why it lists nothing
+        assert f"collector runs: {no_collector}" in said.stderr, said.stderr
+        assert cli_json(viewer.db, "runs") == []
+        tables = psql(pg, "fresh", pg.user, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+        assert tables.stdout.split()[2] == "0", (
+            tables.stdout
+        )  # neither reader created anything, whatever its role
+        # The catalog made (as a collector's first attach makes it), none of runwatch's tables yet: the readers
+        # attach the lake and still answer empty.
+        catalog = subprocess.run(
+            [str(TEAM_PYTHON), "-c", MAKE_CATALOG, f"ducklake:postgres:{as_role(dsn, 'alice')}", str(data)],
+            cwd=REPO, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert catalog.returncode == 0, catalog.stderr[-2000:]
+        for name, client in readers.items():
+            wait_for(
+                lambda c=client: c.get("/api/health")["lake"]["read_only"] is not None,
+                f"the {name} reader attaching the lake's catalog",
+            )
+            assert client.get("/api/runs") == [] and client.get("/api/alerts") == [], name
+            assert client.get("/api/health")["lake"]["collectors"] == 0, name
+        assert readers["viewer"].get("/api/health")["lake"]["read_only"] is True
+        assert readers["desk"].get("/api/health")["lake"]["read_only"] is False
+        assert json.loads(Path(f"{viewer.db}.collector.json").read_text())["lake_read_only"] is True
+        # The first collector publishes: both readers list its run, its points and its alert.
+        write_steps(metrics, 1, 100)
+        with metrics.open("a") as f:
+            f.write('{"step": 101, "data": {"train/loss": NaN, "train/lr": 0.0001}}\n')
+        (metrics.parent / "status.json").write_text('{"state": "running"}')
+        alice.start()
+        for name, client in readers.items():
+            wait_for(
+                lambda c=client: raw(c, "alice/exp/sft")[0] == list(range(1, 102)), f"alice's steps on {name}"
+            )
+            assert [r["id"] for r in client.get("/api/runs")] == ["alice/exp/sft"], name
+            wait_for(
+                lambda c=client: [a["rule"] for a in c.get("/api/alerts", {"run": "alice/exp/sft"})] == ["nonfinite"],
+                f"alice's NaN alert on {name}",
+            )  # fmt: skip
+            lake = client.get("/api/health")["lake"]
+            assert lake["collectors"] == 1 and "message" not in lake, (name, lake)
+        assert [r["id"] for r in cli_json(viewer.db, "runs")] == ["alice/exp/sft"]
+        assert no_collector not in cli(viewer.db, "runs").stderr
+        # The writing reader attached the lake writable once it existed: a stop asked there reaches alice.
+        with pytest.raises(ApiError, match="may only read it"):
+            readers["viewer"].post("/api/runs/alice/exp/sft/stop", {"reason": "x"})
+        readers["desk"].post("/api/runs/alice/exp/sft/stop", {"reason": "asked before the dashboard's time"})
+        wait_for(lambda: (metrics.parent / "runwatch.stop").exists(), "desk's stop written by alice")
     finally:
         for d in (alice, desk, viewer):
             d.ensure_stopped()

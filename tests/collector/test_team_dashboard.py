@@ -1,5 +1,6 @@
 """The dashboard on a team's API, in headless Chromium: the real Streamlit app started with `--db` of a real
-team reader (`serve --store` without roots) over a lake two real collectors write. The overview lists both
+team reader (`serve --store` without roots), started before any collector (the overview says none has published
+yet), over a lake two real collectors then write. The overview lists both
 collectors' runs, each opens its run page with its charts drawn, and an incident acknowledged by click is
 applied by the collector that owns the run."""
 
@@ -47,17 +48,22 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
     bob = TeamDaemon(tmp_path / "bob.duckdb", [tmp_path / "bob"], *lake_args(dsn, data, "bob"))
     reader = TeamDaemon(tmp_path / "team.duckdb", [], *lake_args(dsn, data))
     try:
-        alice.start()
-        bob.start()
-        reader.start()
+        reader.start()  # before any collector, as a team often starts its dashboard
         client = reader.client()
-        wait_for(lambda: exactly(client, "alice/exp/sft", 300), "alice's steps in the lake")
-        incident = wait_for(lambda: client.get("/api/incidents", {"state": "open"})[0], "bob's NaN incident")
         with (
             streamlit_app(reader.db, [], tmp_path / "home", tmp_path / "streamlit.log", launch=LAUNCH) as url,
             chromium_page() as page,
         ):
             assert open_page(page, url + "/") == "Runs"
+            page.get_by_text("no collector has published into this team lake", exact=False).wait_for()
+            screenshot_whole_page(page, shots / "team-overview-no-collector.png")
+            alice.start()
+            bob.start()
+            wait_for(lambda: exactly(client, "alice/exp/sft", 300), "alice's steps in the lake")
+            incident = wait_for(
+                lambda: client.get("/api/incidents", {"state": "open"})[0], "bob's NaN incident"
+            )
+            assert open_page(page, url + "/") == "Runs"  # the same dashboard and team API, no restart
             page.wait_for_selector('[data-testid="stDataFrame"]')
             assert page.get_by_text("Team lake", exact=False).count() >= 1  # the sidebar names the lake
             assert page.get_by_text("does not watch", exact=False).count() == 0  # no roots warning

@@ -27,6 +27,7 @@ async def health(c: CollectorDep) -> JSONWithNaN:
                 "problem_files": run_files.problem_counts(c.store),
                 "memory_limit": store_read.memory_limit(c.store),
             }
+            | ({"lake": c.store.lake.state(c.store.cursor())} if c.store.lake is not None else {})
         )
     )
     # (read here, in the event loop: the pool's size in force)
