@@ -20,6 +20,8 @@ from collector.core.runtime import read_token
 RUN_KEY = "run"
 PENDING_RUN_KEY = "pending_run"  # set by a page to choose the run shown after switching pages
 SEVERITIES = ("error", "warn", "info")
+# Where a run's config comes from: every file of the run that records some, merged (collector.formats' run_info).
+CONFIG_SOURCES = "run.json, a Trainer's trainer_state.json, the settings verl printed, MLflow params and tags"
 # Material icons: Streamlit ships their font, while emoji need a system font a headless machine may lack.
 STATUS_ICONS = {
     "running": ":material/play_circle:",

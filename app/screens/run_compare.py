@@ -78,8 +78,12 @@ def _shown(value) -> str:
     return "—" if value is None else str(value)
 
 
-st.subheader("Config differences (run.json)")
+st.subheader("Config values that differ")
 diff = api.compare(chosen).config_diff
+st.caption(
+    f"Each run's config as its files record it, merged ({ui.CONFIG_SOURCES}); keys with the same value in "
+    "every run are left out."
+)
 if diff:
     st.dataframe(
         [{"key": d.key, **{run: _shown(d.values.get(run)) for run in chosen}} for d in diff],

@@ -36,13 +36,14 @@ else:
             if item.evidence:
                 st.caption(item.evidence)
 
-st.subheader("Config (run.json)")
+st.subheader("Config")
 detail = api.run(run)
 config = detail.config
+st.caption(f"As the run's files record it, merged ({ui.CONFIG_SOURCES}).")
 if config:
     st.json(config, expanded=1)
 else:
-    st.caption("This run recorded no run.json config.")
+    st.caption("None of this run's files records a config.")
 if detail.status_info:
     with st.expander("Status file (status.json)"):
         st.json(detail.status_info)

@@ -229,7 +229,10 @@ def _lines(
         keep = f"step {advice_before}, the checkpoint advice's, if the trainer saved it (no folder of it was seen)"
         run = "resume from it with your trainer's resume option; without it, start from the beginning"
     else:
-        keep, run = "none to go back to", "fix the cause, then start from the beginning (or the base model)"
+        keep, run = (
+            "nothing: no good checkpoint from before the trouble was seen",
+            "fix the cause, then start from the beginning (or the base model)",
+        )
     if skip is not None:
         run += f"; when replaying, skip the batches of steps {skip[0]}-{skip[1]}"
     return {"keep": keep, "run": run, "why": reason}

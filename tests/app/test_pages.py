@@ -351,6 +351,8 @@ def test_compare_overlays_runs_and_lists_config_differences(app_env):
     names = {t["name"] for t in overlay["data"]}
     assert {f"{run} (loss)" for run in runs} <= names
     diff = api_of(app_env).compare(runs).config_diff
+    # named for what it shows: each run's merged config (run.json and trainer_state.json here), not run.json's
+    assert "Config values that differ" in [h.value for h in at.subheader]
     tables = at.dataframe
     if diff:
         assert set(tables[-1].value["key"]) == {d.key for d in diff}
@@ -367,7 +369,9 @@ def test_health_checklist_and_config(app_env):
     shown = " ".join(m.value for m in at.markdown)
     for item in items:
         assert item.title in shown
-    assert at.json, "the run's config (run.json) is not shown"
+    assert at.json, "the run's config is not shown"
+    assert "Config" in [h.value for h in at.subheader]
+    assert any("trainer_state.json" in c.value for c in at.caption)  # where the config comes from
 
 
 def _own_setup(real_root: Path, tmp_path: Path, monkeypatch, run: str) -> tuple[Path, Path]:

@@ -207,7 +207,10 @@ def test_the_action_in_three_short_lines_names_the_command_once():
     assert act["why"].startswith("The last complete checkpoint before step 300, where the trouble began")
     assert "100 steps before the spike" in act["why"]
     lost = action_for_alert({**alert, "first_step": 50}, advice([ckpt(100)]), VERL, "/runs/a", [])
-    assert lost["keep"] == "none to go back to" and lost["command"] is None
+    assert (
+        lost["keep"] == "nothing: no good checkpoint from before the trouble was seen"
+        and lost["command"] is None
+    )
     assert lost["why"] == (
         "No complete checkpoint outside a bad episode was saved before step 50, where the trouble began "
         "(the first one seen is step 100, after it began)."
@@ -249,7 +252,7 @@ def test_keep_names_the_advices_step_when_no_checkpoint_was_seen_before_the_trou
     assert act["checkpoint"] is None and "step 200" in act["text"] and "200" in act["why"]
     assert act["keep"].startswith("step 200, the checkpoint advice's, if the trainer saved it")
     later = action_for_alert(alert, advice([], 400), VERL, "/runs/a", [])
-    assert later["keep"] == "none to go back to"
+    assert later["keep"] == "nothing: no good checkpoint from before the trouble was seen"
 
 
 def test_a_validation_alert_whose_best_step_lost_a_tie_says_so():
