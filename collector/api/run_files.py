@@ -45,9 +45,10 @@ def source_warning(source: dict) -> str | None:
 def problem_files(store: Store, run: str | None = None) -> list[dict]:
     """Every file (of `run`, or of all runs) that is not read in full, one entry per problem: `run`, `path`,
     `problem` (`failing`: its read fails as a whole and is retried; `not_read`: not a file runwatch reads,
-    with why (copies of metrics read elsewhere are not problems); `deleted`: gone, what was read stays;
-    `bad_lines`: lines quarantined; `no_points`: read, but no line gave a point), `reason`, and `attempts`,
-    `since`, `next_try_at` (failing files) and `bad_lines` (quarantined lines), else null."""
+    with why (copies of metrics read elsewhere and runwatch's own stop request are not problems); `deleted`:
+    gone, what was read stays; `bad_lines`: lines quarantined; `no_points`: read, but no line gave a point),
+    `reason`, and `attempts`, `since`, `next_try_at` (failing files) and `bad_lines` (quarantined lines), else
+    null."""
     if run is not None:
         find_run(store, run)  # NotFound: an unknown run has no files, and saying so beats an empty list
     out = [
@@ -58,7 +59,7 @@ def problem_files(store: Store, run: str | None = None) -> list[dict]:
     out += [
         _problem(f["run"], f["path"], "not_read", f["reason"])
         for f in store_read.skipped_files(store, run)
-        if not unread.is_copy(f["reason"])
+        if not unread.is_expected(f["reason"])
     ]
     for s in store_read.sources(store, run):
         if s["state"] == "deleted":

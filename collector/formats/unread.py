@@ -12,6 +12,7 @@ from collections.abc import Collection
 from pathlib import Path, PurePath
 
 from collector.core.runtime import alerts_log_path, marker_path, scratch_path, token_path
+from collector.core.stop_request import STOP_FILE
 
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 ANNEX_MARKERS = (b"/annex/objects/", b"#$# git-annex")
@@ -60,6 +61,8 @@ NOT_RUN_SUFFIXES = {
     ".arrow",
 }
 NOT_RUN_NAMES = {"LICENSE", "README", "Makefile", "Dockerfile", ".DS_Store", "requirements.txt"}
+# The stop request runwatch writes into a run's folder (`collector stop`, the dashboard, a `[stop]` rule).
+STOP_FILE_REASON = f"runwatch's own stop request ({STOP_FILE}): not a metrics file"
 
 
 # What runwatch writes beside its database DB (see `collector.core.runtime`): DB + suffix, each in words.
@@ -110,6 +113,8 @@ def reason_not_read(path: PurePath, size: int, head: bytes) -> str:
     pointer = pointer_reason(head)
     if pointer is not None:
         return pointer
+    if path.name == STOP_FILE:
+        return STOP_FILE_REASON
     if path.name in NOT_RUN_NAMES or path.suffix.lower() in NOT_RUN_SUFFIXES:
         return "not a run file"
     if b"\x00" in head[:8192]:
@@ -128,6 +133,12 @@ def copy_reason(kind: str, read: list[str]) -> str:
 def is_copy(reason: str) -> bool:
     """Whether a file was left unread as a copy of metrics the run reads elsewhere (expected, not a problem)."""
     return reason.endswith(COPY_TAIL)
+
+
+def is_expected(reason: str) -> bool:
+    """Whether a file left unread is no problem to show: a copy of metrics read elsewhere, or runwatch's own
+    stop request (each still listed with its reason among the run's files)."""
+    return is_copy(reason) or reason == STOP_FILE_REASON
 
 
 def zero_points_warning(lines: int, points: int) -> str | None:

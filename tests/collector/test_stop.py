@@ -11,6 +11,7 @@ import pytest
 from collector.api.client import ApiError
 from collector.core.runtime import thresholds_path
 from collector.core.stop_request import STOP_FILE
+from collector.formats.unread import STOP_FILE_REASON
 from tests.collector.test_daemon_support import Daemon, cli, cli_json, wait_for
 
 
@@ -74,6 +75,11 @@ def test_the_api_and_the_cli_ask_a_run_to_stop_and_the_first_request_stands(daem
     again = cli(db, "stop", "a", "--reason", "second thoughts")
     assert "already asked to stop" in again.stdout and "diverging, saw it on the chart" in again.stdout
     assert json.loads((root / "a" / STOP_FILE).read_text())["reason"] == "diverging, saw it on the chart"
+    # The request in the run's folder is runwatch's own file: named as such among the run's files, and no
+    # problem to list (it was "unknown format", so every stopped run counted a file not read).
+    skipped = wait_for(lambda: client.get("/api/runs/a")["skipped_files"], "the stop file among a's files")
+    assert [(f["path"].rsplit("/", 1)[-1], f["reason"]) for f in skipped] == [(STOP_FILE, STOP_FILE_REASON)]
+    assert cli_json(db, "files", "--run", "a") == []
     with pytest.raises(ApiError) as ended:
         client.post("/api/runs/done/stop", {"reason": "x"})
     assert ended.value.status == 409 and "has ended (status.json: completed)" in str(ended.value)
