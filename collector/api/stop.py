@@ -19,6 +19,9 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
     folder of its own or has ended."""
     r = find_run(store, run_id)
     if store.lake_reader:  # team mode: the collector owning the run writes its stop file (store/lake.py)
+        # refused as alone: a stop file left in an ended run's folder would stop it again once it is resumed
+        # (runwatch never removes one)
+        _refuse_ended(run_id, r)
         reason = reason.strip() or "stop requested from runwatch"
         lake_reader.ask_stop(store.cursor(), run_id, reason, by="person")
         # `path`: where the owning collector writes the request, on its machine; `written`: asked of it
@@ -29,10 +32,15 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
         raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")
     if r.get("root"):  # a folder on the way swapped for a link since the run was found: StopFileLink
         check_inside(folder, r["root"])
-    state = (store_read.parse_json(r["status_info"]) or {}).get("state")
-    if state in ("completed", "failed", "stopped"):
-        raise ValueError(f"run {run_id!r} has ended (status.json: {state}); nothing to stop")
+    _refuse_ended(run_id, r)
     request, written = write_stop_request(
         folder, reason.strip() or "stop requested from runwatch", by="person"
     )
     return {"run": run_id, "path": str(stop_path(folder)), "request": request, "written": written}
+
+
+def _refuse_ended(run_id: str, run: dict) -> None:
+    """ValueError for a run whose status.json says it ended: there is nothing to stop."""
+    state = (store_read.parse_json(run["status_info"]) or {}).get("state")
+    if state in ("completed", "failed", "stopped"):
+        raise ValueError(f"run {run_id!r} has ended (status.json: {state}); nothing to stop")
