@@ -211,12 +211,17 @@ def files_table(files: list[ProblemFile]) -> str:
 
 
 def alert_line(a: AlertDetail) -> str:
-    return "\n".join(wrap(f"alert {a.id} [{a.severity}] {a.rule} ({a.state}): {a.message}"))
+    state = a.state
+    if asked := getattr(a, "state_requested", None):  # a team reader: the owning collector applies it later
+        state += f"; {asked} is asked of the collector that owns the run and shown once it has applied it"
+    return "\n".join(wrap(f"alert {a.id} [{a.severity}] {a.rule} ({state}): {a.message}"))
 
 
 def stop_line(r: StopAnswer) -> str:
-    said = "asked to stop" if r.written else "already asked to stop"
-    return "\n".join(wrap(f"run {r.run}: {said}: {r.path} ({r.request.reason})"))
+    said = f"{'asked' if r.written else 'already asked'} to stop: {r.path}"
+    if getattr(r.request, "through", None):  # a team reader: the owner writes the file, on its machine
+        said = f"asked to stop through the team lake: the collector that owns the run writes {r.path}"
+    return "\n".join(wrap(f"run {r.run}: {said} ({r.request.reason})"))
 
 
 TABLES: dict[str, Callable[[Any], str]] = {

@@ -111,8 +111,8 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         assert [a["first_step"] for a in nan] == [201]
         assert nan[0]["id"] < 2**53  # exact as a JSON number in a browser (a double)
         # An ack on the team's API is applied by the collector that raised the alert, then published back.
-        asked = client.post(f"/api/alerts/{nan[0]['id']}/ack", {"note": "seen on the team page"})
-        assert asked["state_requested"] == "acked"
+        said = cli(reader.db, "ack", str(nan[0]["id"]), "--note", "seen on the team page").stdout
+        assert "(open; acked is asked of the collector that owns the run" in " ".join(said.split()), said
         wait_for(
             lambda: client.get(f"/api/alerts/{nan[0]['id']}")["state"] == "acked",
             "the ack applied by bob, published",
@@ -147,10 +147,24 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             -2000:
         ]
         # A stop asked at the reader (the CLI, through its API) reaches the owning collector: its stop file.
-        cli(reader.db, "stop", "alice/exp/sft", "--reason", "loss diverged (team test)")
+        said = cli(reader.db, "stop", "alice/exp/sft", "--reason", "loss diverged (team test)").stdout
+        assert "asked to stop through the team lake: the collector that owns the run writes" in " ".join(
+            said.split()
+        ), said
         stop_file = tmp_path / "alice" / "exp" / "sft" / "runwatch.stop"
         wait_for(stop_file.exists, "alice's collector to write the stop file asked through the lake")
         assert "loss diverged (team test)" in stop_file.read_text()
+        # A run that has ended is refused at the reader as alone: a stop file left in its folder would stop
+        # it again once it is resumed.
+        (tmp_path / "bob" / "exp" / "sft" / "status.json").write_text('{"state": "completed"}')
+        wait_for(
+            lambda: (
+                next(r["status"] for r in client.get("/api/runs") if r["id"] == "bob/exp/sft") == "completed"
+            ),
+            "bob's run completed in the lake",
+        )
+        refused = cli(reader.db, "stop", "bob/exp/sft", check=False)
+        assert refused.returncode == 1 and "409" in refused.stderr and "has ended" in refused.stderr
         assert not (tmp_path / "bob" / "exp" / "sft" / "runwatch.stop").exists()
     finally:
         for d in (alice, bob, reader):
