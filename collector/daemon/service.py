@@ -195,6 +195,14 @@ class Collector:
         log.info(
             "collector pid %d serving %s on http://%s:%d", os.getpid(), self.db, self.settings.host, port
         )
+        if self.team is not None:  # the lake and the name its runs go under (the host name when not given)
+            pub = self.team.publisher
+            log.info(
+                "team lake: publishing into %s as collector %r (runs %s/RUN)",
+                pub.spec.shown,
+                pub.name,
+                pub.name,
+            )
         try:
             self._loop(tailer)
         finally:

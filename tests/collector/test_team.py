@@ -90,6 +90,8 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         reader.start()
         client = reader.client()
         assert client.get("/api/health")["ok"] is True
+        said = f"team lake: publishing into ducklake:postgres:{dsn} as collector 'alice' (runs alice/RUN)"
+        wait_for(lambda: said in alice.log.read_text(), "alice's log naming the lake and its name there")
         # Both collectors' runs, under their names: the same relative run id on two roots is two runs.
         wait_for(lambda: exactly(client, "alice/exp/sft", 300), "alice's 300 steps in the lake")
         wait_for(lambda: exactly(client, "bob/exp/sft", 200), "bob's 200 steps in the lake")
