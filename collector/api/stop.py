@@ -22,6 +22,10 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
         # refused as alone: a stop file left in an ended run's folder would stop it again once it is resumed
         # (runwatch never removes one)
         _refuse_ended(run_id, r)
+        if any(
+            s["path"] == r["path"] for s in store_read.sources(store, run_id)
+        ):  # (its folder is not its own)
+            raise ValueError(_single_file(run_id, r["path"]))
         reason = reason.strip() or "stop requested from runwatch"
         lake_reader.ask_stop(store.cursor(), run_id, reason, by="person")
         # `path`: where the owning collector writes the request, on its machine; `written`: asked of it
@@ -29,7 +33,7 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
         return {"run": run_id, "path": str(stop_path(Path(r["path"]))), "request": request, "written": True}
     folder = Path(r["path"])
     if not folder.is_dir():
-        raise ValueError(f"run {run_id!r} is the single file {folder}: there is no run folder to ask to stop")
+        raise ValueError(_single_file(run_id, folder))
     if r.get("root"):  # a folder on the way swapped for a link since the run was found: StopFileLink
         check_inside(folder, r["root"])
     _refuse_ended(run_id, r)
@@ -44,3 +48,7 @@ def _refuse_ended(run_id: str, run: dict) -> None:
     state = (store_read.parse_json(run["status_info"]) or {}).get("state")
     if state in ("completed", "failed", "stopped"):
         raise ValueError(f"run {run_id!r} has ended (status.json: {state}); nothing to stop")
+
+
+def _single_file(run_id: str, path: object) -> str:
+    return f"run {run_id!r} is the single file {path}: there is no run folder to ask to stop"

@@ -81,6 +81,7 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
     write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 1, 300)
     write_steps(tmp_path / "bob" / "exp" / "sft" / "metrics.jsonl", 1, 200)
     (tmp_path / "alice" / "exp" / "sft" / "status.json").write_text('{"state": "running"}')
+    write_steps(tmp_path / "alice" / "solo.jsonl", 1, 5)  # a run that is one file in alice's root
     alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(dsn, data, "alice"))
     bob = TeamDaemon(tmp_path / "bob.duckdb", [tmp_path / "bob"], *lake_args(dsn, data, "bob"))
     reader = TeamDaemon(tmp_path / "reader.duckdb", [], *lake_args(dsn, data))
@@ -95,8 +96,10 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         # Both collectors' runs, under their names: the same relative run id on two roots is two runs.
         wait_for(lambda: exactly(client, "alice/exp/sft", 300), "alice's 300 steps in the lake")
         wait_for(lambda: exactly(client, "bob/exp/sft", 200), "bob's 200 steps in the lake")
-        ids = sorted(r["id"] for r in client.get("/api/runs"))
-        assert ids == ["alice/exp/sft", "bob/exp/sft"]
+        ids = ["alice/exp/sft", "alice/solo", "bob/exp/sft"]
+        wait_for(
+            lambda: sorted(r["id"] for r in client.get("/api/runs")) == ids, "the three runs in the lake"
+        )
         wait_for(lambda: overview_step(client, "alice/exp/sft") == 300, "the reader's overview at step 300")
         assert sorted(r["id"] for r in cli_json(reader.db, "runs")) == ids  # the CLI finds the team's API
         # Live: lines written later reach the reader through the lake, and so do the alerts they raise.
@@ -167,6 +170,10 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         )
         refused = cli(reader.db, "stop", "bob/exp/sft", check=False)
         assert refused.returncode == 1 and "409" in refused.stderr and "has ended" in refused.stderr
+        # A run that is one file has no folder to ask, as alone (its collector wrote the stop file into the root).
+        refused = cli(reader.db, "stop", "alice/solo", check=False)
+        assert refused.returncode == 1 and "409" in refused.stderr and "is the single file" in refused.stderr
+        assert not (tmp_path / "alice" / "runwatch.stop").exists()
         assert not (tmp_path / "bob" / "exp" / "sft" / "runwatch.stop").exists()
     finally:
         for d in (alice, bob, reader):
