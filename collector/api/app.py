@@ -27,7 +27,7 @@ from collector.runs.lookup import NotFound
 from collector.runs.service import RunService
 from collector.store.damage import DamagedDatabase, damage_met
 from collector.store.db import Store
-from collector.store.lake_access import LakeReadOnly, LakeUnreadable
+from collector.store.lake_access import LakeReadOnly, LakeUnreadable, catalog_unreachable
 
 # Every router of the API, in the order their routes are matched: `runs` last, since its
 # `GET /api/runs/{run:path}` would take any deeper path of a run (`/api/runs/a/checkpoints`) listed after it.
@@ -88,8 +88,12 @@ def _invalid(request: Request, exc: Exception) -> JSONResponse:
 
 def _damage_told(request: Request, exc: Exception) -> JSONResponse:
     """A damaged part of the database met by a route (one not read at start-up): a 500 whose detail is the
-    message the CLI gives (the file, what is wrong, what to do), not a traceback; other errors go on up."""
-    found = damage_met(request.app.state.collector.db, exc, "This request changed nothing")
+    message the CLI gives (the file, what is wrong, what to do), not a traceback; on a team reader, the lake's
+    Postgres catalog out of reach is a 503 saying so; other errors go on up."""
+    collector = request.app.state.collector
+    if collector.store.lake_reader and (gone := catalog_unreachable(str(exc))) is not None:
+        return JSONResponse({"detail": gone}, status_code=503)  # Postgres down: said, not a bare 500
+    found = damage_met(collector.db, exc, "This request changed nothing")
     if found is None:
         raise exc
     return JSONResponse({"detail": str(found)}, status_code=500)

@@ -77,6 +77,30 @@ def refuse_if_read_only(cur, lake: str) -> None:
         )
 
 
+# What a reader's query says when the lake's Postgres catalog is down or out of reach (after the reader's own
+# retries on a fresh connection: `lake_reader.ReaderCursor`).
+CATALOG_GONE = (
+    "Unable to connect to Postgres",
+    "server closed the connection",
+    "no connection to the server",
+    "terminating connection",
+)
+
+
+def catalog_unreachable(error: str) -> str | None:
+    """The API's one line for a reader's query that could not reach the lake's Postgres catalog (down,
+    restarting, out of reach), without the catalog string (it may hold a password); None for another error."""
+    marker = next((m for m in CATALOG_GONE if m in error), None)
+    if marker is None:
+        return None
+    first = error.splitlines()[0]
+    why = first.rsplit("failed: ", 1)[-1].strip() if "failed: " in first else marker
+    return (
+        f"this team API cannot reach the lake's Postgres catalog ({why}); nothing is lost: each collector keeps "
+        "its own file and publishes it once Postgres is back, and this API asks again at each request"
+    )
+
+
 def prepare_data_path(con: duckdb.DuckDBPyConnection, data_path: str) -> None:
     """For an `s3://` data path: httpfs loaded and an S3 secret from the environment (AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION or AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 or

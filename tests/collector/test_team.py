@@ -232,6 +232,14 @@ def test_kill_9_mid_commit_and_postgres_restarted_lose_and_duplicate_nothing(pg,
         wait_for(
             lambda: "publishing failed" in carol.log.read_text(), "the collector to notice the lake is gone"
         )
+        down = cli(
+            reader.db, "runs", check=False
+        )  # the team API says why it cannot answer (it was a bare 500)
+        assert (
+            down.returncode == 1
+            and "503 this team API cannot reach the lake's Postgres catalog" in down.stderr
+        )
+        assert "password" not in down.stderr and "user=" not in down.stderr, down.stderr
         pg.start()
         write_steps(metrics, written + 1, written + 100)
         written += 100
