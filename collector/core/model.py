@@ -8,11 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from math import isfinite
 
 # a step before (after) every step a run logs: "no step yet" / "no upper bound" in comparisons and queries
 # (steps are 64-bit; 2**62 leaves room to add to it without overflow)
 BEFORE_ALL_STEPS = -(2**62)
 AFTER_ALL_STEPS = 2**62
+# float32's relative spacing: a float64 rounded to float32 is off by at most half of it
+FLOAT32_EPS = 2.0**-23
+
+
+def same_point(seen: float, value: float) -> bool:
+    """Whether two values logged for one (run, metric, step) are one point: equal, both NaN, or equal at
+    float32 precision (TensorBoard keeps float32, trainer_state.json float64: an HF run's two files give one
+    loss in different last digits, which is no rewrite). The store's merge asks the same (`store.points`)."""
+    if seen == value or (seen != seen and value != value):
+        return True
+    scale = max(abs(seen), abs(value))
+    return isfinite(scale) and abs(seen - value) <= FLOAT32_EPS * scale
 
 
 @dataclass(slots=True)

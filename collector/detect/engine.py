@@ -35,7 +35,7 @@ from math import isfinite
 from statistics import median
 
 from collector.core.facts import RunFacts
-from collector.core.model import Points
+from collector.core.model import Points, same_point
 from collector.core.roles import RL_ROLES, role_of, value_scale
 from collector.core.severity import Severity
 from collector.detect.base import HOLD, Finding, Rule
@@ -55,18 +55,6 @@ __all__ = ["AlertEvent", "RunDetector", "detect_series"]
 
 _RECENT = 64  # per metric: steps remembered to recognise a re-read point
 _RECENT_LIMIT = 2 * _RECENT
-# float32's relative spacing: a float64 rounded to float32 is off by at most half of it
-_FLOAT32_EPS = 2.0**-23
-
-
-def _same_point(seen: float, value: float) -> bool:
-    """Whether a value read again for a judged step is the point judged: equal, both NaN, or equal at float32
-    precision (TensorBoard keeps float32, trainer_state.json float64: an HF run's two files give one loss in
-    different last digits, which is no rewrite to rewind the rules for)."""
-    if seen == value or (seen != seen and value != value):
-        return True
-    scale = max(abs(seen), abs(value))
-    return isfinite(scale) and abs(seen - value) <= _FLOAT32_EPS * scale
 
 
 class _Metric:
@@ -168,7 +156,7 @@ class RunDetector:
                 )
             if state.last_step is not None and step <= state.last_step:
                 seen = state.recent.get(step)
-                if seen is None or _same_point(seen, value):
+                if seen is None or same_point(seen, value):
                     continue  # a re-read of what we judged (or older than we remember)
                 for rule in state.rules:
                     rule.rewind(step)

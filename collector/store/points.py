@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import duckdb
 
-from collector.core.model import Points
+from collector.core.model import FLOAT32_EPS, Points
 from collector.formats import jsonl
 from collector.store.db import SourceState, arrow
 from collector.store.wide_stats import BULK_MAX_METRICS, wide_stats
@@ -254,6 +254,14 @@ def _series_ids(cur: duckdb.DuckDBPyConnection, run: str, metrics: list[str]) ->
     return dict(rows)
 
 
+def _same_point(a: str, b: str) -> str:
+    """SQL: whether the values `a` and `b` are one point, as `core.model.same_point` says."""
+    return (
+        f"({a} = {b} OR (isnan({a}) AND isnan({b})) OR (isfinite(greatest(abs({a}), abs({b}))) "
+        f"AND abs({a} - {b}) <= {FLOAT32_EPS!r} * greatest(abs({a}), abs({b}))))"
+    )
+
+
 def _merge_stage(cur: duckdb.DuckDBPyConnection, s: SourceState) -> int:
     """Merge `rw_stage` (metric, step, value, wall_time, seq) into the run's points by the replace rule."""
     now = time.time()
@@ -282,22 +290,30 @@ def _merge_stage(cur: duckdb.DuckDBPyConnection, s: SourceState) -> int:
         """DELETE FROM rw_new WHERE EXISTS (SELECT 1 FROM rw_match p WHERE p.series = rw_new.series
            AND p.step = rw_new.step AND (p.value = rw_new.value OR (isnan(p.value) AND isnan(rw_new.value))))"""
     )
-    # Within the batch the last write of a (metric, step) wins; earlier ones are an older life too
-    # (kept only when the winner is news, so reading a whole-file format again keeps nothing twice).
+    # Within the batch the last write of a (metric, step) wins; earlier other values are an older life too
+    # (kept only when the winner is news, so reading a whole-file format again keeps nothing twice; one value
+    # logged twice at a step, e.g. a Trainer's `epoch` in its loss and its eval record, is no older life).
     cur.execute(
-        """INSERT INTO points_replaced
-           SELECT ?, metric, step, value, wall_time, ?, ?, ? FROM rw_stage
-           WHERE (metric, step) IN (SELECT (metric, step) FROM rw_new)
-           QUALIFY row_number() OVER (PARTITION BY metric, step ORDER BY seq DESC) > 1""",
+        f"""INSERT INTO points_replaced
+           SELECT ?, metric, step, value, wall_time, ?, ?, ? FROM (
+             SELECT s.metric, s.step, s.value, s.wall_time, n.value AS kept,
+               row_number() OVER (PARTITION BY s.metric, s.step ORDER BY s.seq DESC) AS newer
+             FROM rw_stage s JOIN rw_new n ON n.metric = s.metric AND n.step = s.step)
+           WHERE newer > 1 AND NOT {_same_point("value", "kept")}""",
         [run, s.id, s.segment, now],
     )
     cur.execute(
         """DELETE FROM rw_match WHERE NOT EXISTS (SELECT 1 FROM rw_new n WHERE n.series = rw_match.series
            AND n.step = rw_match.step)"""
     )
+    # The later write wins; the value it replaces is kept, unless it is the same point in other digits
+    # (`core.model.same_point`: TensorBoard's float32 copy of trainer_state.json's float64 value, which the
+    # reader's precedence reads first), which is no earlier value of the step.
     cur.execute(
-        """INSERT INTO points_replaced (run_id, metric, step, value, wall_time, source_id, segment, replaced_at)
-           SELECT ?, metric, step, value, wall_time, source_id, segment, ? FROM rw_match""",
+        f"""INSERT INTO points_replaced (run_id, metric, step, value, wall_time, source_id, segment, replaced_at)
+           SELECT ?, m.metric, m.step, m.value, m.wall_time, m.source_id, m.segment, ? FROM rw_match m
+           JOIN rw_new n ON n.series = m.series AND n.step = m.step
+           WHERE NOT {_same_point("m.value", "n.value")}""",
         [run, now],
     )
     cur.execute(

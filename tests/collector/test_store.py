@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import duckdb
+import numpy as np
 import pytest
 
 from collector.core.model import BadLine, Points
@@ -98,6 +99,37 @@ def test_rewritten_steps_replace_in_queries_and_keep_the_old_life(tmp_path):
     old = store_read.replaced_points(store, "r", "loss")
     assert [(o["step"], o["value"], o["segment"]) for o in old] == [(4, 6.0, 0)]
     assert store_read.metric_stats(store, "r")[0]["points"] == 6
+    store.close()
+
+
+def _float32(value: float) -> float:
+    return float(np.float32(value))
+
+
+def test_a_float32_copy_replaced_by_its_float64_value_is_no_replaced_value(tmp_path):
+    # an HF run: TensorBoard keeps float32 what trainer_state.json keeps float64, and the reader reads the
+    # TensorBoard file first; on five real GPU HF runs all 594 such pairs were listed as replaced values
+    store = Store(tmp_path / "s.duckdb")
+    events = _source(store)
+    state = store.add_source("r", "/root/r/checkpoint-100/trainer_state.json", "hf_trainer_state")
+    exact = [(st, "loss", 1.0 / (3 * st)) for st in range(1, 6)]
+    copies = [(st, m, _float32(v)) for st, m, v in exact]
+    assert all(c[2] != e[2] for c, e in zip(copies, exact, strict=True))  # not equal as float64
+    twice = [(8, "epoch", 1.0), (8, "epoch", 1.0), (9, "epoch", 1.0), (9, "epoch", 2.0)]  # one batch
+    with store.transaction() as cur:
+        first = _points([*copies, (6, "loss", 2.0), (7, "loss", math.inf)])
+        store_points.add_points(cur, events, first, may_overlap=False)
+    # beyond float32's spacing, and a finite value for an infinite one: other values, replaced as before
+    others = [(6, "loss", 2.0 * (1 + 2.0**-20)), (7, "loss", 3.0e38)]
+    with store.transaction() as cur:
+        store_points.add_points(cur, state, _points(exact + others + twice), may_overlap=True)
+    got = store_read.series(store, "r", "loss", points=100)
+    assert got["values"] == [v for _, _, v in exact + others]  # the later write wins, as before
+    old = store_read.replaced_points(store, "r", "loss")
+    assert [(o["step"], o["value"]) for o in old] == [(6, 2.0), (7, math.inf)]
+    # one value logged twice at a step in one batch is no older life; another value is
+    assert [(o["step"], o["value"]) for o in store_read.replaced_points(store, "r", "epoch")] == [(9, 1.0)]
+    assert {m["metric"]: m["points"] for m in store_read.metric_stats(store, "r")} == {"loss": 7, "epoch": 2}
     store.close()
 
 
