@@ -22,7 +22,7 @@ from pathlib import Path
 
 from app.door import PASSWORD_ENV, is_loopback
 from app.settings import SettingsError, read_settings
-from collector.core.runtime import pid_alive, read_marker
+from collector.core.runtime import DASHBOARD_ENV, pid_alive, read_marker
 
 SCRIPT = Path(__file__).resolve().parent / "streamlit_app.py"
 
@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None, started_collector: int | None = None) ->
     except SettingsError:
         db = None  # the dashboard says what is wrong with the setting
     before = read_marker(db) if db else None
-    if before is not None and before.get("pid") == started_collector:
-        before = None  # started for this dashboard: it stops with it
-    dashboard = subprocess.Popen(cmd)
+    # A collector the dashboard starts records this pid in its marker (`dashboard_pid`): only that one, or
+    # `started_collector`, is stopped at the end, never one started or restarted meanwhile by someone else.
+    dashboard = subprocess.Popen(cmd, env=os.environ | {DASHBOARD_ENV: str(os.getpid())})
 
     def stop_dashboard(*_) -> None:
         if dashboard.poll() is None:
@@ -91,20 +91,25 @@ def main(argv: list[str] | None = None, started_collector: int | None = None) ->
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if db is not None:
-        stop_collector(db, before, keep="--keep-collector" in argv)
+        stop_collector(db, before, keep="--keep-collector" in argv, started=started_collector)
     return code
 
 
-def stop_collector(db: Path, before: dict | None, keep: bool) -> None:
-    """Stop the collector of `db` when this dashboard started it (none ran at start), unless `keep`; say what
+def stop_collector(db: Path, before: dict | None, keep: bool, started: int | None = None) -> None:
+    """Stop the collector of `db` when this dashboard started it (or it is `started`), unless `keep`; say what
     stays running and how to stop it."""
     now = read_marker(db)
     if now is None:
         return
     pid = now["pid"]
-    if before is not None and before.get("pid") == pid:
-        print(f"runwatch: the collector (pid {pid}) for {db} was running before the dashboard and keeps "
-              f"running; stop it with `kill {pid}`", file=sys.stderr)  # fmt: skip
+    if pid != started and now.get("dashboard_pid") != os.getpid():
+        # (a restarted collector or team API has a new pid: it was not started here either)
+        before_pid = before.get("pid") if before else None
+        since = (
+            "was running before the dashboard" if before_pid == pid else "was not started by this dashboard"
+        )
+        print(f"runwatch: the collector (pid {pid}) for {db} {since} and keeps running; stop it with "
+              f"`kill {pid}`", file=sys.stderr)  # fmt: skip
         return
     if keep:
         print(f"runwatch: the collector this dashboard started (pid {pid}) for {db} keeps running; stop it "

@@ -168,8 +168,16 @@ def identity_proof(token: str, challenge: str) -> str:
     return hmac.new(token.encode(), f"runwatch-identity:{challenge}".encode(), hashlib.sha256).hexdigest()
 
 
+# Set by the dashboard's launcher (`python -m app`) to its pid: a collector its dashboard starts records it in
+# its marker as `dashboard_pid`, so that the launcher stops only that one when it stops.
+DASHBOARD_ENV = "RUNWATCH_DASHBOARD_PID"
+
+
 def write_marker(db: Path, info: dict) -> None:
-    """Write the marker atomically (readers never see half a file)."""
+    """Write the marker atomically (readers never see half a file); with `dashboard_pid` when a dashboard's
+    launcher started this process (`DASHBOARD_ENV`)."""
+    if (launcher := os.environ.get(DASHBOARD_ENV, "")).isdigit():
+        info = info | {"dashboard_pid": int(launcher)}
     path = marker_path(db)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(info))

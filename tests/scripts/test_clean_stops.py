@@ -148,3 +148,46 @@ def test_the_dashboard_stops_the_collector_it_started(tmp_path):
     ]
     assert "Traceback" not in said, said[-3000:]
     assert read_marker(db) is None and not _running(collector["pid"])
+
+
+def test_the_dashboard_leaves_a_collector_restarted_while_it_ran(tmp_path):
+    """A collector (or a team API) restarted by its owner while the dashboard runs has a new pid: the dashboard
+    did not start it and must not stop it (it stopped any collector whose pid had changed)."""
+    root, db, out = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb", tmp_path / "app.out"
+    root.mkdir()
+    db.parent.mkdir()
+    first = start_collector(db, [root], tmp_path / "first.log")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWATCH_")} | {"HOME": str(tmp_path)}
+    with open(out, "wb") as sink:
+        app = subprocess.Popen(
+            [sys.executable, "-m", "app", "--port", str(port), "--", "--db", str(db), "--root", str(root)],
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    second = None
+    try:
+        wait_for(
+            lambda: urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2),
+            "the dashboard",
+            120,
+            proc=app,
+        )
+        stop_process(first.proc)
+        second = start_collector(db, [root], tmp_path / "second.log")
+        _signal_twice(app, out)
+        app.wait(timeout=120)
+        said = out.read_text()
+        pid = second.proc.pid
+        assert (
+            f"the collector (pid {pid}) for {db} was not started by this dashboard and keeps running" in said
+        ), said[-2000:]
+        assert _running(pid) and read_marker(db)["pid"] == pid
+    finally:
+        stop_process(app)
+        stop_process(first.proc)
+        if second is not None:
+            stop_process(second.proc)
