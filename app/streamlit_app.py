@@ -113,7 +113,8 @@ with st.sidebar:
 
     lake = conn.info.get("lake")  # a team's API (`serve --store` without roots): every collector's runs
     where = f"Team lake `{lake}`" if lake else f"Roots: {', '.join(root_label(r) for r in conf.roots)}"
-    if lake and conn.info.get("lake_read_only"):
+    # (health's, not the marker's: a team API started before the lake existed learns it once attached)
+    if lake and (health.lake.read_only if health.lake else conn.info.get("lake_read_only")):
         where += " (read-only: its Postgres role may only read, so stops, acks and resolves are refused here)"
     st.caption(
         f"Database `{conf.db}`  \n{where}  \n"
