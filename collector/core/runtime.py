@@ -12,7 +12,10 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Team mode: a batch into the shared lake at most this often (each is a catalog commit in Postgres).
+# Team mode: a batch into the shared lake follows the ingest commit that stored new rows, at most one per
+# PUBLISH_SOON_S from the last one's start (each is a catalog commit in Postgres); with nothing new, one every
+# PUBLISH_INTERVAL_S (the stops and acks asked through the lake are read in it). bench/team.py.
+PUBLISH_SOON_S = 0.5
 PUBLISH_INTERVAL_S = 1.0
 COMMIT_INTERVAL_S = 0.2  # the store commits at most this often while files change (batching, not per event)
 RESCAN_INTERVAL_S = 5.0  # a full look at the roots, for events a filesystem did not deliver
@@ -50,6 +53,7 @@ class Settings:
     data_path: str | None = None
     collector_name: str | None = None
     publish_interval_s: float = PUBLISH_INTERVAL_S
+    publish_soon_s: float = PUBLISH_SOON_S
 
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:

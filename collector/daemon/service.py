@@ -237,8 +237,11 @@ class Collector:
         while not self._stop.is_set():
             cycle_start = time.monotonic()
             try:
+                stored = bool(pending)
                 pending = self.ingestor.ingest(sorted(pending))
                 self.store.disk.stored()
+                if stored and self.team is not None:
+                    self.team.stored()  # its next batch carries these rows into the lake
             except Exception as e:  # one bad cycle must not kill the daemon; the next cycle retries
                 if self._damaged(e):
                     break

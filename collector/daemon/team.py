@@ -1,9 +1,10 @@
 """Team mode in the daemon: a collector's publishing thread, and a reader serving the whole team's lake.
 
 `serve --store ducklake:postgres:... --data-path DIR --collector NAME ROOT...` runs the usual collector on its
-own file and a `TeamPublishing` thread beside it: every `publish_interval_s` one batch into the lake
-(`collector.store.lake.LakePublisher`), then the stop requests asked anywhere for its runs become their stop
-files. `serve --store ... --data-path DIR` without roots serves the API over the lake (`serve_lake_reader`).
+own file and a `TeamPublishing` thread beside it: one batch into the lake (`collector.store.lake.LakePublisher`)
+soon after each ingest commit that stored new rows, at least one every `publish_interval_s`, then the stop
+requests asked anywhere for its runs become their stop files. `serve --store ... --data-path DIR` without roots
+serves the API over the lake (`serve_lake_reader`).
 """
 
 from __future__ import annotations
@@ -36,17 +37,24 @@ class TeamPublishing:
         spec = lake.LakeSpec.parse(settings.store, settings.data_path)
         self.publisher = lake.LakePublisher(store, spec, settings.collector_name or socket.gethostname())
         self.interval = settings.publish_interval_s
+        self.soon = settings.publish_soon_s
         self.run_dirs = run_dirs  # run -> its folder (the ingestor's, live)
         self._stop = threading.Event()
+        self._stored = threading.Event()  # the ingest loop committed new rows since the last batch began
         self._thread = threading.Thread(target=self._loop, name="lake", daemon=True)
         self._failing_since: float | None = None
 
     def start(self) -> None:
         self._thread.start()
 
+    def stored(self) -> None:
+        """The ingest loop committed new rows: the next batch starts as soon as `_wait` allows."""
+        self._stored.set()
+
     def close(self) -> None:
         """Stop the thread, then one last batch (what the final commit stored goes out too)."""
         self._stop.set()
+        self._stored.set()
         if self._thread.is_alive():
             self._thread.join(timeout=60)
         self.once()
@@ -97,18 +105,31 @@ class TeamPublishing:
             log.info("team lake: alert %d set to %s through the lake: %s", local_id, state, outcome)
 
     def _loop(self) -> None:
-        last_compacted = time.monotonic()
-        # `interval` after the last batch ended, not after it began: on a starved machine (a batch longer than the
-        # interval) back-to-back batches pay a batch's fixed cost (~10 lake statements) more often, and timing
-        # from the start did no better in bench/README.md's A/B ("Team mode, second pass").
-        while not self._stop.wait(self.interval):
-            if self.once() and time.monotonic() - last_compacted >= COMPACT_EVERY_S:
-                last_compacted = time.monotonic()
+        last_compacted = started = ended = time.monotonic()
+        while not self._wait(started, ended):
+            self._stored.clear()  # (a commit from here on is in this batch, or starts the next one)
+            started = time.monotonic()
+            published = self.once()
+            ended = time.monotonic()
+            if published and ended - last_compacted >= COMPACT_EVERY_S:
+                last_compacted = ended
                 try:
                     self.publisher.compact()
                 except Exception as e:  # another collector compacting at the same moment: next time
                     why = lake.masked(str(e).splitlines()[0])[:200]
                     log.info("team lake: compaction left for later (%s)", why)
+
+    def _wait(self, started: float, ended: float) -> bool:
+        """Wait for the next batch; True when the thread is to stop. New rows go out `soon` after the last batch
+        began (not on a clock: a batch waited up to a second after they were stored), or after the rest below;
+        with nothing new, a batch `interval` after the last one ended."""
+        # The thread rests as long as its last batch took, up to `soon`: on a starved machine back-to-back
+        # batches each pay a batch's fixed cost (~10 lake statements) and take the ingest loop's share of the cores.
+        rest = min(ended - started, self.soon)
+        if self._stop.wait(max(0.0, max(started + self.soon, ended + rest) - time.monotonic())):
+            return True
+        self._stored.wait(max(0.0, ended + self.interval - time.monotonic()))
+        return self._stop.is_set()
 
 
 def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:

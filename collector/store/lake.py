@@ -41,6 +41,7 @@ PREFIX = "ducklake:"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 KEEP_SNAPSHOTS_S = 60  # compaction keeps older snapshots (and their files) this long
 LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
+ASK_EVERY_S = 0.9  # a batch reads the stops and acks asked through the lake at most this often
 SKIP_TABLES = {"schema_version"}
 POINTS_TABLE = "point_rows"
 # Lake tables of team mode itself (not copies of the collector's tables).
@@ -228,8 +229,11 @@ class LakePublisher:
         ] = {}  # local series -> (points, last step, replaced) in the lake
         self.commits = 0
         # The stops and alert changes asked for this collector, as the last batch read them in its transaction:
-        # two lake reads a batch fewer, each of which would ask Postgres for the latest snapshot.
+        # two lake reads a batch fewer, each of which would ask Postgres for the latest snapshot. Read in a batch
+        # at most every `ask_every_s` (each is two catalog round trips, and batches follow ingest commits).
         self.asked: tuple[list, list] = ([], [])
+        self.ask_every_s = ASK_EVERY_S
+        self.asked_at = -float("inf")  # (monotonic) when a batch last read them
         self.unpublished: set[str] = set()  # tables left out (no run or id column to tell whose rows)
         # The file's tables, read once: its schema is migrated when the store opens, before publishing starts,
         # and reading information_schema took 90-190 ms of every batch (at load ~15).
@@ -361,12 +365,15 @@ class LakePublisher:
                 cur.execute(
                     f"UPDATE {LAKE}.team_collectors SET heartbeat_at = ? WHERE name = ?", [beat, self.name]
                 )
-            asked = self._stops(), self._alert_changes()  # read here: no lake transaction of their own
+            ask = time.monotonic() - self.asked_at >= self.ask_every_s
+            # Read here: no lake transaction of their own.
+            asked = (self._stops(), self._alert_changes()) if ask else ([], [])
             cur.execute("COMMIT")
         except BaseException:
             self.published = None  # read back from the lake next time: the batch may or may not be in
             raise
         self.published, self.marks, self.asked = published, marks, asked
+        self.asked_at = time.monotonic() if ask else self.asked_at
         self.beat_at = beat if beat - self.beat_at >= LIVE_S / 3 else self.beat_at
         self.commits += 1
         self.last_error = None

@@ -215,7 +215,7 @@ def test_kill_9_mid_commit_and_postgres_restarted_lose_and_duplicate_nothing(pg,
         carol.start()
         reader.start()
         client = reader.client()
-        # kill -9 at random moments while lines keep coming (the publisher commits a batch every second).
+        # kill -9 at random moments while lines keep coming (a batch follows their commit, every 0.5-1 s).
         for _ in range(4):
             deadline = time.monotonic() + rng.uniform(1.0, 4.0)
             while time.monotonic() < deadline:
