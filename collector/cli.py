@@ -433,8 +433,11 @@ def _from_collector(client: Client, args: argparse.Namespace) -> Any:
         ingest = health.ingest
         if ingest is not None and ingest.state == "stalled":
             print(f"collector runs: warning: {printable(ingest.message)}", file=sys.stderr)
-        if not result and health.lake is not None and health.lake.message:  # a team's lake, no collector yet
-            print(f"collector runs: {printable(health.lake.message)}", file=sys.stderr)
+        lake = health.lake  # a team's lake: why it lists nothing yet
+        if lake is not None and lake.error:
+            print(f"collector runs: warning: {printable(lake.error)}", file=sys.stderr)
+        if not result and lake is not None and lake.message:
+            print(f"collector runs: {printable(lake.message)}", file=sys.stderr)
     return result
 
 

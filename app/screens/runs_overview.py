@@ -21,7 +21,9 @@ st.title("Runs")
 runs = api.runs()
 if not runs:
     lake = api.health().lake  # a team's API (`serve --store` without roots)
-    if lake is not None and not lake.collectors:
+    if lake is not None and lake.error:
+        st.error(f"This team API cannot read the team lake: {lake.error}")
+    elif lake is not None and not lake.collectors:
         st.info(
             "No runs yet: no collector has published into this team lake. Their runs show here as soon as one "
             "does (each collector runs `serve --store ... --data-path ... --collector NAME ROOT`)."

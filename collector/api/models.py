@@ -57,12 +57,14 @@ class IngestState(Answer):
 
 class LakeState(Answer):
     """A team reader's lake (`serve --store` without roots): how many `collectors` have published into it (0:
-    none yet, and `message` says so), and whether this reader may only read it (`read_only`; null until a
-    collector has created the lake: its catalog says what the role may do)."""
+    none yet, and `message` says so), whether this reader may only read it (`read_only`; null until a
+    collector has created the lake: its catalog says what the role may do), and `error`: why a lake awaited
+    cannot be attached (e.g. another `--data-path` than its collectors'), while it cannot."""
 
     collectors: int
     read_only: bool | None
     message: str | None = None
+    error: str | None = None
 
 
 class Health(Answer):

@@ -46,7 +46,9 @@ class LakeReader:
         self.attached = False  # whether the lake is attached (cursors then read it: ReaderCursor)
         self.read_only: bool | None = None  # whether its role may only read the lake (None: no lake yet)
         self._lock = threading.Lock()
-        self._failing = False
+        self.failing: str | None = (
+            None  # why the lake awaited could not be attached last time (`wait_for_lake`)
+        )
         self.attach_if_created()
 
     def attach_if_created(self) -> bool:
@@ -81,11 +83,11 @@ class LakeReader:
         try:
             attached = self.attach_if_created()
         except StoreError as e:
-            if not self._failing:
+            if self.failing is None:
                 log.warning("team lake: %s; trying again", e)
-            self._failing = True
+            self.failing = str(e)
             return False
-        self._failing = False
+        self.failing = None
         if attached:
             log.info("team lake: a collector created the lake %s: reading it", self.spec.shown)
         return attached
@@ -96,10 +98,14 @@ class LakeReader:
 
     def state(self, cur: ReaderCursor) -> dict:
         """What `/api/health` says of the lake: `collectors` that have published into it, `read_only`, and a
-        `message` while there is none."""
+        `message` while there is none, and `error`: why the lake awaited cannot be attached (a `--data-path`
+        other than the one its first collector gave, Postgres gone), while it cannot."""
         (collectors,) = cur.execute("SELECT count(DISTINCT name) FROM team_collectors").fetchone()
         out = {"collectors": collectors, "read_only": self.read_only}
-        if not collectors:
+        failing = self.failing
+        if failing is not None:  # (then whether a collector published is not known here)
+            out["error"] = f"{failing.rstrip('.')}; this team API tries again every second"
+        elif not collectors:
             out["message"] = NO_COLLECTOR_YET
         return out
 

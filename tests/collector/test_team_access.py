@@ -173,6 +173,8 @@ def test_readers_started_on_a_brand_new_lake_answer_empty_then_read_the_first_co
     dsn, data = lake_with_roles(pg, "fresh"), tmp_path / "lake"
     viewer = TeamDaemon(tmp_path / "viewer.duckdb", [], *lake_args(as_role(dsn, "viewer"), data))
     desk = TeamDaemon(tmp_path / "desk.duckdb", [], *lake_args(as_role(dsn, "desk"), data))
+    # a team API given another folder than the collectors': DuckLake refuses it once the lake exists
+    stray = TeamDaemon(tmp_path / "stray.duckdb", [], *lake_args(dsn, tmp_path / "elsewhere"))
     root = tmp_path / "alice"
     metrics = root / "exp" / "sft" / "metrics.jsonl"
     alice = TeamDaemon(tmp_path / "alice.duckdb", [root], *lake_args(as_role(dsn, "alice"), data, "alice"))
@@ -180,6 +182,7 @@ def test_readers_started_on_a_brand_new_lake_answer_empty_then_read_the_first_co
     try:
         viewer.start()
         desk.start()
+        stray.start()
         readers = {"viewer": viewer.client(), "desk": desk.client()}
         for name, client in readers.items():
             for path in ("/api/runs", "/api/alerts", "/api/incidents", "/api/problem_files"):
@@ -211,6 +214,13 @@ def test_readers_started_on_a_brand_new_lake_answer_empty_then_read_the_first_co
         assert readers["viewer"].get("/api/health")["lake"]["read_only"] is True
         assert readers["desk"].get("/api/health")["lake"]["read_only"] is False
         assert json.loads(Path(f"{viewer.db}.collector.json").read_text())["lake_read_only"] is True
+        refused = wait_for(
+            lambda: stray.client().get("/api/health")["lake"].get("error"), "the stray reader's error"
+        )
+        assert "does not match existing data path" in refused and str(tmp_path / "elsewhere") in refused, (
+            refused
+        )
+        assert "collector runs: warning: cannot attach the lake" in cli(stray.db, "runs").stderr
         # The first collector publishes: both readers list its run, its points and its alert.
         write_steps(metrics, 1, 100)
         with metrics.open("a") as f:
@@ -236,7 +246,7 @@ def test_readers_started_on_a_brand_new_lake_answer_empty_then_read_the_first_co
         readers["desk"].post("/api/runs/alice/exp/sft/stop", {"reason": "asked before the dashboard's time"})
         wait_for(lambda: (metrics.parent / "runwatch.stop").exists(), "desk's stop written by alice")
     finally:
-        for d in (alice, desk, viewer):
+        for d in (alice, desk, viewer, stray):
             d.ensure_stopped()
 
 
