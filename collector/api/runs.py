@@ -5,7 +5,10 @@ or infinite); the CLI's `--json` calls the same functions, so the two never drif
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 from collector.advice.verl_saves import verl_save_freq
 from collector.api import incidents as api_incidents
@@ -23,38 +26,125 @@ from collector.runs.service import BAD_RULES, RunService
 from collector.runs.status import run_status
 from collector.settings.config import DetectConfig
 from collector.store import alerts as store_alerts
+from collector.store import lake_reader
 from collector.store import read as store_read
+
+# The lake's tables the overview reads, each with its run column: a row of a run inserted or deleted in any of
+# them is a change of that run's row in the overview (`lake_reader.runs_changed`).
+OVERVIEW_TABLES = {
+    "runs": "id",
+    "metric_stats": "run_id",
+    "alerts": "run_id",
+    "checkpoints": "run_id",
+    "points_replaced": "run_id",
+    "sources": "run_id",
+}
 
 
 def runs(service: RunService) -> list[dict]:
-    """Every run with its state, latest losses, open alerts and recommended checkpoint step. On a team's lake
-    the list is built once per lake snapshot (`store_read.data_version`), state of this process's remote
-    hosts and thresholds of the runs whose recommendation read them, so a repeated call between two commits
-    costs those checks; the list (and its dicts) is then the one returned before: not the caller's to change."""
-    version = store_read.data_version(service.store)
-    if version is None:
-        return _build(service, None)
-    key = (version, _host_states())  # read before the data: a commit in between is built again next time
-    cached = service.overview
-    if cached is not None and cached[0] == key and all(service.thresholds_of(p) == c for p, c in cached[2]):
-        return cached[1]
-    advised: list[tuple] = []
-    out = _build(service, advised)
-    service.overview = (key, out, advised)
-    return out
+    """Every run with its state, latest losses, open alerts and recommended checkpoint step, newest activity
+    first. On a team's lake the list is kept (`Overview`) and a commit builds again only the rows of the runs
+    it changed; the list (and its dicts) is then the one kept: not the caller's to change."""
+    if not _reads_lake(service):
+        return built_whole(service)
+    return _overview(service).rows
+
+
+def built_whole(service: RunService) -> list[dict]:
+    """The overview built from the store now, every row: what `runs` answers on a local file, and what the
+    overview kept on a team's lake equals."""
+    return [summary for _, summary, _ in _summaries(service, None)]
 
 
 def runs_body(service: RunService) -> bytes:
-    """`runs` as `GET /api/runs` sends it (`http.json_bytes`); a list kept per lake snapshot is kept encoded
-    too (10,000 runs are ~3 MB of JSON: encoding them costs more than checking the snapshot)."""
-    out = runs(service)
-    kept = service.overview_body
-    if kept is not None and kept[0] is out:
-        return kept[1]
-    body = json_bytes(out)
-    if service.overview is not None and service.overview[1] is out:
-        service.overview_body = (out, body)
-    return body
+    """`runs` as `GET /api/runs` sends it (`http.json_bytes`). On a team's lake each row is kept encoded, and
+    the body is the rows' JSON joined (10,000 runs are ~3 MB: encoding them costs more than the lake's reads)."""
+    if not _reads_lake(service):
+        return json_bytes(runs(service))
+    return _overview(service).body
+
+
+def _reads_lake(service: RunService) -> bool:
+    """Whether the store reads a team's lake (a reader before any collector created it reads empty tables)."""
+    return service.store.lake is not None and service.store.lake.attached
+
+
+class _Row(NamedTuple):
+    """A run's row of the overview as kept on a team's lake; rows sort in the overview's order."""
+
+    order: tuple  # (`_newest_first`, run id): `store_read.runs`'s order
+    summary: dict
+    encoded: bytes  # `summary` as `json_bytes` writes it
+    advised: tuple | None  # (path, thresholds) when its recommended step read its thresholds, else None
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The overview as last built on a team's lake (`RunService.overview`; replaced whole, never changed):
+    where in the lake it was read (`mark`), the host states its rows read, its rows in order (`kept`, each
+    encoded; `rows` and `body` from them) and how many runs' rows it built (`built`; None: all of them)."""
+
+    mark: lake_reader.LakeMark | None
+    hosts: tuple
+    kept: list[_Row]
+    rows: list[dict]
+    body: bytes
+    built: int | None
+
+
+def _overview(service: RunService) -> Overview:
+    """The overview of the lake now: the one kept while the lake and the host states are as it read them and no
+    run's thresholds changed; else the kept one with the rows of the runs changed since built again (in the
+    lake: `lake_reader.runs_changed`; or in their thresholds); else one built whole (the first time, host states
+    changed, or the lake cannot say what changed)."""
+    hosts = _host_states()  # read before the data: a change in between is built again next time
+    cur = service.store.cursor()
+    old = service.overview
+    found = lake_reader.runs_changed(cur, old.mark, OVERVIEW_TABLES) if old and old.hosts == hosts else None
+    if found is None:
+        mark = lake_reader.lake_mark(cur, OVERVIEW_TABLES)
+        new = _overview_of(mark, hosts, _rows(service, None), None)
+        if mark is None:  # a table the lake has not got yet: nothing to follow, built whole next time too
+            return new
+    else:
+        mark, changed = found
+        changed |= {
+            row.summary["id"]
+            for row in old.kept
+            if row.advised is not None and service.thresholds_of(row.advised[0]) != row.advised[1]
+        }
+        if not changed:
+            if mark == old.mark:
+                return old
+            new = replace(old, mark=mark, built=0)
+        else:
+            kept = [row for row in old.kept if row.summary["id"] not in changed]
+            new = _overview_of(mark, hosts, kept + _rows(service, sorted(changed)), len(changed))
+    service.overview = new
+    return new
+
+
+def _overview_of(mark: lake_reader.LakeMark, hosts: tuple, rows: list[_Row], built: int | None) -> Overview:
+    kept = sorted(rows)  # (kept rows and new rows: two sorted runs, merged)
+    body = b"[" + b",".join(row.encoded for row in kept) + b"]"
+    return Overview(mark, hosts, kept, [row.summary for row in kept], body, built)
+
+
+def _rows(service: RunService, only: list[str] | None) -> list[_Row]:
+    """The kept rows of every run (or of those of `only` the lake holds), in order."""
+    out = []
+    for r, summary, advised in _summaries(service, only):
+        when = r["last_point_at"] if r["last_point_at"] is not None else r["created_at"]
+        out.append(_Row((_newest_first(when), r["id"]), summary, json_bytes(summary), advised))
+    return out
+
+
+def _newest_first(when: float | None) -> tuple:
+    """A sort key of `coalesce(last_point_at, created_at)` in `store_read.runs`'s order: DESC, NaN (DuckDB's
+    largest double) first and NULL last."""
+    if when is None:
+        return (2, 0.0)
+    return (0, 0.0) if math.isnan(when) else (1, -when)
 
 
 def _host_states() -> tuple:
@@ -62,27 +152,26 @@ def _host_states() -> tuple:
     return tuple((h.label, h.state) for h in hosts())
 
 
-def _build(service: RunService, advised: list[tuple] | None) -> list[dict]:
-    """The overview as stored now; (path, thresholds) of each run whose recommendation reads them is added to
-    `advised` (read before the recommendation: a runwatch.toml changed in between is seen next time)."""
+def _summaries(service: RunService, only: list[str] | None) -> Iterator[tuple[dict, dict, tuple | None]]:
+    """(stored row, overview row, (path, thresholds) when its recommendation reads them, else None) of every
+    run (or of those of `only` the store holds), in `store_read.runs`'s order (the thresholds are read before
+    the recommendation: a runwatch.toml changed in between is seen next time)."""
     store = service.store
-    counts = store_read.open_alert_counts(store)
-    signatures = store_read.advice_signatures(store, BAD_RULES)
-    all_stats = store_read.metric_stats(store)
+    counts = store_read.open_alert_counts(store, only)
+    signatures = store_read.advice_signatures(store, BAD_RULES, runs=only)
+    all_stats = store_read.metric_stats(store, runs=only)
     stats_by_run: dict[str, list[dict]] = {}
     for s in all_stats:
         stats_by_run.setdefault(s["run"], []).append(s)
     # (by metric name once, not per run's metric: 10,000 runs log the same few names)
     evaluations = {m for m in {s["metric"] for s in all_stats} if is_evaluation(m)}
     with_evaluations = {s["run"] for s in all_stats if s["metric"] in evaluations}
-    with_checkpoints = store_alerts.runs_with_checkpoints(store)
-    stalled = store_read.runs_with_open_alert(store, STALLED)
-    errors = store_read.open_error_alerts(store)
-    out = []
-    for r in store_read.runs(store):
+    with_checkpoints = store_alerts.runs_with_checkpoints(store, only)
+    stalled = store_read.runs_with_open_alert(store, STALLED, only)
+    errors = store_read.open_error_alerts(store, only)
+    for r in store_read.runs(store, runs=only):
         reads_advice = _reads_advice(r, r["id"] in with_checkpoints, r["id"] in with_evaluations)
-        if advised is not None and reads_advice:
-            advised.append((r["path"], service.thresholds_of(r["path"])))
+        advised = (r["path"], service.thresholds_of(r["path"])) if reads_advice else None
         summary = _run_summary(
             service,
             r,
@@ -92,8 +181,7 @@ def _build(service: RunService, advised: list[tuple] | None) -> list[dict]:
             r["id"] in stalled,
             signatures.get(r["id"]),
         )
-        out.append(summary | anomaly(errors.get(r["id"])))
-    return out
+        yield r, summary | anomaly(errors.get(r["id"])), advised
 
 
 def anomaly(error_alert: dict | None) -> dict:

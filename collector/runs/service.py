@@ -35,10 +35,9 @@ class RunService:
         # run id -> (its `version`, its inputs, its advice): the alert review and `check` ask for every run's
         # advice and actions each time; they are built again only for a run whose stored data changed
         self._advised: dict[str, tuple[tuple, RunInputs, dict]] = {}
-        # the overview as last built on a team's lake (`collector.api.runs.runs`): (what it was built from,
-        # the list, (path, thresholds) of the runs whose recommendation read them); replaced whole
-        self.overview: tuple | None = None
-        self.overview_body: tuple[list, bytes] | None = None  # (that list, its JSON as the API sends it)
+        # the overview as last built on a team's lake (`collector.api.runs.Overview`: its rows kept, each
+        # encoded, and where in the lake they were read); replaced whole
+        self.overview = None
 
     def thresholds_of(self, run_path: str | None) -> DetectConfig:
         """The thresholds detection uses for the run at `run_path`."""

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from collector.store.db import Store
+from collector.store.read import of_runs
 
 STATES = ("open", "acked", "resolved")
 ALERT_COLUMNS = """a.id, a.run_id AS run, a.rule, a.severity, a.metric, a.first_step, a.last_step, a.state,
@@ -212,9 +213,10 @@ def replace_checkpoints(store: Store, run: str, checkpoints: list[dict]) -> None
             )
 
 
-def runs_with_checkpoints(store: Store) -> set[str]:
-    """The runs that have a stored checkpoint index."""
-    return {r[0] for r in store.rows("SELECT DISTINCT run_id FROM checkpoints")}
+def runs_with_checkpoints(store: Store, runs: list[str] | None = None) -> set[str]:
+    """The runs (of `runs`, or of all) that have a stored checkpoint index."""
+    where, params = of_runs("run_id", runs)
+    return {r[0] for r in store.rows(f"SELECT DISTINCT run_id FROM checkpoints WHERE {where}", params)}
 
 
 def checkpoints(store: Store, run: str) -> list[dict]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import duckdb
 
@@ -174,6 +175,106 @@ class ReaderCursor:
 
     def __getattr__(self, name: str):
         return getattr(self._cur, name)
+
+
+@dataclass(frozen=True)
+class LakeMark:
+    """Where a reader's copy of some of the lake's tables stands: the snapshot read before it was built, each
+    table's id in the lake, and the row id each table's rows inserted since start from (DuckLake numbers a
+    table's rows in commit order and keeps the numbers through compaction)."""
+
+    snapshot: int
+    table_ids: dict[str, int]
+    next_rows: dict[str, int]
+
+
+# What a snapshot's `changes` may say of a commit that `runs_changed` follows: tables with rows inserted (found
+# by their row ids) and with rows deleted (read back by `ducklake_table_deletions`); a compaction's says
+# nothing. Rows inlined in the catalog (DuckLake's inlining, off here) are not followed: built anew.
+_INSERTED = "tables_inserted_into"
+_DELETED = "tables_deleted_from"
+
+
+def lake_mark(cur: duckdb.DuckDBPyConnection, tables: dict[str, str]) -> LakeMark | None:
+    """The lake now for `tables` (name -> its run column), read before what is built from them: a commit in
+    between is found again by the next `runs_changed`, never missed. None while the lake lacks one of them
+    (read from `STAND_IN`: nothing to follow yet)."""
+    snapshot = cur.execute("SELECT id FROM current_snapshot()").fetchone()[0]
+    ids = dict(cur.execute(f"SELECT table_name, table_id FROM ducklake_table_info('{LAKE}')").fetchall())
+    if any(t not in ids for t in tables):
+        return None
+    nexts = cur.execute(
+        "SELECT " + ", ".join(f'(SELECT coalesce(max(rowid) + 1, 0) FROM {LAKE}."{t}")' for t in tables)
+    ).fetchone()
+    return LakeMark(snapshot, {t: ids[t] for t in tables}, dict(zip(tables, nexts, strict=True)))
+
+
+def runs_changed(
+    cur: duckdb.DuckDBPyConnection, since: LakeMark, tables: dict[str, str]
+) -> tuple[LakeMark, set[str]] | None:
+    """The runs of which a row of `tables` (name -> its run column) was inserted or deleted after `since`, and
+    the mark of now; None when the lake cannot say (the snapshot of `since` expired, a commit did more than
+    insert and delete rows of tables: a table created, altered or dropped, rows inlined in the catalog; or a
+    read failed, said in the log): build anew. Two to four queries (one when nothing was committed; tables no
+    commit wrote are not read); rows of a run inserted after the mark of now was read are found next time.
+
+    Not `ducklake_table_changes`: a compaction (`ducklake_merge_adjacent_files`) files the rows it merges under
+    the oldest snapshot of their files, so a change feed across it loses the inserts it merged (measured on
+    DuckLake 0.3); row ids and deletions survive it."""
+    try:
+        return _runs_changed(cur, since, tables)
+    except duckdb.Error as e:  # (a dead catalog connection is retried by `ReaderCursor` first)
+        log.info("team lake: the changes since snapshot %d could not be read (%s)", since.snapshot, e)
+        return None
+
+
+def _runs_changed(
+    cur: duckdb.DuckDBPyConnection, since: LakeMark, tables: dict[str, str]
+) -> tuple[LakeMark, set[str]] | None:
+    now = cur.execute("SELECT id FROM current_snapshot()").fetchone()[0]
+    if now == since.snapshot:
+        return since, set()
+    snaps = cur.execute(
+        f"SELECT snapshot_id, changes FROM {LAKE}.snapshots() WHERE snapshot_id BETWEEN ? AND ? ORDER BY 1",
+        [since.snapshot, now],
+    ).fetchall()
+    if not snaps or snaps[0][0] != since.snapshot:
+        return None
+    touched: dict[str, set[str]] = {_INSERTED: set(), _DELETED: set()}
+    for _, changes in snaps[1:]:
+        for kind, ids in (changes or {}).items():
+            if kind not in touched or not all(i.isdigit() for i in ids):  # (tables named by id)
+                return None
+            touched[kind].update(ids)
+    inserted = [t for t in tables if str(since.table_ids[t]) in touched[_INSERTED]]
+    deleted = [t for t in tables if str(since.table_ids[t]) in touched[_DELETED]]
+    next_rows = dict(since.next_rows)
+    changed: set[str] = set()
+    if inserted:
+        found = cur.execute(
+            " UNION ALL ".join(
+                f'SELECT {i}, max(rowid), list(DISTINCT "{tables[t]}") FROM {LAKE}."{t}" WHERE rowid >= ?'
+                for i, t in enumerate(inserted)
+            ),
+            [since.next_rows[t] for t in inserted],
+        ).fetchall()
+        for i, last, runs in found:
+            if last is not None:
+                next_rows[inserted[i]] = max(next_rows[inserted[i]], last + 1)
+                changed.update(runs)
+    if deleted:
+        changed.update(
+            run
+            for (run,) in cur.execute(
+                " UNION ".join(
+                    f"SELECT \"{tables[t]}\" FROM ducklake_table_deletions('{LAKE}', 'main', '{t}', ?, ?)"
+                    for t in deleted
+                ),
+                [since.snapshot + 1, now] * len(deleted),
+            ).fetchall()
+        )
+    changed.discard(None)
+    return LakeMark(now, since.table_ids, next_rows), changed
 
 
 def ask_stop(cur: duckdb.DuckDBPyConnection, run_id: str, reason: str, by: str) -> None:

@@ -15,25 +15,23 @@ from collector.core.roles import step_order
 from collector.store.db import Store
 
 
-def runs(store: Store, run: str | None = None) -> list[dict]:
-    """Runs with their state, newest activity first (or just `run`)."""
-    where, params = ("WHERE id = ?", [run]) if run is not None else ("", [])
+def runs(store: Store, run: str | None = None, runs: list[str] | None = None) -> list[dict]:
+    """Runs with their state, newest activity first (or just `run`, or those of `runs` the store holds)."""
+    where, params = ("id = ?", [run]) if run is not None else of_runs("id", runs)
     return store.dicts(
         f"""SELECT id, root, path, format, status, last_step, total_steps, created_at, updated_at, last_point_at,
                    config, status_info, latest_marker, detected_to
-            FROM runs {where} ORDER BY coalesce(last_point_at, created_at) DESC, id""",
+            FROM runs WHERE {where} ORDER BY coalesce(last_point_at, created_at) DESC, id""",
         params,
     )
 
 
-def data_version(store: Store) -> int | None:
-    """A number that changes with every commit to what the store's readers see, where there is one: a team
-    reader's lake snapshot id (every collector's and reader's commit draws a new one). None for a local file
-    (no such number: its answers are built anew each time), nor for a reader whose lake no collector has
-    created yet (its answers are the empty ones)."""
-    if store.lake is None or not store.lake.attached:
-        return None
-    return store.rows("SELECT id FROM current_snapshot()")[0][0]
+def of_runs(column: str, runs: list[str] | None) -> tuple[str, list]:
+    """A condition that `column` is one of `runs` (`true` for None: every run), and its parameters. One list
+    parameter, not one per run: a thousand run ids bind as fast as one."""
+    if runs is None:
+        return "true", []
+    return f"{column} IN (SELECT unnest(?::VARCHAR[]))", [list(runs)]
 
 
 def run_progress(store: Store, run: str | None = None) -> list[dict]:
@@ -46,14 +44,11 @@ def run_progress(store: Store, run: str | None = None) -> list[dict]:
 def metric_stats(store: Store, run: str | None = None, runs: list[str] | None = None) -> list[dict]:
     """Per (run, metric) of `run`, else of `runs`, else of every run: point count, first and last step and the
     value at the last."""
-    names = [run] if run is not None else runs
-    if names is not None and not names:
-        return []
-    where = f"WHERE run_id IN ({', '.join('?' * len(names))})" if names is not None else ""
+    where, params = of_runs("run_id", [run] if run is not None else runs)
     return store.dicts(
-        f"""SELECT run_id AS run, metric, points, first_step, last_step, last_value FROM metric_stats {where}
+        f"""SELECT run_id AS run, metric, points, first_step, last_step, last_value FROM metric_stats WHERE {where}
             ORDER BY run_id, metric""",
-        names or [],
+        params,
     )
 
 
@@ -90,22 +85,26 @@ def metric_shapes(store: Store, run: str) -> dict[str, dict]:
     return out
 
 
-def open_alert_counts(store: Store) -> dict[str, dict[str, int]]:
-    """Per run: open (not resolved) alerts by severity."""
+def open_alert_counts(store: Store, runs: list[str] | None = None) -> dict[str, dict[str, int]]:
+    """Per run (of `runs`, or every run): open (not resolved) alerts by severity."""
     counts: dict[str, dict[str, int]] = {}
+    among, params = of_runs("run_id", runs)
     for run, severity, n in store.rows(
-        "SELECT run_id, severity, count(*) FROM alerts WHERE state != 'resolved' GROUP BY ALL"
+        f"SELECT run_id, severity, count(*) FROM alerts WHERE state != 'resolved' AND {among} GROUP BY ALL",
+        params,
     ):
         counts.setdefault(run, {"error": 0, "warn": 0, "info": 0})[severity] = n
     return counts
 
 
-def advice_signatures(store: Store, alert_rules: tuple[str, ...], run: str | None = None) -> dict[str, tuple]:
-    """Per run (every run, or just `run`), a value that changes whenever its checkpoint index, its alerts of
+def advice_signatures(
+    store: Store, alert_rules: tuple[str, ...], run: str | None = None, runs: list[str] | None = None
+) -> dict[str, tuple]:
+    """Per run (every run, or just `run`, or those of `runs`), a value that changes whenever its checkpoint index, its alerts of
     `alert_rules` or its error alerts, its replaced points or its files' formats change (four grouped queries):
     what a cached answer built from them is checked against."""
     out: dict[str, list] = {}
-    of_run, params = ("run_id = ?", [run]) if run is not None else ("true", [])
+    of_run, params = ("run_id = ?", [run]) if run is not None else of_runs("run_id", runs)
     queries = (
         f"""SELECT run_id, count(*), sum(hash(step, path, complete, bytes, info)) FROM checkpoints
             WHERE {of_run} GROUP BY ALL""",
@@ -121,21 +120,26 @@ def advice_signatures(store: Store, alert_rules: tuple[str, ...], run: str | Non
     return {name: tuple(parts) for name, parts in out.items()}
 
 
-def runs_with_open_alert(store: Store, rule: str) -> set[str]:
-    """The runs with a not yet resolved (open or acknowledged) alert of `rule`."""
+def runs_with_open_alert(store: Store, rule: str, runs: list[str] | None = None) -> set[str]:
+    """The runs (of `runs`, or of all) with a not yet resolved (open or acknowledged) alert of `rule`."""
+    among, params = of_runs("run_id", runs)
     return {
         run
         for (run,) in store.rows(
-            "SELECT DISTINCT run_id FROM alerts WHERE rule = ? AND state != 'resolved'", [rule]
+            f"SELECT DISTINCT run_id FROM alerts WHERE rule = ? AND state != 'resolved' AND {among}",
+            [rule, *params],
         )
     }
 
 
-def open_error_alerts(store: Store) -> dict[str, dict]:
-    """Per run: its first raised error alert not yet resolved (`rule`, `metric`, `first_step`, `message`)."""
+def open_error_alerts(store: Store, runs: list[str] | None = None) -> dict[str, dict]:
+    """Per run (of `runs`, or every run): its first raised error alert not yet resolved (`rule`, `metric`,
+    `first_step`, `message`)."""
+    among, params = of_runs("run_id", runs)
     rows = store.rows(
         "SELECT run_id, arg_min(struct_pack(rule, metric, first_step, message), (first_step, id)) "
-        "FROM alerts WHERE severity = 'error' AND state != 'resolved' GROUP BY run_id"
+        f"FROM alerts WHERE severity = 'error' AND state != 'resolved' AND {among} GROUP BY run_id",
+        params,
     )
     return {run: dict(first) for run, first in rows}
 

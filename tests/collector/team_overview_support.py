@@ -1,0 +1,97 @@
+"""A team reader's overview held across the lake's commits, for `test_team_overview.py`: run under the team
+venv (`python -m tests.collector.team_overview_support STORE DATA_PATH`), it reads one JSON command a line on
+stdin and answers one JSON line on stdout:
+
+- `{"op": "check"}`: the overview as the kept one answers it (`api_runs.runs_body` on one `RunService` for the
+  whole session) against one built whole from a fresh service (`api_runs.built_whole`), both at one lake
+  snapshot (asked again when a commit landed in between): `equal`, `built` (runs whose rows the kept one built
+  again since the check before, a run once per try: 0 when it answered the one it held; None: all), `runs`,
+  and the first row that differs.
+- `{"op": "overview"}`: the overview built whole, as a list (what the test waits on).
+- `{"op": "alerts", "run": RUN}`, `{"op": "alert", "alert": ID}`: the run's alerts, one alert, as stored.
+- `{"op": "ack" | "resolve", "alert": ID}`, `{"op": "stop", "run": RUN}`: asked through the lake as the API
+  asks them; `{"op": "compact"}`: DuckLake's `ducklake_merge_adjacent_files`, as a collector compacts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import duckdb
+
+from collector.api import runs as api_runs
+from collector.api.http import json_bytes
+from collector.runs.service import RunService
+from collector.store import alerts as store_alerts
+from collector.store import lake_reader
+from collector.store.db import Store
+from collector.store.lake import LAKE, LakeSpec
+
+
+def snapshot(store: Store) -> int:
+    return store.rows("SELECT id FROM current_snapshot()")[0][0]
+
+
+def check(store: Store, kept: RunService) -> dict:
+    built: int | None = 0  # rows built again over the tries (a try a commit landed in is asked again)
+    for _ in range(50):
+        before, held = snapshot(store), kept.overview
+        body = api_runs.runs_body(kept)
+        if kept.overview is not held:
+            built = None if built is None or kept.overview.built is None else built + kept.overview.built
+        whole = api_runs.built_whole(RunService(store))
+        if snapshot(store) != before:
+            continue  # a commit landed in between: the two may differ by it
+        got, want = json.loads(body), json.loads(json_bytes(whole))
+        differs = next(
+            ({"got": g, "want": w} for g, w in zip(got, want, strict=False) if g != w),
+            None if len(got) == len(want) else {"got": len(got), "want": len(want)},
+        )
+        return {"equal": body == json_bytes(whole), "built": built, "runs": len(want), "differs": differs}
+    raise RuntimeError("the lake never stood still for one check")
+
+
+def compact(cur) -> int:
+    """`ducklake_merge_adjacent_files`, tried again while a collector's commit conflicts with it; the tries."""
+    for tries in range(1, 30):
+        try:
+            cur.execute(f"CALL ducklake_merge_adjacent_files('{LAKE}')")
+            return tries
+        except duckdb.TransactionException:
+            time.sleep(0.2)
+    raise RuntimeError("every compaction conflicted with a collector's commit")
+
+
+def main() -> None:
+    spec = LakeSpec.parse(sys.argv[1], sys.argv[2])
+    store = Store.on_lake(lake_reader.LakeReader(spec, 256), "team-overview-check")
+    kept = RunService(store)
+    for line in sys.stdin:
+        ask = json.loads(line)
+        cur = store.cursor()
+        if ask["op"] == "check":
+            out = check(store, kept)
+        elif ask["op"] == "overview":
+            out = api_runs.built_whole(RunService(store))
+        elif ask["op"] == "alerts":
+            out = store_alerts.list_alerts(store, run=ask["run"])
+        elif ask["op"] == "alert":
+            out = store_alerts.get_alert(store, ask["alert"])
+        elif ask["op"] in ("ack", "resolve"):
+            state = "acked" if ask["op"] == "ack" else "resolved"
+            lake_reader.ask_alert_states(cur, [ask["alert"]], state, "from the overview test")
+            out = {"asked": state}
+        elif ask["op"] == "stop":
+            lake_reader.ask_stop(cur, ask["run"], "the overview test", "person")
+            out = {"asked": "stop"}
+        elif ask["op"] == "compact":
+            out = {"compacted": compact(cur)}
+        else:
+            raise ValueError(f"unknown op {ask['op']!r}")
+        print(json.dumps(out, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
