@@ -170,7 +170,8 @@ def test_a_password_in_store_works_with_a_warning_and_stays_out_of_the_log_when_
         assert [r["id"] for r in runs().json()] == ["alice/exp/sft"]
         pg.stop()
         try:
-            assert [runs().status_code for _ in range(3)] == [500] * 3
+            # (503: the catalog out of reach, collector/api/app.py)
+            assert [runs().status_code for _ in range(3)] == [503] * 3
         finally:
             pg.start()
         wait_for(lambda: runs().status_code == 200, "the reader answering once Postgres is back")
