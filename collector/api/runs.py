@@ -157,7 +157,7 @@ def _summaries(service: RunService, only: list[str] | None) -> Iterator[tuple[di
     run (or of those of `only` the store holds), in `store_read.runs`'s order (the thresholds are read before
     the recommendation: a runwatch.toml changed in between is seen next time)."""
     store = service.store
-    counts = store_read.open_alert_counts(store, only)
+    alerts = store_read.open_alerts(store, STALLED, only)
     signatures = store_read.advice_signatures(store, BAD_RULES, runs=only)
     all_stats = store_read.metric_stats(store, runs=only)
     stats_by_run: dict[str, list[dict]] = {}
@@ -166,39 +166,28 @@ def _summaries(service: RunService, only: list[str] | None) -> Iterator[tuple[di
     # (by metric name once, not per run's metric: 10,000 runs log the same few names)
     evaluations = {m for m in {s["metric"] for s in all_stats} if is_evaluation(m)}
     with_evaluations = {s["run"] for s in all_stats if s["metric"] in evaluations}
-    with_checkpoints = store_alerts.runs_with_checkpoints(store, only)
-    stalled = store_read.runs_with_open_alert(store, STALLED, only)
-    errors = store_read.open_error_alerts(store, only)
     for r in store_read.runs(store, runs=only):
-        reads_advice = _reads_advice(r, r["id"] in with_checkpoints, r["id"] in with_evaluations)
+        signature = signatures.get(r["id"])
+        has_checkpoints = signature is not None and signature[0] is not None  # (its checkpoints' part)
+        reads_advice = _reads_advice(r, has_checkpoints, r["id"] in with_evaluations)
         advised = (r["path"], service.thresholds_of(r["path"])) if reads_advice else None
         summary = _run_summary(
-            service,
-            r,
-            stats_by_run.get(r["id"], []),
-            counts,
-            reads_advice,
-            r["id"] in stalled,
-            signatures.get(r["id"]),
+            service, r, stats_by_run.get(r["id"], []), alerts.get(r["id"]), reads_advice, signature
         )
-        yield r, summary | anomaly(errors.get(r["id"])), advised
+        yield r, summary | anomaly(alerts.get(r["id"])), advised
 
 
-def anomaly(error_alert: dict | None) -> dict:
-    """`anomaly_detected` and `anomaly_reason` of a run from its first unresolved error alert (the
-    trainer's own state, `status`, is left as it is)."""
-    if error_alert is None:
+def anomaly(open_alerts: dict | None) -> dict:
+    """`anomaly_detected` and `anomaly_reason` of a run from its first unresolved error alert (of its
+    `store_read.open_alerts`; the trainer's own state, `status`, is left as it is)."""
+    a = open_alerts["first_error"] if open_alerts is not None else None
+    if a is None:
         return {"anomaly_detected": False, "anomaly_reason": None}
-    a = error_alert
     where = f" on {a['metric']}" if a["metric"] else ""
     return {
         "anomaly_detected": True,
         "anomaly_reason": f"{a['rule']}{where} at step {a['first_step']}: {a['message']}",
     }
-
-
-def _open_counts(counts: dict, run: str) -> dict:
-    return counts.get(run, {"error": 0, "warn": 0, "info": 0})
 
 
 def _latest_by_role(stats: list[dict], role: str) -> float | None:
@@ -232,11 +221,11 @@ def _run_summary(
     service: RunService,
     r: dict,
     stats: list[dict],
-    counts: dict,
+    open_alerts: dict | None,
     reads_advice: bool,
-    stalled: bool,
     signature: tuple | None,
 ) -> dict:
+    """The run's overview row but its anomaly; `open_alerts` is its `store_read.open_alerts` (None: none)."""
     recommended = None
     if reads_advice:
         recommended = service.recommended_step(r, stats, signature)
@@ -245,7 +234,7 @@ def _run_summary(
         "id": r["id"],
         "path": r["path"],
         "format": r["format"],
-        "status": run_status(r, stalled, state != "disconnected"),
+        "status": run_status(r, open_alerts is not None and open_alerts["has_rule"], state != "disconnected"),
         "root_state": state,
         "last_step": r["last_step"],
         "total_steps": r["total_steps"],
@@ -253,7 +242,7 @@ def _run_summary(
         "last_point_at": r["last_point_at"],
         "train_loss": _latest_by_role(stats, "loss"),
         "val_loss": _latest_by_role(stats, "val_loss"),
-        "open_alerts": _open_counts(counts, r["id"]),
+        "open_alerts": open_alerts["counts"] if open_alerts else {"error": 0, "warn": 0, "info": 0},
         "recommended_step": recommended,
         "judged_to": r["detected_to"],  # a stored backlog being judged: the step alerts are up to; else None
     }
@@ -264,14 +253,11 @@ def run(service: RunService, run_id: str) -> dict:
     store = service.store
     r = find_run(store, run_id)
     stats = store_read.metric_stats(store, run_id)
-    has_checkpoints = bool(store_alerts.checkpoints(store, run_id))
-    stalled = run_id in store_read.runs_with_open_alert(store, STALLED)
-    signature = store_read.advice_signatures(store, BAD_RULES).get(run_id)
+    signature = store_read.advice_signatures(store, BAD_RULES, run_id).get(run_id)
+    has_checkpoints = signature is not None and signature[0] is not None  # (its checkpoints' part)
     reads_advice = _reads_advice(r, has_checkpoints, any(is_evaluation(s["metric"]) for s in stats))
-    out = _run_summary(
-        service, r, stats, store_read.open_alert_counts(store), reads_advice, stalled, signature
-    )
-    out |= anomaly(store_read.open_error_alerts(store).get(run_id))
+    alerts = store_read.open_alerts(store, STALLED, [run_id]).get(run_id)
+    out = _run_summary(service, r, stats, alerts, reads_advice, signature) | anomaly(alerts)
     out["config"] = store_read.parse_json(r["config"])
     out["status_info"] = store_read.parse_json(r["status_info"])
     shapes = store_read.metric_shapes(store, run_id)

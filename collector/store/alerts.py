@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from collector.store.db import Store
-from collector.store.read import of_runs
 
 STATES = ("open", "acked", "resolved")
 ALERT_COLUMNS = """a.id, a.run_id AS run, a.rule, a.severity, a.metric, a.first_step, a.last_step, a.state,
@@ -211,12 +210,6 @@ def replace_checkpoints(store: Store, run: str, checkpoints: list[dict]) -> None
                     for c in checkpoints
                 ],
             )
-
-
-def runs_with_checkpoints(store: Store, runs: list[str] | None = None) -> set[str]:
-    """The runs (of `runs`, or of all) that have a stored checkpoint index."""
-    where, params = of_runs("run_id", runs)
-    return {r[0] for r in store.rows(f"SELECT DISTINCT run_id FROM checkpoints WHERE {where}", params)}
 
 
 def checkpoints(store: Store, run: str) -> list[dict]:

@@ -215,8 +215,8 @@ def runs_changed(
     """The runs of which a row of `tables` (name -> its run column) was inserted or deleted after `since`, and
     the mark of now; None when the lake cannot say (the snapshot of `since` expired, a commit did more than
     insert and delete rows of tables: a table created, altered or dropped, rows inlined in the catalog; or a
-    read failed, said in the log): build anew. Two to four queries (one when nothing was committed; tables no
-    commit wrote are not read); rows of a run inserted after the mark of now was read are found next time.
+    read failed, said in the log): build anew. One query, and one more when a commit wrote one of `tables`
+    (only those are read); rows of a run inserted after the mark of now was read are found next time.
 
     Not `ducklake_table_changes`: a compaction (`ducklake_merge_adjacent_files`) files the rows it merges under
     the oldest snapshot of their files, so a change feed across it loses the inserts it merged (measured on
@@ -231,15 +231,13 @@ def runs_changed(
 def _runs_changed(
     cur: duckdb.DuckDBPyConnection, since: LakeMark, tables: dict[str, str]
 ) -> tuple[LakeMark, set[str]] | None:
-    now = cur.execute("SELECT id FROM current_snapshot()").fetchone()[0]
-    if now == since.snapshot:
-        return since, set()
     snaps = cur.execute(
-        f"SELECT snapshot_id, changes FROM {LAKE}.snapshots() WHERE snapshot_id BETWEEN ? AND ? ORDER BY 1",
-        [since.snapshot, now],
+        f"SELECT snapshot_id, changes FROM {LAKE}.snapshots() WHERE snapshot_id >= ? ORDER BY 1",
+        [since.snapshot],
     ).fetchall()
     if not snaps or snaps[0][0] != since.snapshot:
         return None
+    now = snaps[-1][0]
     touched: dict[str, set[str]] = {_INSERTED: set(), _DELETED: set()}
     for _, changes in snaps[1:]:
         for kind, ids in (changes or {}).items():
@@ -249,30 +247,21 @@ def _runs_changed(
     inserted = [t for t in tables if str(since.table_ids[t]) in touched[_INSERTED]]
     deleted = [t for t in tables if str(since.table_ids[t]) in touched[_DELETED]]
     next_rows = dict(since.next_rows)
+    if not inserted and not deleted:
+        return LakeMark(now, since.table_ids, next_rows), set()
+    parts = [
+        f'SELECT {i}, max(rowid), list(DISTINCT "{tables[t]}") FROM {LAKE}."{t}" WHERE rowid >= ?'
+        for i, t in enumerate(inserted)
+    ] + [
+        f"SELECT -1, NULL, list(DISTINCT \"{tables[t]}\") FROM ducklake_table_deletions('{LAKE}', 'main', '{t}', ?, ?)"
+        for t in deleted
+    ]
+    params = [since.next_rows[t] for t in inserted] + [since.snapshot + 1, now] * len(deleted)
     changed: set[str] = set()
-    if inserted:
-        found = cur.execute(
-            " UNION ALL ".join(
-                f'SELECT {i}, max(rowid), list(DISTINCT "{tables[t]}") FROM {LAKE}."{t}" WHERE rowid >= ?'
-                for i, t in enumerate(inserted)
-            ),
-            [since.next_rows[t] for t in inserted],
-        ).fetchall()
-        for i, last, runs in found:
-            if last is not None:
-                next_rows[inserted[i]] = max(next_rows[inserted[i]], last + 1)
-                changed.update(runs)
-    if deleted:
-        changed.update(
-            run
-            for (run,) in cur.execute(
-                " UNION ".join(
-                    f"SELECT \"{tables[t]}\" FROM ducklake_table_deletions('{LAKE}', 'main', '{t}', ?, ?)"
-                    for t in deleted
-                ),
-                [since.snapshot + 1, now] * len(deleted),
-            ).fetchall()
-        )
+    for i, last, runs in cur.execute(" UNION ALL ".join(parts), params).fetchall():
+        if i >= 0 and last is not None:
+            next_rows[inserted[i]] = max(next_rows[inserted[i]], last + 1)
+        changed.update(runs or ())
     changed.discard(None)
     return LakeMark(now, since.table_ids, next_rows), changed
 

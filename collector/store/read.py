@@ -85,63 +85,51 @@ def metric_shapes(store: Store, run: str) -> dict[str, dict]:
     return out
 
 
-def open_alert_counts(store: Store, runs: list[str] | None = None) -> dict[str, dict[str, int]]:
-    """Per run (of `runs`, or every run): open (not resolved) alerts by severity."""
-    counts: dict[str, dict[str, int]] = {}
+def open_alerts(store: Store, rule: str, runs: list[str] | None = None) -> dict[str, dict]:
+    """Per run (of `runs`, or every run) with alerts not yet resolved (open or acknowledged): `counts` (of
+    them by severity), `has_rule` (one of `rule` among them) and `first_error` (the first raised error among
+    them: `rule`, `metric`, `first_step`, `message`; None without one). One grouped pass over the alerts."""
     among, params = of_runs("run_id", runs)
-    for run, severity, n in store.rows(
-        f"SELECT run_id, severity, count(*) FROM alerts WHERE state != 'resolved' AND {among} GROUP BY ALL",
-        params,
+    out: dict[str, dict] = {}
+    for run, severity, n, has_rule, first in store.rows(
+        f"""SELECT run_id, severity, count(*), bool_or(rule = ?),
+                   arg_min(struct_pack(rule, metric, first_step, message), (first_step, id))
+            FROM alerts WHERE state != 'resolved' AND {among} GROUP BY run_id, severity""",
+        [rule, *params],
     ):
-        counts.setdefault(run, {"error": 0, "warn": 0, "info": 0})[severity] = n
-    return counts
+        facts = out.setdefault(
+            run, {"counts": {"error": 0, "warn": 0, "info": 0}, "has_rule": False, "first_error": None}
+        )
+        facts["counts"][severity] = n
+        facts["has_rule"] = facts["has_rule"] or has_rule
+        if severity == "error":
+            facts["first_error"] = dict(first)
+    return out
 
 
 def advice_signatures(
     store: Store, alert_rules: tuple[str, ...], run: str | None = None, runs: list[str] | None = None
 ) -> dict[str, tuple]:
-    """Per run (every run, or just `run`, or those of `runs`), a value that changes whenever its checkpoint index, its alerts of
-    `alert_rules` or its error alerts, its replaced points or its files' formats change (four grouped queries):
-    what a cached answer built from them is checked against."""
-    out: dict[str, list] = {}
+    """Per run (every run, or just `run`, or those of `runs`), a value that changes whenever its checkpoint
+    index, its alerts of `alert_rules` or its error alerts, its replaced points or its files' formats change:
+    what a cached answer built from them is checked against. Four parts, (count, figure) each or None (the run
+    has no such row: a run without checkpoints has a first part of None), from one query."""
     of_run, params = ("run_id = ?", [run]) if run is not None else of_runs("run_id", runs)
-    queries = (
-        f"""SELECT run_id, count(*), sum(hash(step, path, complete, bytes, info)) FROM checkpoints
-            WHERE {of_run} GROUP BY ALL""",
-        f"""SELECT run_id, count(*), sum(hash(id, rule, severity, first_step, last_step, state, active))
-            FROM alerts WHERE (rule IN ({", ".join("?" * len(alert_rules))}) OR severity = 'error')
-            AND {of_run} GROUP BY ALL""",
-        f"SELECT run_id, count(*), max(replaced_at) FROM points_replaced WHERE {of_run} GROUP BY ALL",
-        f"SELECT run_id, count(*), sum(hash(path, format)) FROM sources WHERE {of_run} GROUP BY ALL",
+    rules = ", ".join("?" * len(alert_rules))
+    parts = (  # (table, rows, figure); a figure as text: the parts' figures are of different types
+        ("checkpoints", "true", "sum(hash(step, path, complete, bytes, info))"),
+        ("alerts", f"(rule IN ({rules}) OR severity = 'error')", "sum(hash(id, rule, severity, first_step, last_step, state, active))"),
+        ("points_replaced", "true", "max(replaced_at)"),
+        ("sources", "true", "sum(hash(path, format))"),
+    )  # fmt: skip
+    sql = " UNION ALL ".join(
+        f"SELECT {i}, run_id, count(*), ({figure})::VARCHAR FROM {table} WHERE {rows} AND {of_run} GROUP BY run_id"
+        for i, (table, rows, figure) in enumerate(parts)
     )
-    for i, sql in enumerate(queries):
-        for name, *figures in store.rows(sql, [*alert_rules, *params] if i == 1 else params):
-            out.setdefault(name, [None] * len(queries))[i] = tuple(figures)
+    out: dict[str, list] = {}
+    for i, name, count, figure in store.rows(sql, [*params, *alert_rules, *params, *params, *params]):
+        out.setdefault(name, [None] * len(parts))[i] = (count, figure)
     return {name: tuple(parts) for name, parts in out.items()}
-
-
-def runs_with_open_alert(store: Store, rule: str, runs: list[str] | None = None) -> set[str]:
-    """The runs (of `runs`, or of all) with a not yet resolved (open or acknowledged) alert of `rule`."""
-    among, params = of_runs("run_id", runs)
-    return {
-        run
-        for (run,) in store.rows(
-            f"SELECT DISTINCT run_id FROM alerts WHERE rule = ? AND state != 'resolved' AND {among}",
-            [rule, *params],
-        )
-    }
-
-
-def open_error_alerts(store: Store, runs: list[str] | None = None) -> dict[str, dict]:
-    """Per run (of `runs`, or every run): its first raised error alert not yet resolved (`rule`, `metric`,
-    `first_step`, `message`)."""
-    among, params = of_runs("run_id", runs)
-    rows = store.rows(
-        "SELECT run_id, arg_min(struct_pack(rule, metric, first_step, message), (first_step, id)) "
-        f"FROM alerts WHERE severity = 'error' AND state != 'resolved' AND {among} GROUP BY run_id",
-        params,
-    )
-    return {run: dict(first) for run, first in rows}
 
 
 def point_count(store: Store) -> int:
