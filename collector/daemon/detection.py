@@ -61,6 +61,7 @@ class Detection:
         self.runs = RunService(store, self.thresholds)
         self.detectors: dict[str, RunDetector] = {}
         self.run_dirs: dict[str, Path] = {}
+        self.run_files: dict[str, Path] = {}  # runs that are one file by itself (`Ingestor`)
         self.hf_own_state: dict[str, Path | None] = {}  # the runs of reused HF output folders (`Ingestor`)
         self.status: dict[str, dict] = {}
         self.reachable: Callable[[str], bool] = lambda run: True  # False while a remote run's host is down
@@ -84,7 +85,10 @@ class Detection:
         self._markers_seen: dict[str, int | None] = {}
         # Told every change of an alert (after_points is reached while an episode goes on), not only openings.
         self.stopper = StopFileSink(
-            lambda run: self.run_dirs.get(run), lambda run: self._config(run).stop, self._stopped
+            # a run that is one file has no folder to ask (its folder is its root's, or other runs'): the file
+            lambda run: self.run_files.get(run) or self.run_dirs.get(run),
+            lambda run: self._config(run).stop,
+            self._stopped,
         )
 
     def _config(self, run: str) -> DetectConfig:

@@ -76,6 +76,7 @@ class Collector:
             on_backlog=self.detection.backlog_added,
         )
         self.detection.run_dirs = self.ingestor.run_dirs
+        self.detection.run_files = self.ingestor.run_files
         self.detection.hf_own_state = self.ingestor.hf_own_state
         self.detection.reachable = self._reachable
         self.team = None

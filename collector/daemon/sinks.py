@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from collector.core.printable import printable
-from collector.core.stop_request import stop_path, write_stop_request
+from collector.core.stop_request import STOP_FILE, stop_path, write_stop_request
 from collector.settings.stop import StopSettings, stops_run
 
 log = logging.getLogger("runwatch.sinks")
@@ -223,7 +223,8 @@ class StopFileSink:
     matches the run's `[stop]` settings (off unless runwatch.toml names rules under `[stop] on`).
 
     It is told every change of an alert (not only openings): `after_points` is reached while an episode goes
-    on. `run_dir_of(run)` and `settings_of(run)` give the run's folder and its StopSettings;
+    on. `run_dir_of(run)` and `settings_of(run)` give the run's folder (its file when it is one file by itself:
+    nothing is written then) and its StopSettings;
     `on_stopped(alert, request)` records that the run was asked to stop (the alert's history)."""
 
     def __init__(
@@ -240,9 +241,12 @@ class StopFileSink:
             return
         run_dir = self.run_dir_of(run)
         if run_dir is None or not Path(run_dir).is_dir():
-            log.warning(
-                "run %s: the %s alert asks to stop it, but its folder is unknown", run, alert.get("rule")
+            where = (
+                f"it is the single file {run_dir}: there is no run folder to write {STOP_FILE} into"
+                if run_dir is not None and Path(run_dir).is_file()
+                else "its folder is unknown"
             )
+            log.warning("run %s: the %s alert asks to stop it, but %s", run, alert.get("rule"), where)
             return
         request, wrote = write_stop_request(
             run_dir,

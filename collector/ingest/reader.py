@@ -73,6 +73,7 @@ class Ingestor:
         self.sources: dict[str, SourceState] = store.sources()
         self.roles: dict[str, str] = {}  # path -> "metrics" | "meta" | "ignored"
         self.run_dirs: dict[str, Path] = {}
+        self.run_files: dict[str, Path] = {}  # runs that are one file by itself (no folder of their own)
         self.hf_own_state: dict[str, Path | None] = {}  # runs of reused HF output folders -> own state
         self.contexts: dict[str, dict | None] = {}  # path -> what its neighbours say (`Source.context`)
         self.max_step: dict[str, int] = store.max_steps()
@@ -125,6 +126,10 @@ class Ingestor:
             return  # the periodic rescan sees the same run: nothing to write
         self._registered[run.id] = known
         self.run_dirs[run.id] = run.dir
+        if run.file is not None:
+            self.run_files[run.id] = run.file
+        else:
+            self.run_files.pop(run.id, None)
         self.store.upsert_run(run.id, str(run.root), str(run.path), run.format)
         self.store.set_skipped_files(run.id, [(str(p), why, segments.size_of(p)) for p, why in run.skipped])
         self.hf_own_state.pop(run.id, None)

@@ -57,6 +57,13 @@ def test_a_stop_rule_writes_the_request_and_the_alert_records_it(daemon):
     assert [h["event"] for h in history] == ["opened", "stop_requested"]
     wait_for(lambda: cli_json(db, "alerts", "--run", "unguarded", "--rule", "nonfinite"), "the other NaN")
     assert not (unguarded / STOP_FILE).exists()
+    # A run that is one file has no folder of its own: nothing is written into the folder holding it (the
+    # root here, the folder of other runs too), and the log says why.
+    with (root / "solo.jsonl").open("w") as f:
+        f.write('{"step":1,"data":{"train/loss":2.0}}\n{"step":2,"data":{"train/loss":NaN}}\n')
+    said = "run solo: the nonfinite alert asks to stop it, but it is the single file"
+    wait_for(lambda: said in d.log.read_text(), "the collector to say the single-file run has no folder")
+    assert not (root / STOP_FILE).exists()
     assert d.stop() == 0
 
 
