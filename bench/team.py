@@ -119,6 +119,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     if args.seed_from:  # (cp -a: the cluster's files stay its user's)
         args.overview_runs = json.loads((args.seed_from / "seeded.json").read_text())["runs"]
+        work.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cp", "-a", str(args.seed_from), str(work)], check=True)
         reuse = True
     data = work / "lake"
