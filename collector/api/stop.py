@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.core.stop_request import check_inside, stop_path, write_stop_request
+from collector.core.stop_request import check_inside, ended, single_file, stop_path, write_stop_request
 from collector.runs.lookup import find_run
 from collector.store import lake_reader
 from collector.store import read as store_read
@@ -19,13 +19,12 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
     folder of its own or has ended."""
     r = find_run(store, run_id)
     if store.lake_reader:  # team mode: the collector owning the run writes its stop file (store/lake.py)
-        # refused as alone: a stop file left in an ended run's folder would stop it again once it is resumed
-        # (runwatch never removes one)
+        # refused as alone (the owning collector checks again: a run may end after it was asked)
         _refuse_ended(run_id, r)
         if any(
             s["path"] == r["path"] for s in store_read.sources(store, run_id)
         ):  # (its folder is not its own)
-            raise ValueError(_single_file(run_id, r["path"]))
+            raise ValueError(single_file(run_id, r["path"]))
         reason = reason.strip() or "stop requested from runwatch"
         lake_reader.ask_stop(store.cursor(), run_id, reason, by="person")
         # `path`: where the owning collector writes the request, on its machine; `written`: asked of it
@@ -33,7 +32,7 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
         return {"run": run_id, "path": str(stop_path(Path(r["path"]))), "request": request, "written": True}
     folder = Path(r["path"])
     if not folder.is_dir():
-        raise ValueError(_single_file(run_id, folder))
+        raise ValueError(single_file(run_id, folder))
     if r.get("root"):  # a folder on the way swapped for a link since the run was found: StopFileLink
         check_inside(folder, r["root"])
     _refuse_ended(run_id, r)
@@ -45,10 +44,6 @@ def request_stop(store: Store, run_id: str, reason: str) -> dict:
 
 def _refuse_ended(run_id: str, run: dict) -> None:
     """ValueError for a run whose status.json says it ended: there is nothing to stop."""
-    state = (store_read.parse_json(run["status_info"]) or {}).get("state")
-    if state in ("completed", "failed", "stopped"):
-        raise ValueError(f"run {run_id!r} has ended (status.json: {state}); nothing to stop")
-
-
-def _single_file(run_id: str, path: object) -> str:
-    return f"run {run_id!r} is the single file {path}: there is no run folder to ask to stop"
+    why = ended(run_id, store_read.parse_json(run["status_info"]))
+    if why:
+        raise ValueError(why)

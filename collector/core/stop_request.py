@@ -30,6 +30,21 @@ def stop_path(run_dir: Path | str) -> Path:
     return Path(run_dir) / STOP_FILE
 
 
+def ended(run_id: str, status_info: dict | None) -> str | None:
+    """Why a stop of the run is refused when its status.json (`status_info`) says it ended, else None: a stop
+    file left in an ended run's folder would stop it again once it is resumed (runwatch never removes one).
+    The API's refusal, and the owning collector's in team mode."""
+    state = (status_info or {}).get("state")
+    if state in ("completed", "failed", "stopped"):
+        return f"run {run_id!r} has ended (status.json: {state}); nothing to stop"
+    return None
+
+
+def single_file(run_id: str, path: object) -> str:
+    """Why a stop of a run that is one file by itself is refused: its folder is its root's (other runs')."""
+    return f"run {run_id!r} is the single file {path}: there is no run folder to ask to stop"
+
+
 class StopFileLink(ValueError):
     """`RUN_DIR/runwatch.stop` (or the run folder itself, or a folder between it and its root) is a symbolic
     link (or not a plain file): runwatch neither reads nor writes through it, since it could point anywhere

@@ -83,7 +83,7 @@ class Collector:
         if settings.store:  # team mode: the file is published into the shared lake (daemon/team.py)
             from collector.daemon.team import TeamPublishing
 
-            self.team = TeamPublishing(self.store, settings, self.ingestor.run_dirs)
+            self.team = TeamPublishing(self.store, settings, self.ingestor.run_dirs, self.ingestor.run_files)
         self._stop = threading.Event()
         self.api_left_running = (
             False  # the API thread outlived API_STOP_S: the store stays open, exit at once

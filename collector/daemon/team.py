@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from collector.core.runtime import Settings, ensure_token, remove_marker, write_marker
-from collector.core.stop_request import write_stop_request
+from collector.core.stop_request import ended, single_file, write_stop_request
 from collector.store import alerts as store_alerts
 from collector.store import lake, lake_reader
+from collector.store import read as store_read
 from collector.store.db import Store
 
 log = logging.getLogger("collector")
@@ -33,12 +34,13 @@ LAKE_AWAITED_S = 1.0  # a reader started before any collector looks for the lake
 class TeamPublishing:
     """Publishes the collector's file into the lake in batches, on a thread of its own."""
 
-    def __init__(self, store: Store, settings: Settings, run_dirs: dict) -> None:
+    def __init__(self, store: Store, settings: Settings, run_dirs: dict, run_files: dict) -> None:
         spec = lake.LakeSpec.parse(settings.store, settings.data_path)
         self.publisher = lake.LakePublisher(store, spec, settings.collector_name or socket.gethostname())
         self.interval = settings.publish_interval_s
         self.soon = settings.publish_soon_s
         self.run_dirs = run_dirs  # run -> its folder (the ingestor's, live)
+        self.run_files = run_files  # run -> its file, for a run that is one file by itself (the ingestor's)
         self._stop = threading.Event()
         self._stored = threading.Event()  # the ingest loop committed new rows since the last batch began
         self._thread = threading.Thread(target=self._loop, name="lake", daemon=True)
@@ -83,16 +85,28 @@ class TeamPublishing:
 
     def _carry_out_stops(self, stops: list[tuple[str, str, float]]) -> None:
         for run, reason, asked_at in stops:
-            folder = self.run_dirs.get(run)
-            if folder is None or not folder.is_dir():
-                outcome = f"run {run!r} has no folder this collector can write to"
-            else:
+            outcome = self._refusal(run)
+            if outcome is None:
                 request, written = write_stop_request(
-                    folder, reason or "stop requested from runwatch", by="person"
+                    self.run_dirs[run], reason or "stop requested from runwatch", by="person"
                 )
                 outcome = "written" if written else "a request was already there"
-            self.publisher.stop_done(run, asked_at, outcome)
+            self.publisher.stop_done(run, asked_at, outcome)  # the asker reads why in team_stops.outcome
             log.info("team lake: stop of %s asked through the lake: %s", run, outcome)
+
+    def _refusal(self, run: str) -> str | None:
+        """Why no stop file is written for `run` (the API's refusals, `core/stop_request.py`), else None. The reader
+        refuses these too, but a request from an older reader, or a run that ended after it was asked, reaches
+        the owner: a single file's folder is the watched root (every sibling's stop file), and a stop file left
+        in an ended run's folder would stop it again once resumed."""
+        file = self.run_files.get(run)
+        if file is not None:
+            return single_file(run, file)
+        folder = self.run_dirs.get(run)
+        if folder is None or not folder.is_dir():
+            return f"run {run!r} has no folder this collector can write to"
+        found = store_read.runs(self.publisher.store, run)
+        return ended(run, store_read.parse_json(found[0]["status_info"])) if found else None
 
     def _carry_out_alert_changes(self, changes: list[tuple[int, str, str | None, float]]) -> None:
         for local_id, state, note, asked_at in changes:

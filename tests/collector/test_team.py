@@ -180,6 +180,77 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             d.ensure_stopped()
 
 
+# One statement on the lake from a process of its own (what an older reader, or psql-like tooling, would do).
+LAKE_SQL = (
+    "import json, sys, duckdb\n"
+    "from collector.store.lake import LakeSpec, attach, load_extensions\n"
+    "con = duckdb.connect()\n"
+    "load_extensions(con)\n"
+    "attach(con, LakeSpec.parse(sys.argv[1], sys.argv[2]))\n"
+    "print(json.dumps(con.execute(sys.argv[3], json.loads(sys.argv[4])).fetchall()))\n"
+)
+
+
+def lake_sql(dsn: str, data: Path, sql: str, params: list | None = None, check: bool = True) -> list | None:
+    """The statement's rows; None when it failed and not `check` (e.g. a table no collector has made yet)."""
+    done = subprocess.run(
+        [str(TEAM_PYTHON), "-c", LAKE_SQL, f"ducklake:postgres:{dsn}", str(data), sql, json.dumps(params or [])],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0 or not check, done.stderr[-2000:]
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def test_the_owning_collector_refuses_a_stop_of_an_ended_or_single_file_run_and_says_why(pg, tmp_path):
+    """A stop row in the lake that the reader would refuse now (from an older reader, or a run that ended after
+    it was asked) gets no stop file from the owner either: a single file's folder is the watched root (every
+    sibling's stop file), an ended run's stop file would stop it again once resumed. The refusal is the
+    request's outcome in the lake; a live run beside them is stopped as asked."""
+    dsn, data, root = pg.new_database("refused"), tmp_path / "lake", tmp_path / "alice"
+    for run in ("done", "live"):
+        write_steps(root / "exp" / run / "metrics.jsonl", 1, 5)
+    (root / "exp" / "done" / "status.json").write_text('{"state": "completed"}')
+    write_steps(root / "single.jsonl", 1, 5)
+    alice = TeamDaemon(tmp_path / "alice.duckdb", [root], *lake_args(dsn, data, "alice"))
+    try:
+        alice.start()
+        wait_for(
+            lambda: (
+                {r["id"]: r["status"] for r in alice.client().get("/api/runs")}.get("exp/done") == "completed"
+            ),
+            "alice's runs read, exp/done completed",
+        )
+        published = "SELECT count(*) FROM lake.runs WHERE status = 'completed'"  # (team_stops made with it)
+        wait_for(lambda: lake_sql(dsn, data, published, check=False) == [[1]], "alice's runs in the lake")
+        asked = ["alice/exp/done", "alice/single", "alice/exp/live"]
+        for i, run in enumerate(asked):  # as a reader before 96d1d47 / 8d9b4fd asked them
+            lake_sql(
+                dsn, data, "INSERT INTO lake.team_stops VALUES (?, 'old reader', ?, 'person', NULL, NULL)",
+                [run, time.time() + i],
+            )  # fmt: skip
+        sql = "SELECT run_id, outcome FROM lake.team_stops WHERE done_at IS NOT NULL ORDER BY asked_at"
+
+        def carried_out() -> list | None:
+            rows = lake_sql(dsn, data, sql)
+            return rows if len(rows) == len(asked) else None
+
+        outcomes = wait_for(
+            carried_out, "alice carrying out the three stops asked", proc=alice.proc, log=alice.log
+        )
+        assert [r for r, _ in outcomes] == asked
+        said = dict(outcomes)
+        assert "has ended (status.json: completed); nothing to stop" in said["alice/exp/done"], said
+        assert "is the single file" in said["alice/single"] and "no run folder" in said["alice/single"], said
+        assert said["alice/exp/live"] == "written"
+        assert (root / "exp" / "live" / "runwatch.stop").exists()
+        assert (
+            not (root / "runwatch.stop").exists() and not (root / "exp" / "done" / "runwatch.stop").exists()
+        )
+        assert "nothing to stop" in alice.log.read_text()  # the owner's log says it too
+    finally:
+        alice.ensure_stopped()
+
+
 def test_team_mode_asked_of_the_wrong_venv_or_without_its_folder_says_what_to_do(tmp_path, python):
     """Without DuckLake (the project's DuckDB 2.0 venv) or without --data-path: a clear error, nothing started."""
     (tmp_path / "root").mkdir()
