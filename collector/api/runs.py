@@ -82,14 +82,14 @@ class _Row(NamedTuple):
 class Overview:
     """The overview as last built on a team's lake (`RunService.overview`; replaced whole, never changed):
     where in the lake it was read (`mark`), the host states its rows read, its rows in order (`kept`, each
-    encoded; `rows` and `body` from them) and how many runs' rows it built (`built`; None: all of them)."""
+    encoded; `rows` and `body` from them) and the runs whose rows it built (`built`; None: all of them)."""
 
     mark: lake_reader.LakeMark | None
     hosts: tuple
     kept: list[_Row]
     rows: list[dict]
     body: bytes
-    built: int | None
+    built: frozenset[str] | None
 
 
 def _overview(service: RunService) -> Overview:
@@ -116,15 +116,17 @@ def _overview(service: RunService) -> Overview:
         if not changed:
             if mark == old.mark:
                 return old
-            new = replace(old, mark=mark, built=0)
+            new = replace(old, mark=mark, built=frozenset())
         else:
             kept = [row for row in old.kept if row.summary["id"] not in changed]
-            new = _overview_of(mark, hosts, kept + _rows(service, sorted(changed)), len(changed))
+            new = _overview_of(mark, hosts, kept + _rows(service, sorted(changed)), frozenset(changed))
     service.overview = new
     return new
 
 
-def _overview_of(mark: lake_reader.LakeMark, hosts: tuple, rows: list[_Row], built: int | None) -> Overview:
+def _overview_of(
+    mark: lake_reader.LakeMark | None, hosts: tuple, rows: list[_Row], built: frozenset[str] | None
+) -> Overview:
     kept = sorted(rows)  # (kept rows and new rows: two sorted runs, merged)
     body = b"[" + b",".join(row.encoded for row in kept) + b"]"
     return Overview(mark, hosts, kept, [row.summary for row in kept], body, built)

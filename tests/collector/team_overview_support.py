@@ -4,9 +4,9 @@ stdin and answers one JSON line on stdout:
 
 - `{"op": "check"}`: the overview as the kept one answers it (`api_runs.runs_body` on one `RunService` for the
   whole session) against one built whole from a fresh service (`api_runs.built_whole`), both at one lake
-  snapshot (asked again when a commit landed in between): `equal`, `built` (runs whose rows the kept one built
-  again since the check before, a run once per try: 0 when it answered the one it held; None: all), `runs`,
-  and the first row that differs.
+  snapshot (asked again when a commit landed in between): `equal`, `built` (the runs whose rows the kept one
+  built again since the check before: [] when it answered the one it held; None: all), `runs`, and the first
+  row that differs.
 - `{"op": "overview"}`: the overview built whole, as a list (what the test waits on).
 - `{"op": "alerts", "run": RUN}`, `{"op": "alert", "alert": ID}`: the run's alerts, one alert, as stored.
 - `{"op": "ack" | "resolve", "alert": ID}`, `{"op": "stop", "run": RUN}`: asked through the lake as the API
@@ -35,12 +35,14 @@ def snapshot(store: Store) -> int:
 
 
 def check(store: Store, kept: RunService) -> dict:
-    built: int | None = 0  # rows built again over the tries (a try a commit landed in is asked again)
+    built: set[str] | None = (
+        set()
+    )  # runs built again over the tries (a try a commit landed in is asked again)
     for _ in range(50):
         before, held = snapshot(store), kept.overview
         body = api_runs.runs_body(kept)
         if kept.overview is not held:
-            built = None if built is None or kept.overview.built is None else built + kept.overview.built
+            built = None if built is None or kept.overview.built is None else built | kept.overview.built
         whole = api_runs.built_whole(RunService(store))
         if snapshot(store) != before:
             continue  # a commit landed in between: the two may differ by it
@@ -49,6 +51,7 @@ def check(store: Store, kept: RunService) -> dict:
             ({"got": g, "want": w} for g, w in zip(got, want, strict=False) if g != w),
             None if len(got) == len(want) else {"got": len(got), "want": len(want)},
         )
+        built = sorted(built) if built is not None else None
         return {"equal": body == json_bytes(whole), "built": built, "runs": len(want), "differs": differs}
     raise RuntimeError("the lake never stood still for one check")
 
