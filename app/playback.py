@@ -18,9 +18,15 @@ SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 REDRAW_S = 0.3  # redraw the charts at most this often while playing
 
 
-def stop_control(api: DashboardApi, run: str) -> None:
-    """A "Stop run" button; a second, explicit confirmation writes the stop request through the API."""
+def stop_control(api: DashboardApi, run: str, read_only: str | None = None, team: bool = False) -> None:
+    """A "Stop run" button; a second, explicit confirmation writes the stop request through the API (on a
+    `team` API, a request the collector that owns the run carries out). Disabled, saying why, when the API
+    takes no stops (`read_only`: a read-only team API)."""
     asking = f"confirm_stop:{run}"
+    if read_only:
+        st.button("Stop run", key="stop_run", disabled=True, help=f"Not here: {read_only}")
+        st.caption(f"Stopping is not offered here: {read_only}.")
+        return
     if not st.session_state.get(asking):
         if st.button("Stop run", key="stop_run", help="Ask the trainer to save a checkpoint and stop"):
             st.session_state[asking] = True
@@ -36,8 +42,14 @@ def stop_control(api: DashboardApi, run: str) -> None:
         if yes.button("Yes, stop the run", type="primary", key="stop_run_confirmed"):
             answer = api.stop(run, reason)
             st.session_state[asking] = False
-            verb = "Asked the run to stop" if answer.written else "The run was already asked to stop"
-            st.success(f"{verb}: {answer.path} ({answer.request.reason})")
+            if team:  # the request is a row in the lake: the owning collector writes the file
+                st.success(
+                    f"Asked the collector that owns the run to stop it: it writes {answer.path} at its next "
+                    f"batch (a second or two; {answer.request.reason})."
+                )
+            else:
+                verb = "Asked the run to stop" if answer.written else "The run was already asked to stop"
+                st.success(f"{verb}: {answer.path} ({answer.request.reason})")
         if no.button("Cancel", key="stop_run_cancelled"):
             st.session_state[asking] = False
             st.rerun()

@@ -74,7 +74,7 @@ try:
 except ApiError as err:
     # The collector went away or failed: say so, and find (or start) one afresh on the next run.
     ui.forget_collector()
-    st.error(f"The collector did not answer the list of runs: {err}. Reload the page to reconnect.")
+    st.error(f"{ui.answering()} did not answer the list of runs: {err}. Reload the page to reconnect.")
     st.stop()
 run_ids = [r.id for r in runs]
 
@@ -114,7 +114,9 @@ with st.sidebar:
     lake = conn.info.get("lake")  # a team's API (`serve --store` without roots): every collector's runs
     where = f"Team lake `{lake}`" if lake else f"Roots: {', '.join(root_label(r) for r in conf.roots)}"
     # (health's, not the marker's: a team API started before the lake existed learns it once attached)
-    if lake and (health.lake.read_only if health.lake else conn.info.get("lake_read_only")):
+    read_only = bool(lake and (health.lake.read_only if health.lake else conn.info.get("lake_read_only")))
+    st.session_state[ui.READ_ONLY_KEY] = ui.READ_ONLY_WHY if read_only else None
+    if read_only:
         where += " (read-only: its Postgres role may only read, so stops, acks and resolves are refused here)"
     st.caption(
         f"Database `{conf.db}`  \n{where}  \n"
@@ -145,4 +147,4 @@ try:
     page.run()
 except ApiError as err:
     # One failed call (a missing run, an endpoint this collector lacks) costs the page, not the dashboard.
-    st.error(f"The collector could not answer this page: {err}")
+    st.error(f"{ui.answering()} could not answer this page: {err}")

@@ -19,6 +19,11 @@ from collector.core.runtime import read_token
 
 RUN_KEY = "run"
 PENDING_RUN_KEY = "pending_run"  # set by a page to choose the run shown after switching pages
+READ_ONLY_KEY = "read_only_why"  # set by the frame each run: why this team API takes no stops, acks, resolves
+READ_ONLY_WHY = (
+    "this team API's Postgres role may only read the lake, so it refuses stops, acks and resolves "
+    "(a team API with a writing role takes them)"
+)
 SEVERITIES = ("error", "warn", "info")
 # Where a run's config comes from: every file of the run that records some, merged (collector.formats' run_info).
 CONFIG_SOURCES = "run.json, a Trainer's trainer_state.json, the settings verl printed, MLflow params and tags"
@@ -109,6 +114,18 @@ def api() -> DashboardApi:
 def connection() -> Connection:
     conf = settings()
     return _connection(str(conf.db), tuple(str(r) for r in conf.roots))
+
+
+def answering() -> str:
+    """Who answers this dashboard, in the user's words: a team's API (`serve --store` without roots) or the
+    collector of its database."""
+    return "The team API" if connection().info.get("lake") else "The collector"
+
+
+def read_only_why() -> str | None:
+    """Why stops, acks and resolves are refused here (a read-only team API), else None: their buttons are
+    disabled with this said, instead of a 403 after a click."""
+    return st.session_state.get(READ_ONLY_KEY)
 
 
 def selected_run() -> str | None:

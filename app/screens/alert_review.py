@@ -184,11 +184,14 @@ if incident.state == "open" and not unresolved:
     )
 note = st.text_input("Note (stored with each of its alerts)", key=f"note-{incident.id}")
 act = st.columns([1, 1, 4])
-if act[0].button("Acknowledge", disabled=not open_ids, key=f"ack-{incident.id}"):
+read_only = ui.read_only_why()  # (a read-only team API: a click would only meet its 403)
+if read_only:
+    st.caption(f"Acknowledge and Resolve are not offered here: {read_only}.")
+if act[0].button("Acknowledge", disabled=not open_ids or bool(read_only), key=f"ack-{incident.id}"):
     done = api.acknowledge_incident(incident.id, note)
     st.toast(_done_words("Acknowledged", done))
     st.rerun()
-if act[1].button("Resolve", disabled=not unresolved, key=f"resolve-{incident.id}"):
+if act[1].button("Resolve", disabled=not unresolved or bool(read_only), key=f"resolve-{incident.id}"):
     done = api.resolve_incident(incident.id, note)
     st.toast(_done_words("Resolved", done))
     st.rerun()

@@ -52,7 +52,7 @@ stop_reason = (detail.status_info or {}).get("stop_reason")
 if status == "stopped" and stop_reason:
     st.info(f"Stopped on request: {stop_reason}", icon=":material/stop_circle:")
 if status in ("running", "stalled"):
-    stop_control(api, run)
+    stop_control(api, run, ui.read_only_why(), team=bool(ui.connection().info.get("lake")))
 
 
 def files_of_run(detail: RunDetail) -> None:

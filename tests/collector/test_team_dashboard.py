@@ -2,7 +2,8 @@
 team reader (`serve --store` without roots), started before any collector (the overview says none has published
 yet), over a lake two real collectors then write. The overview lists both
 collectors' runs, each opens its run page with its charts drawn, and an incident acknowledged by click is
-applied by the collector that owns the run."""
+applied by the collector that owns the run, as is a stop asked on a run page. On a read-only team API the
+run page's Stop and the review's Acknowledge and Resolve are disabled, saying why."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.app.browser_support import (
 )
 from tests.collector.test_daemon_support import wait_for
 from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, write_steps
+from tests.collector.test_team_access import as_role, lake_with_roles
 from tests.pg_support import PgServer, team_cluster
 
 pytestmark = pytest.mark.browser
@@ -40,6 +42,7 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
     shots = screenshots_dir(tmp_path)
     dsn, data = pg.new_database("dash"), tmp_path / "lake"
     write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 1, 300)
+    (tmp_path / "alice" / "exp" / "sft" / "status.json").write_text('{"state": "running"}')
     bob_metrics = tmp_path / "bob" / "exp" / "rl" / "metrics.jsonl"
     write_steps(bob_metrics, 1, 200)
     with bob_metrics.open("a") as f:
@@ -80,6 +83,13 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             assert opened == {"alice/exp/sft", "bob/exp/rl"}
             assert open_page(page, f"{url}/run?run=alice/exp/sft", charts=1) == "alice/exp/sft"
             screenshot_whole_page(page, shots / "team-run.png")
+            # A stop asked on the run page is asked of alice, who writes the stop file at her next batch.
+            page.get_by_role("button", name="Stop run").click()
+            page.get_by_role("button", name="Yes, stop the run").click()
+            page.get_by_text("Asked the collector that owns the run to stop it", exact=False).wait_for()
+            assert page.get_by_text("at its next batch", exact=False).count() >= 1
+            stop_file = tmp_path / "alice" / "exp" / "sft" / "runwatch.stop"
+            wait_for(stop_file.exists, "alice writing the stop file asked on the dashboard")
             # The alert review acknowledges bob's incident on the team page: bob applies it, the lake shows it.
             open_page(page, url + "/alerts")
             page.get_by_role("button", name="Acknowledge").wait_for()
@@ -95,4 +105,46 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
         assert reader.proc.poll() is None, "stopping the dashboard stopped the team API it did not start"
     finally:
         for d in (alice, bob, reader):
+            d.ensure_stopped()
+
+
+def test_a_read_only_team_api_offers_no_stop_ack_or_resolve_and_says_why(pg, tmp_path: Path):
+    chromium_or_skip()
+    shots = screenshots_dir(tmp_path)
+    dsn, data = lake_with_roles(pg, "viewing"), tmp_path / "lake"
+    metrics = tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl"
+    write_steps(metrics, 1, 100)
+    with metrics.open("a") as f:
+        f.write('{"step": 101, "data": {"train/loss": NaN, "train/lr": 0.0001}}\n')
+    (tmp_path / "alice" / "exp" / "sft" / "status.json").write_text('{"state": "running"}')
+    root = tmp_path / "alice"
+    alice = TeamDaemon(tmp_path / "alice.duckdb", [root], *lake_args(as_role(dsn, "alice"), data, "alice"))
+    viewer = TeamDaemon(tmp_path / "viewer.duckdb", [], *lake_args(as_role(dsn, "viewer"), data))
+    try:
+        alice.start()
+        viewer.start()
+        client = viewer.client()
+        wait_for(lambda: client.get("/api/incidents", {"state": "open"}), "alice's NaN incident in the lake")
+        with (
+            streamlit_app(viewer.db, [], tmp_path / "home", tmp_path / "streamlit.log", launch=LAUNCH) as url,
+            chromium_page() as page,
+        ):
+            assert open_page(page, f"{url}/run?run=alice/exp/sft", charts=1) == "alice/exp/sft"
+            stop = page.get_by_role("button", name="Stop run")
+            stop.wait_for()
+            assert stop.is_disabled()
+            said = "Stopping is not offered here: this team API's Postgres role may only read the lake"
+            page.get_by_text(said, exact=False).wait_for()
+            screenshot_whole_page(page, shots / "team-read-only-run.png")
+            open_page(page, url + "/alerts")
+            page.get_by_role("button", name="Acknowledge").wait_for()
+            wait_idle(page)
+            assert page.get_by_role("button", name="Acknowledge").is_disabled()
+            assert page.get_by_role("button", name="Resolve").is_disabled()
+            assert page.get_by_text("Acknowledge and Resolve are not offered here", exact=False).count() == 1
+            screenshot_whole_page(page, shots / "team-read-only-alerts.png")
+            assert page.get_by_text("could not answer", exact=False).count() == 0
+        assert not (root / "exp" / "sft" / "runwatch.stop").exists()
+    finally:
+        for d in (alice, viewer):
             d.ensure_stopped()
