@@ -3,11 +3,13 @@
 The collector is the only process that may open the DuckDB file, so the dashboard never opens it: it reads
 `DB.collector.json` (pid, port, roots) to find the daemon's API, and when that file is missing or names a
 dead process it starts `python -m collector serve --db DB ROOT... --port 0` as a detached process (it
-outlives the dashboard) and waits for the file to name the new, live daemon.
+outlives the dashboard) and waits for the file to name the new, live daemon; only for a database clearly a
+local collector's (`may_start`), else it says none is running and how to start one.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -83,14 +85,33 @@ def _log_tail(db: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def connect(db: Path, roots: tuple[Path, ...]) -> Connection:
-    """The running collector for `db`, started (detached) when none is running."""
+def connect(db: Path, roots: tuple[Path, ...], may_start: bool = True) -> Connection:
+    """The running collector for `db`, started (detached) when none is running and `may_start` (the
+    settings' `may_start`) or `db` exists (a local collector's file: a team API keeps none); else
+    CollectorUnavailable saying none runs and how to start one."""
     info = read_marker(db)
     if info is not None:
         return Connection(info=info, started_here=False)
+    if not (may_start or db.exists()):
+        raise CollectorUnavailable(none_running(db))
     proc = start_collector(db, roots)
     info = wait_for_marker(db, proc)
     return Connection(info=info, started_here=info.get("pid") == proc.pid, log=log_path(db))
+
+
+def none_running(db: Path) -> str:
+    """No collector or team API answers for `db`, and the dashboard was given no roots to start one for."""
+    try:  # the marker a team API left when it was killed names its lake
+        lake = json.loads(marker_path(db).read_text()).get("lake")
+    except (OSError, ValueError, AttributeError):
+        lake = None
+    was = f" (the team API of the lake {lake} served it last)" if lake else ""
+    return (
+        f"nothing is running for {db}{was}, and the dashboard starts a collector only for roots it is given. "
+        f"Start the team API (`python -m collector serve --db {db} --store ducklake:postgres:... --data-path "
+        f"DIR`, README 'Team mode') or a collector (`python -m collector serve --db {db} ROOT...`), or give "
+        f"the dashboard its roots (`python -m app -- --db {db} --root ROOT`)"
+    )
 
 
 def roots_differ(info: dict, roots: tuple[Path, ...]) -> list[str]:

@@ -28,6 +28,10 @@ class Settings:
     db: Path
     roots: tuple[Path | str, ...]  # a local folder, or `ssh://[user@]host[:port]/path` kept as written
     refresh_s: float
+    # Whether the dashboard may start a collector for `db` when none runs: roots were named (flag or
+    # environment), or nothing was (the quick start's defaults). A `--db` alone may be a team API's (`serve
+    # --store` keeps no database file): a collector started there would watch `runs/` and take its marker.
+    may_start: bool = True
 
 
 def split_roots(text: str) -> list[str]:
@@ -79,4 +83,5 @@ def read_settings(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> Set
         db=absolute(db_text).resolve(),
         roots=tuple(r if r.startswith("ssh://") else absolute(r).resolve() for r in roots_text),
         refresh_s=refresh,
+        may_start=bool(flags.root or env.get("RUNWATCH_ROOTS")) or not (flags.db or env.get("RUNWATCH_DB")),
     )

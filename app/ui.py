@@ -73,8 +73,8 @@ def settings() -> Settings:
 
 
 @st.cache_resource(show_spinner="Connecting to the collector...")
-def _connection(db: str, roots: tuple[str, ...]) -> Connection:
-    return connect(Path(db), tuple(r if r.startswith("ssh://") else Path(r) for r in roots))
+def _connection(db: str, roots: tuple[str, ...], may_start: bool = True) -> Connection:
+    return connect(Path(db), tuple(r if r.startswith("ssh://") else Path(r) for r in roots), may_start)
 
 
 @st.cache_resource(show_spinner=False)
@@ -93,11 +93,11 @@ def api() -> DashboardApi:
     """The API of the collector for the configured database (started when none runs), or a stop with why."""
     conf = settings()
     try:
-        conn = _connection(str(conf.db), tuple(str(r) for r in conf.roots))
+        conn = _connection(str(conf.db), tuple(str(r) for r in conf.roots), conf.may_start)
         client = _client(str(conf.db), conn.info["pid"])
         if client is None:  # the collector we knew has exited: find or start another
             forget_collector()
-            conn = _connection(str(conf.db), tuple(str(r) for r in conf.roots))
+            conn = _connection(str(conf.db), tuple(str(r) for r in conf.roots), conf.may_start)
             client = _client(str(conf.db), conn.info["pid"])
     except (CollectorUnavailable, ApiError) as err:
         st.error(f"No collector for {conf.db}: {err}")
@@ -113,7 +113,7 @@ def api() -> DashboardApi:
 
 def connection() -> Connection:
     conf = settings()
-    return _connection(str(conf.db), tuple(str(r) for r in conf.roots))
+    return _connection(str(conf.db), tuple(str(r) for r in conf.roots), conf.may_start)
 
 
 def answering() -> str:

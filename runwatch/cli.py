@@ -85,7 +85,7 @@ def ui(argv: list[str]) -> int:
         app_args += ["--root", root]
     try:
         settings = read_settings(app_args, os.environ, Path.cwd())
-        connection = connect(settings.db, settings.roots)
+        connection = connect(settings.db, settings.roots, settings.may_start)
     except (SettingsError, CollectorUnavailable) as e:
         print(f"runwatch ui: {e}", file=sys.stderr)
         return 1

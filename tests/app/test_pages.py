@@ -402,6 +402,18 @@ def test_the_app_starts_a_collector_when_none_runs(real_root, tmp_path, monkeypa
             wait_for(lambda: read_marker(db) is None, "the started collector exits", 60)
 
 
+def test_the_app_on_a_database_with_nothing_running_and_no_roots_says_how_to_start_one(tmp_path, monkeypatch):
+    db = tmp_path / "team.duckdb"  # as the README's team dashboard line, before the team API is started
+    monkeypatch.setenv("RUNWATCH_DB", str(db))
+    monkeypatch.delenv("RUNWATCH_ROOTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    at = AppTest.from_file(APP, default_timeout=PAGE_TIMEOUT_S).run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(e.value for e in at.error)
+    assert f"nothing is running for {db}" in said and "serve --db" in said, said
+    assert read_marker(db) is None and not Path(f"{db}.collector.log").exists()  # no collector started
+
+
 def test_the_app_recovers_when_its_collector_is_killed(real_root, tmp_path, monkeypatch):
     db, root = _own_setup(real_root, tmp_path, monkeypatch, HEALTHY_RUN)
     first = start_collector(db, [root], tmp_path / "first.log")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter
 
-from app.connection import read_marker, roots_differ
+from app.connection import CollectorUnavailable, connect, marker_path, read_marker, roots_differ
 from app.panels import metric_names, metrics_by_role, role_panels
 from app.settings import DEFAULT_REFRESH_S, SettingsError, read_settings
 from collector.api.models import MetricInfo, PanelInfo
@@ -40,6 +40,35 @@ def test_flags_win_over_environment(tmp_path: Path):
     assert conf.db == tmp_path / "d.duckdb"
     assert conf.roots == (tmp_path / "r1", Path("/r2"))
     assert conf.refresh_s == 3
+
+
+def test_a_database_named_without_roots_is_no_reason_to_start_a_collector(tmp_path: Path):
+    """`--db` alone may be a team API's database (`serve --store` keeps no file there): with none running, the
+    dashboard says so and how to start one, starting nothing (before, a collector on `runs/` took the
+    database's marker, and the team API started later was refused). Roots named, the quick start's defaults
+    or a local collector's existing file still start one."""
+    db = tmp_path / "team.duckdb"
+    assert read_settings(["--db", str(db)], {}, tmp_path).may_start is False
+    assert read_settings([], {"RUNWATCH_DB": str(db)}, tmp_path).may_start is False
+    assert read_settings(["--db", str(db), "--root", "r"], {}, tmp_path).may_start is True
+    assert read_settings([], {"RUNWATCH_DB": str(db), "RUNWATCH_ROOTS": "r"}, tmp_path).may_start is True
+    assert (
+        read_settings([], {}, tmp_path).may_start is True
+    )  # `python -m app`: .runwatch/runwatch.duckdb, runs/
+    conf = read_settings(["--db", str(db)], {}, tmp_path)
+    with pytest.raises(CollectorUnavailable) as refused:
+        connect(conf.db, conf.roots, conf.may_start)
+    said = str(refused.value)
+    assert f"nothing is running for {db}" in said and f"serve --db {db} --store" in said, said
+    assert f"--db {db} --root ROOT" in said, said
+    assert not marker_path(db).exists() and not Path(f"{db}.collector.log").exists()  # nothing started
+    assert not (tmp_path / "runs").exists()
+    # A killed team API's marker (its pid gone) names the lake it served.
+    marker_path(db).write_text(
+        json.dumps({"pid": 2**22 + 7, "port": 1, "lake": "ducklake:postgres:dbname=lake"})
+    )
+    with pytest.raises(CollectorUnavailable, match="the team API of the lake ducklake:postgres:dbname=lake"):
+        connect(conf.db, conf.roots, conf.may_start)
 
 
 @pytest.mark.parametrize("bad", ["soon", "0", "-2"])
