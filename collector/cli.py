@@ -170,6 +170,17 @@ def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
     check.add_argument(
         "--fail-on", default="error", choices=["warn", "error"], help="exit 3 on warnings only when warn"
     )
+    forget = sub.add_parser(
+        "forget",
+        help="team mode: delete a retired collector's runs and rows from the lake (one transaction)",
+    )
+    forget.add_argument("--store", required=True, help="the lake, ducklake:postgres:... (as its collectors')")
+    forget.add_argument(
+        "--data-path", required=True, help="the lake's data folder or bucket (as its collectors')"
+    )
+    forget.add_argument(
+        "--collector", required=True, help="the name whose rows go (refused while it is live)"
+    )
     return ap
 
 
@@ -188,6 +199,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         except (CliError, StoreError, ApiError, NotFound, ValueError) as e:
             print(f"collector check: {printable(e)}", file=sys.stderr)
             return EXIT_USAGE
+    if args.command == "forget":
+        return _forget(args)
     args.db = (args.db or runtime.default_db()).expanduser().resolve()
     keep_private(args.db)
     try:
@@ -216,6 +229,22 @@ def main(argv: list[str] | None = None, prog: str = "python -m collector") -> in
         print(json.dumps(as_json(result), allow_nan=True, default=str))
     else:
         print(TABLES[args.command](result))
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    from collector.store.lake_forget import forget_collector
+
+    try:
+        deleted = forget_collector(lake.LakeSpec.parse(args.store, args.data_path), args.collector)
+    except StoreError as e:
+        print(f"collector forget: {printable(lake.masked(str(e)))}", file=sys.stderr)
+        return EXIT_USAGE
+    rows = ", ".join(f"{table} {count}" for table, count in sorted(deleted.items()))
+    print(
+        f"forgot collector {args.collector!r}: deleted {sum(deleted.values())} rows from the lake in one "
+        f"transaction ({rows}); its data files go when a collector next compacts the lake"
+    )
     return 0
 
 

@@ -27,6 +27,7 @@ COLLECTOR_COMMANDS = {
     "metrics": "one metric of a run",
     "files": "files not read in full",
     "stop": "ask a run to stop (RUN_DIR/runwatch.stop; the trainer polls it)",
+    "forget": "team mode: delete a retired collector's runs and rows from the lake",
 }
 
 

@@ -178,6 +178,20 @@ def _is_run(table: str, column: str) -> bool:
     return column == "run_id" or (table == "runs" and column == "id")
 
 
+def owned_rows(table: str, columns: list[tuple[str, str]], name: str, ns: int) -> str:
+    """The predicate picking collector `name`'s rows (id block `ns`) of a lake table; StoreError for a table
+    whose rows cannot be told apart by owner."""
+    for c, _ in columns:
+        if _is_run(table, c):
+            return f"starts_with(\"{c}\", '{name}/')"
+    for c, k in columns:
+        if _is_id(table, c, k):
+            return f'("{c}" >> 32) = {ns}'
+    raise StoreError(
+        f"table {table} has neither a run nor an id column: team mode cannot tell whose rows are whose"
+    )
+
+
 def lake_type(kind: str) -> str:
     return "BIGINT" if kind == "INTEGER" else kind  # ids grow past 32 bits in the lake
 
@@ -398,15 +412,7 @@ class LakePublisher:
 
     def _owned(self, table: str, columns: list[tuple[str, str]]) -> str:
         """The predicate picking this collector's rows of a lake table."""
-        for c, _ in columns:
-            if _is_run(table, c):
-                return f"starts_with(\"{c}\", '{self.name}/')"
-        for c, k in columns:
-            if _is_id(table, c, k):
-                return f'("{c}" >> 32) = {self.ns}'
-        raise StoreError(
-            f"table {table} has neither a run nor an id column: team mode cannot tell whose rows are whose"
-        )
+        return owned_rows(table, columns, self.name, self.ns)
 
     @staticmethod
     def _hash(columns: list[tuple[str, str]]) -> str:

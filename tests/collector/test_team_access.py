@@ -392,3 +392,61 @@ def test_a_shared_folder_read_by_another_user_of_its_group(pg, tmp_path, monkeyp
             reader.ensure_stopped()
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def forget(dsn: str, data: Path, name: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(TEAM_PYTHON), "-m", "collector", "forget", *lake_args(dsn, data), "--collector", name],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def test_a_retired_collector_is_forgotten_from_the_lake_in_one_transaction(pg, tmp_path):
+    """`collector forget` deletes a test collector's runs, points, alerts and name from the lake, and nothing
+    of another collector's; refused for a read-only role and while that collector is live."""
+    dsn, data = lake_with_roles(pg, "retire"), tmp_path / "lake"
+    write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 1, 120)
+    for run in ("a", "b"):
+        carol_metrics = tmp_path / "carol" / "test" / run / "metrics.jsonl"
+        write_steps(carol_metrics, 1, 50)
+    with carol_metrics.open("a") as f:
+        f.write('{"step": 51, "data": {"train/loss": NaN, "train/lr": 0.0001}}\n')
+    role = as_role(dsn, "alice")
+    alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(role, data, "alice"))
+    carol = TeamDaemon(tmp_path / "carol.duckdb", [tmp_path / "carol"], *lake_args(role, data, "carol"))
+    reader = TeamDaemon(tmp_path / "reader.duckdb", [], *lake_args(as_role(dsn, "viewer"), data))
+    try:
+        alice.start()
+        carol.start()
+        reader.start()
+        client = reader.client()
+        ids = ["alice/exp/sft", "carol/test/a", "carol/test/b"]
+        wait_for(
+            lambda: sorted(r["id"] for r in client.get("/api/runs")) == ids, "the three runs in the lake"
+        )
+        wait_for(lambda: client.get("/api/alerts", {"run": "carol/test/b"}), "carol's NaN alert in the lake")
+        live = forget(role, data, "carol")
+        assert live.returncode == 1 and "the collector 'carol' is live" in live.stderr, live.stderr[-2000:]
+        carol.ensure_stopped()
+        viewer = forget(as_role(dsn, "viewer"), data, "carol")
+        assert viewer.returncode == 1 and "'viewer' may only read it" in viewer.stderr, viewer.stderr[-2000:]
+        assert sorted(r["id"] for r in client.get("/api/runs")) == ids  # nothing deleted by either
+        done = forget(role, data, "carol")
+        assert done.returncode == 0 and "forgot collector 'carol': deleted" in done.stdout, done.stderr[
+            -2000:
+        ]
+        assert "runs 2," in done.stdout and "alerts 1," in done.stdout and "point_rows 202" in done.stdout, (
+            done.stdout
+        )
+        wait_for(lambda: [r["id"] for r in client.get("/api/runs")] == ["alice/exp/sft"], "carol's runs gone")
+        assert client.get("/api/alerts", {"state": "all"}) == [] and client.get("/api/incidents") == []
+        assert client.get("/api/health")["lake"]["collectors"] == 1
+        assert exactly(client, "alice/exp/sft", 120)  # alice's rows untouched
+        again = forget(role, data, "carol")
+        assert again.returncode == 1 and "no collector named 'carol'" in again.stderr, again.stderr[-2000:]
+        # alice goes on publishing after carol's rows went (the lake's tables and alice's marks intact)
+        write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 121, 130)
+        wait_for(lambda: exactly(client, "alice/exp/sft", 130), "alice's later lines in the lake")
+    finally:
+        for d in (alice, carol, reader):
+            d.ensure_stopped()
