@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from tests.app.browser_support import (
     chromium_or_skip,
@@ -23,7 +24,7 @@ from tests.app.browser_support import (
     wait_for_charts,
     wait_idle,
 )
-from tests.collector.test_daemon_support import wait_for
+from tests.collector.test_daemon_support import REPO, wait_for
 from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, write_steps
 from tests.collector.test_team_access import as_role, lake_with_roles
 from tests.pg_support import PgServer, team_cluster
@@ -148,3 +149,31 @@ def test_a_read_only_team_api_offers_no_stop_ack_or_resolve_and_says_why(pg, tmp
     finally:
         for d in (alice, viewer):
             d.ensure_stopped()
+
+
+def test_an_error_of_a_team_api_is_the_team_apis_not_the_collectors(pg, tmp_path: Path, monkeypatch):
+    """With the lake's Postgres gone, the dashboard on a team API says the team API did not answer (it said
+    "The collector", which on a team reader is no process of the user's)."""
+    dsn, data = pg.new_database("gone"), tmp_path / "lake"
+    write_steps(tmp_path / "alice" / "exp" / "sft" / "metrics.jsonl", 1, 20)
+    alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(dsn, data, "alice"))
+    reader = TeamDaemon(tmp_path / "team.duckdb", [], *lake_args(dsn, data))
+    monkeypatch.setenv("RUNWATCH_DB", str(reader.db))
+    monkeypatch.delenv("RUNWATCH_ROOTS", raising=False)
+    try:
+        alice.start()
+        reader.start()
+        wait_for(lambda: exactly(reader.client(), "alice/exp/sft", 20), "alice's steps in the lake")
+        alice.ensure_stopped()
+        at = AppTest.from_file(str(REPO / "app" / "streamlit_app.py"), default_timeout=120).run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        pg.stop()
+        at.run()
+        said = " ".join(e.value for e in at.error)
+        assert "The team API did not answer the list of runs" in said and "503" in said, said
+        assert "The collector" not in said, said
+    finally:
+        for d in (alice, reader):
+            d.ensure_stopped()
+        if not pg.running():
+            pg.start()
