@@ -38,7 +38,7 @@ log = logging.getLogger("collector")
 
 LAKE = "lake"  # the attached lake's name in the collector's DuckDB
 PREFIX = "ducklake:"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")  # (\Z: `$` lets a trailing newline in)
 KEEP_SNAPSHOTS_S = 60  # compaction keeps older snapshots (and their files) this long
 LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
 ASK_EVERY_S = 0.9  # a batch reads the stops and acks asked through the lake at most this often

@@ -24,6 +24,7 @@ from collector.store.lake import (
     LakeSpec,
     attach,
     load_extensions,
+    masked,
     namespace,
     owned_rows,
 )
@@ -32,28 +33,45 @@ from collector.store.schema import StoreError
 
 def forget_collector(spec: LakeSpec, name: str) -> dict[str, int]:
     """Delete collector `name`'s rows from the lake in one transaction; the rows deleted per table (those
-    with any). StoreError when the lake cannot be written, the name is live, or it has nothing there."""
+    with any). StoreError when the lake cannot be written, the name is live, it has nothing there, or a
+    statement fails (a commit conflict, Postgres gone; said without a password)."""
     if not NAME_RE.match(name):
         raise StoreError(f"--collector {name!r} is no collector's name (letters, digits, '_', '.', '-')")
     con = duckdb.connect()
     try:
-        load_extensions(con)
-        attach(con, spec, read_only=True)  # DuckLake creates a missing catalog only on a writable attach
-        if not lake_access.role_may_write(con, LAKE):
-            raise StoreError(
-                f"the lake's Postgres role {lake_access.role_name(con, LAKE)!r} may only read it: forgetting a "
-                "collector needs a role that may write the lake"
-            )
-        con.execute(f"DETACH {LAKE}")
-        attach(con, spec)
-        _refuse_live(con, name)
-        return _delete(con, name)
+        return _forget(con, spec, name)
+    except duckdb.Error as e:
+        why = masked(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise StoreError(
+            f"collector {name!r} not forgotten from the lake {spec.shown}: {why} (its deletes are one "
+            "transaction: all of them or none went; forget again to finish)"
+        ) from None
     finally:
         con.close()
 
 
+def _forget(con: duckdb.DuckDBPyConnection, spec: LakeSpec, name: str) -> dict[str, int]:
+    load_extensions(con)
+    attach(con, spec, read_only=True)  # DuckLake creates a missing catalog only on a writable attach
+    if not lake_access.role_may_write(con, LAKE):
+        raise StoreError(
+            f"the lake's Postgres role {lake_access.role_name(con, LAKE)!r} may only read it: forgetting a "
+            "collector needs a role that may write the lake"
+        )
+    con.execute(f"DETACH {LAKE}")
+    attach(con, spec)
+    _refuse_live(con, name)
+    return _delete(con, name)
+
+
 def _refuse_live(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """StoreError while a collector of `name` is live, as `LakePublisher` judges a name taken."""
+    (team,) = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'team_collectors'",
+        [LAKE],
+    ).fetchone()
+    if not team:  # a DuckLake no runwatch collector has published into
+        raise StoreError(f"no collector has published into this lake: nothing to forget of {name!r}")
     now, host = time.time(), socket.gethostname()
     rows = con.execute(
         f"SELECT host, pid, heartbeat_at FROM {LAKE}.team_collectors WHERE name = ?", [name]

@@ -18,7 +18,7 @@ import pytest
 
 from collector.api.client import ApiError, Client
 from tests.collector.test_daemon_support import REPO, cli, cli_json, wait_for
-from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, raw, write_steps
+from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, lake_sql, raw, write_steps
 from tests.pg_support import PgServer, free_port, team_cluster
 
 
@@ -450,3 +450,30 @@ def test_a_retired_collector_is_forgotten_from_the_lake_in_one_transaction(pg, t
     finally:
         for d in (alice, carol, reader):
             d.ensure_stopped()
+
+
+def test_forget_says_why_it_cannot_and_deletes_all_or_nothing(pg, tmp_path):
+    """`collector forget` on a lake no collector has published into, with a name that is none, or meeting a
+    failing statement part way: exit 1 with one line saying why (no traceback), and the rows it had deleted
+    before the failure are back (its deletes are one transaction)."""
+    dsn, data = pg.new_database("forgetodd"), tmp_path / "lake"
+    newline = forget(dsn, data, "carol\n")  # `$` in the name's pattern let a trailing newline through
+    assert newline.returncode == 1 and "is no collector's name" in newline.stderr, newline.stderr[-2000:]
+    lake_sql(dsn, data, "CREATE TABLE lake.other (a INTEGER)")  # a DuckLake, but not a team's
+    bare = forget(dsn, data, "carol")
+    assert bare.returncode == 1 and "no collector has published into this lake" in bare.stderr, bare.stderr
+    assert "Traceback" not in bare.stderr
+    # carol's name row goes first (tables by name), then a table whose run_id cannot be matched fails
+    lake_sql(
+        dsn,
+        data,
+        "CREATE TABLE lake.team_collectors (name VARCHAR, host VARCHAR, pid INTEGER, heartbeat_at DOUBLE)",
+    )
+    lake_sql(dsn, data, "INSERT INTO lake.team_collectors VALUES ('carol', 'elsewhere', 1, 0)")
+    lake_sql(dsn, data, "CREATE TABLE lake.zz_odd (run_id INTEGER)")
+    failed = forget(dsn, data, "carol")
+    assert failed.returncode == 1 and "collector 'carol' not forgotten from the lake" in failed.stderr, (
+        failed.stderr[-2000:]
+    )
+    assert "Traceback" not in failed.stderr and "forget again" in failed.stderr
+    assert lake_sql(dsn, data, "SELECT name FROM lake.team_collectors") == [["carol"]]
