@@ -110,11 +110,10 @@ def test_the_demo_names_a_collector_it_did_not_start(tmp_path):
         stop_process(other.proc)
 
 
-def test_the_dashboard_stops_the_collector_it_started(tmp_path):
-    root, db, out = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb", tmp_path / "app.out"
-    root.mkdir()
+def _dashboard(home: Path, db: Path, root: Path, out: Path) -> tuple[subprocess.Popen, int]:
+    """`python -m app` on a free port for `db` and `root` (its own session, HOME `home`, output to `out`)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWATCH_")} | {"HOME": str(tmp_path)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWATCH_")} | {"HOME": str(home)}
     with open(out, "wb") as sink:
         app = subprocess.Popen(
             [sys.executable, "-m", "app", "--port", str(port), "--", "--db", str(db), "--root", str(root)],
@@ -124,6 +123,13 @@ def test_the_dashboard_stops_the_collector_it_started(tmp_path):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    return app, port
+
+
+def test_the_dashboard_stops_the_collector_it_started(tmp_path):
+    root, db, out = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb", tmp_path / "app.out"
+    root.mkdir()
+    app, port = _dashboard(tmp_path, db, root, out)
     collector = None
     try:
         with chromium_page() as page:  # the collector starts with the first session
@@ -157,17 +163,7 @@ def test_the_dashboard_leaves_a_collector_restarted_while_it_ran(tmp_path):
     root.mkdir()
     db.parent.mkdir()
     first = start_collector(db, [root], tmp_path / "first.log")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWATCH_")} | {"HOME": str(tmp_path)}
-    with open(out, "wb") as sink:
-        app = subprocess.Popen(
-            [sys.executable, "-m", "app", "--port", str(port), "--", "--db", str(db), "--root", str(root)],
-            cwd=REPO,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    app, port = _dashboard(tmp_path, db, root, out)
     second = None
     try:
         wait_for(
