@@ -58,7 +58,7 @@ def built_whole(service: RunService) -> list[dict]:
 
 def runs_body(service: RunService) -> bytes:
     """`runs` as `GET /api/runs` sends it (`http.json_bytes`). On a team's lake each row is kept encoded, and
-    the body is the rows' JSON joined (10,000 runs are ~3 MB: encoding them costs more than the lake's reads)."""
+    the body is the rows' JSON joined (10,000 runs are ~4 MB: encoding them costs more than the lake's reads)."""
     if not _reads_lake(service):
         return json_bytes(runs(service))
     return _overview(service).body
