@@ -72,9 +72,11 @@ api = ui.api()
 try:
     runs = api.runs()
 except ApiError as err:
-    # The collector went away or failed: say so, and find (or start) one afresh on the next run.
+    # The collector went away or failed: say so, and find (or start) one afresh on the next run (who answered
+    # is read first: asked after the connection is dropped, it would look for one, or start one, right here).
+    who = ui.answering()
     ui.forget_collector()
-    st.error(f"{ui.answering()} did not answer the list of runs: {err}. Reload the page to reconnect.")
+    st.error(f"{who} did not answer the list of runs: {err}. Reload the page to reconnect.")
     st.stop()
 run_ids = [r.id for r in runs]
 

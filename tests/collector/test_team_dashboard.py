@@ -177,3 +177,24 @@ def test_an_error_of_a_team_api_is_the_team_apis_not_the_collectors(pg, tmp_path
             d.ensure_stopped()
         if not pg.running():
             pg.start()
+
+
+def test_a_team_api_gone_under_the_dashboard_is_said_not_raised(pg, tmp_path: Path, monkeypatch):
+    """The team API stopped while a dashboard (given its --db alone) shows it: the page says the team API did
+    not answer. The wording asked who answers after the connection was dropped, which looked for one again:
+    none runs and the dashboard may start none for a --db alone, so the page raised instead."""
+    dsn, data = pg.new_database("apigone"), tmp_path / "lake"
+    reader = TeamDaemon(tmp_path / "team.duckdb", [], *lake_args(dsn, data))
+    monkeypatch.setenv("RUNWATCH_DB", str(reader.db))
+    monkeypatch.delenv("RUNWATCH_ROOTS", raising=False)
+    try:
+        reader.start()
+        at = AppTest.from_file(str(REPO / "app" / "streamlit_app.py"), default_timeout=120).run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert reader.stop() == 0
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        said = " ".join(e.value for e in at.error)
+        assert "The team API did not answer the list of runs" in said, said
+    finally:
+        reader.ensure_stopped()
