@@ -66,7 +66,8 @@ def files_of_run(detail: RunDetail) -> None:
             icon=":material/error:",
         )
     warned = [s for s in sources if s.warning]
-    unexpected = [f for f in skipped if not f.copy_]  # a copy of metrics read elsewhere is no news
+    # a copy of metrics read elsewhere, or runwatch's own stop request, is no news (as `collector files` says)
+    unexpected = [f for f in skipped if not f.expected]
     if warned or unexpected:
         st.warning(
             f"{len(unexpected)} file(s) of this run not read, {len(warned)} read without a point: see below."

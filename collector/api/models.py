@@ -190,6 +190,7 @@ class SkippedFile(Answer):
     reason: str
     bytes: int | None
     copy_: bool = Field(alias="copy")  # a copy of metrics the run reads from another file
+    expected: bool = False  # no problem to show: such a copy, or runwatch's own stop request (runwatch.stop)
 
 
 class FailingFile(Answer):

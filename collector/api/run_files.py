@@ -19,10 +19,12 @@ _FAILING_KEYS = ("path", "reason", "attempts", "since", "last_failed_at", "next_
 
 def files_of(store: Store, run_id: str) -> tuple[list[dict], list[dict]]:
     """(`sources`, `skipped_files`) of the run detail: each source with its `warning` (or None); each file not
-    read with `path`, `reason`, `bytes` and `copy` (true for a copy of metrics the run reads elsewhere: expected)."""
+    read with `path`, `reason`, `bytes`, `copy` (true for a copy of metrics the run reads elsewhere) and
+    `expected` (true for a file that is no problem to show: such a copy, or runwatch's own stop request)."""
     sources = [s | {"warning": source_warning(s)} for s in store_read.sources(store, run_id)]
     skipped = [
-        {k: f[k] for k in ("path", "reason", "bytes")} | {"copy": unread.is_copy(f["reason"])}
+        {k: f[k] for k in ("path", "reason", "bytes")}
+        | {"copy": unread.is_copy(f["reason"]), "expected": unread.is_expected(f["reason"])}
         for f in store_read.skipped_files(store, run_id)
     ]
     return sources, skipped

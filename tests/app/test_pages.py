@@ -467,3 +467,31 @@ def test_an_unknown_run_in_the_address_is_said_not_shown_silently_as_another(app
     at2.query_params["run"] = HEALTHY_RUN
     at2.run()
     assert not [w.value for w in at2.warning if "No run" in w.value]
+
+
+def test_a_stopped_runs_page_does_not_warn_of_its_stop_file(tmp_path, monkeypatch):
+    """runwatch's own stop request in a run's folder is listed among the run's files not read, with its reason,
+    but is no file to warn of (it was: every run stopped from runwatch said "1 file(s) of this run not read")."""
+    root, db = tmp_path / "root", tmp_path / "own.duckdb"
+    run = root / "exp"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "data": {"train/loss": 1.0 / s}}) + "\n" for s in range(1, 21))
+    )
+    (run / "runwatch.stop").write_text(json.dumps({"reason": "diverging", "by": "person"}))
+    collector = start_collector(db, [root], tmp_path / "collector.log")
+    try:
+        monkeypatch.setenv("RUNWATCH_DB", str(db))
+        monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+        client = collector.client()
+        [skipped] = wait_for(
+            lambda: client.get("/api/runs/exp")["skipped_files"], "the stop file among exp's files"
+        )
+        assert skipped["expected"] and not skipped["copy"], skipped
+        at = open_page("run", run="exp")
+        [files] = [e for e in at.expander if e.label.startswith("Files of this run")]
+        assert files.label == "Files of this run (1 read, 1 not read)", files.label
+        warned = [w.value for w in at.warning if "not read" in w.value]
+        assert not warned, warned
+    finally:
+        stop_process(collector.proc)

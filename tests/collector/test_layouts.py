@@ -129,6 +129,7 @@ def test_layouts_ingest_with_one_value_per_step_and_every_file_accounted_for(tmp
             "reason": "Git LFS pointer, not the file: run git lfs pull",
             "bytes": len(LFS),
             "copy": False,
+            "expected": False,
         }
     ]
     # The command's own summary says it, per run
