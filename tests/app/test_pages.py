@@ -484,9 +484,12 @@ def test_a_stopped_runs_page_does_not_warn_of_its_stop_file(tmp_path, monkeypatc
         monkeypatch.setenv("RUNWATCH_DB", str(db))
         monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
         client = collector.client()
-        [skipped] = wait_for(
-            lambda: client.get("/api/runs/exp")["skipped_files"], "the stop file among exp's files"
+        # (both: the file list is stored when the run is found, its points a commit later)
+        detail = wait_for(
+            lambda: (d := client.get("/api/runs/exp"))["skipped_files"] and d["last_step"] == 20 and d,
+            "exp's 20 steps read and its stop file listed",
         )
+        [skipped] = detail["skipped_files"]
         assert skipped["expected"] and not skipped["copy"], skipped
         at = open_page("run", run="exp")
         [files] = [e for e in at.expander if e.label.startswith("Files of this run")]
