@@ -9,6 +9,7 @@ the lake (`LakePublisher.compact`: snapshots older than a minute expired, their 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -30,6 +31,8 @@ from collector.store.lake import (
 )
 from collector.store.schema import StoreError
 
+TRIES = 5  # the transaction is run again after a commit conflict with a live collector's batch
+
 
 def forget_collector(spec: LakeSpec, name: str) -> dict[str, int]:
     """Delete collector `name`'s rows from the lake in one transaction; the rows deleted per table (those
@@ -41,7 +44,8 @@ def forget_collector(spec: LakeSpec, name: str) -> dict[str, int]:
     try:
         return _forget(con, spec, name)
     except duckdb.Error as e:
-        why = masked(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        # (a failed commit says why on its second line: "Failed to commit DuckLake transaction." first)
+        why = masked(" ".join(line.strip() for line in str(e).splitlines()[:2]) or type(e).__name__)
         raise StoreError(
             f"collector {name!r} not forgotten from the lake {spec.shown}: {why} (its deletes are one "
             "transaction: all of them or none went; forget again to finish)"
@@ -60,6 +64,14 @@ def _forget(con: duckdb.DuckDBPyConnection, spec: LakeSpec, name: str) -> dict[s
         )
     con.execute(f"DETACH {LAKE}")
     attach(con, spec)
+    for attempt in range(TRIES - 1):
+        try:
+            _refuse_live(con, name)
+            return _delete(con, name)
+        except duckdb.TransactionException:
+            # A live collector's commit deleted from a data file this one deletes from too (their rows share
+            # files once compaction merged them: DuckLake then refuses the later commit); rolled back, again.
+            time.sleep(0.1 * (attempt + 1))
     _refuse_live(con, name)
     return _delete(con, name)
 
@@ -114,6 +126,8 @@ def _delete(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, int]:
             raise StoreError(f"no collector named {name!r} has published into this lake: nothing to forget")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        # (a failed COMMIT has ended the transaction already: its ROLLBACK would fail and hide why)
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
         raise
     return deleted

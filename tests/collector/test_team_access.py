@@ -477,3 +477,25 @@ def test_forget_says_why_it_cannot_and_deletes_all_or_nothing(pg, tmp_path):
     )
     assert "Traceback" not in failed.stderr and "forget again" in failed.stderr
     assert lake_sql(dsn, data, "SELECT name FROM lake.team_collectors") == [["carol"]]
+    # A COMMIT refused (here: a role that may not record delete files) is said as the catalog said it, not
+    # hidden by the ROLLBACK after it, and nothing is gone.
+    lake_sql(dsn, data, "DROP TABLE lake.zz_odd")
+    lake_sql(dsn, data, "CREATE TABLE lake.zz_runs (run_id VARCHAR)")
+    lake_sql(
+        dsn, data, "INSERT INTO lake.zz_runs VALUES ('carol/a'), ('alice/b')"
+    )  # one file: a partial delete
+    grants = psql(pg, "forgetodd", pg.user, FORGETTER)
+    assert grants.returncode == 0, grants.stderr
+    refused = forget(as_role(dsn, "forgetter"), data, "carol")
+    assert refused.returncode == 1 and "ducklake_delete_file" in refused.stderr, refused.stderr[-2000:]
+    assert "cannot rollback" not in refused.stderr, refused.stderr[-2000:]
+    assert lake_sql(dsn, data, "SELECT name FROM lake.team_collectors") == [["carol"]]
+    assert lake_sql(dsn, data, "SELECT run_id FROM lake.zz_runs ORDER BY 1") == [["alice/b"], ["carol/a"]]
+
+
+# A role that may write the lake's catalog tables but not record a delete file: its DELETE commits fail.
+FORGETTER = """
+CREATE ROLE forgetter LOGIN;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO forgetter;
+REVOKE INSERT ON ducklake_delete_file FROM forgetter;
+"""
