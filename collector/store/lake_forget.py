@@ -95,7 +95,8 @@ def _refuse_live(con: duckdb.DuckDBPyConnection, name: str) -> None:
             continue
         raise StoreError(
             f"the collector {name!r} is live (host {other_host}, pid {pid}, seen {now - beat:.0f} s ago): stop "
-            "it first, or it publishes everything again from its own file"
+            "it first, or it publishes everything again from its own file (stopped on another host, its name is "
+            f"taken until {LIVE_S:.0f} s after its last heartbeat)"
         )
 
 

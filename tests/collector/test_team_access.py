@@ -427,6 +427,7 @@ def test_a_retired_collector_is_forgotten_from_the_lake_in_one_transaction(pg, t
         wait_for(lambda: client.get("/api/alerts", {"run": "carol/test/b"}), "carol's NaN alert in the lake")
         live = forget(role, data, "carol")
         assert live.returncode == 1 and "the collector 'carol' is live" in live.stderr, live.stderr[-2000:]
+        assert "taken until 30 s after its last heartbeat" in live.stderr, live.stderr[-2000:]
         carol.ensure_stopped()
         viewer = forget(as_role(dsn, "viewer"), data, "carol")
         assert viewer.returncode == 1 and "'viewer' may only read it" in viewer.stderr, viewer.stderr[-2000:]
