@@ -128,7 +128,8 @@ class TeamPublishing:
             if published and ended - last_compacted >= COMPACT_EVERY_S:
                 last_compacted = ended
                 try:
-                    self.publisher.compact()
+                    if not self.publisher.compact(COMPACT_EVERY_S):
+                        log.debug("team lake: compacted by another collector within %.0f s", COMPACT_EVERY_S)
                 except Exception as e:  # another collector compacting at the same moment: next time
                     why = lake.masked(str(e).splitlines()[0])[:200]
                     log.info("team lake: compaction left for later (%s)", why)

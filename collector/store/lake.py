@@ -523,18 +523,41 @@ class LakePublisher:
 
     # ---- compaction ---------------------------------------------------------------------------------
 
-    def compact(self, keep_s: int = KEEP_SNAPSHOTS_S) -> None:
+    def compact(self, every_s: float, keep_s: int = KEEP_SNAPSHOTS_S) -> bool:
         """Merge the small Parquet files of the batches (a batch a second writes a file per table it touches;
         a reader opens every one), then drop snapshots and files older than `keep_s` (a reader's query in
-        flight still finds its files). Several collectors compacting at once: the loser's merge fails its
-        commit and is tried again next time."""
+        flight still finds its files); False, and nothing done, when any collector compacted the lake within
+        `every_s` (compaction is the whole lake's: N collectors each compacting every `every_s` did it N times
+        over, and a collector publishes nothing while it compacts). Several collectors compacting at once:
+        the loser's merge fails its commit and is tried again next time."""
         self._connect()
+        if self._compacted_within(every_s):
+            return False
         self.cur.execute(f"CALL ducklake_merge_adjacent_files('{LAKE}')")
         # In FROM, not CALL: their timestamp results would need pytz in Python.
         for fn in ("ducklake_expire_snapshots", "ducklake_cleanup_old_files"):
             self.cur.execute(
                 f"SELECT count(*) FROM {fn}('{LAKE}', older_than => now() - INTERVAL {int(keep_s)} SECOND)"
             ).fetchall()
+        return True
+
+    def _compacted_within(self, seconds: float) -> bool:
+        """Whether the lake holds a compaction's snapshot younger than `seconds` (DuckLake records a merge as
+        `compacted_table:ID` in the catalog's ducklake_snapshot_changes; expired with its snapshot after
+        `KEEP_SNAPSHOTS_S`). Only a Postgres catalog is asked; another says no."""
+        metadata = lake_access.METADATA.format(lake=LAKE)
+        kind = self.cur.execute(
+            "SELECT type FROM duckdb_databases() WHERE database_name = ?", [metadata]
+        ).fetchall()
+        if not kind or kind[0][0] != "postgres":
+            return False
+        (recent,) = self.cur.execute(
+            f"""SELECT * FROM postgres_query('{metadata}', 'SELECT count(*) FROM ducklake_snapshot s
+                JOIN ducklake_snapshot_changes c USING (snapshot_id)
+                WHERE c.changes_made LIKE ''compacted_table:%''
+                  AND s.snapshot_time > now() - make_interval(secs => {float(seconds)})')"""
+        ).fetchone()
+        return bool(recent)
 
     # ---- stops asked anywhere -----------------------------------------------------------------------
 
