@@ -26,6 +26,7 @@ POLL_INTERVAL_S = 0.25  # the polling observer's period (network filesystems)
 MEMORY_MB = 160
 # API requests answered at once (the rest wait their turn): each holds its query's memory while it runs, and
 # Starlette's default of 40 let 20 dashboards add ~100 MB.
+API_STOP_S = 60  # how long a stopping collector (or team reader) waits for the API's requests in flight
 API_THREADS = 8
 # glibc gives each thread its own malloc arena (up to 8 a core), each keeping what it freed: ~70 MB of the
 # same benchmark's peak. Two arenas serve the ingest thread and the API threads.

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collector.core.runtime import (
+    API_STOP_S,
     Settings,
     command_of,
     ensure_token,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("collector")
 
 TICK_INTERVAL_S = 5.0  # time-based rules (stalled) and checkpoint rescans
-API_STOP_S = 60  # how long a stopping collector waits for the API's requests in flight
 # The periodic full rescan (for events a filesystem did not deliver) may take at most this share of the
 # time: walking a thousand run folders takes ~0.4 s of CPU, so it then comes every ~20 s instead of 5.
 RESCAN_SHARE = 0.02

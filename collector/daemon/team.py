@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from collector.core.runtime import Settings, ensure_token, remove_marker, write_marker
+from collector.core.runtime import API_STOP_S, Settings, ensure_token, remove_marker, write_marker
 from collector.core.stop_request import ended, single_file, write_stop_request
 from collector.store import alerts as store_alerts
 from collector.store import lake, lake_reader
@@ -190,6 +190,11 @@ def serve_lake_reader(settings: Settings, make_app: Callable[..., Any]) -> int:
                 write_marker(settings.db, marker | {"lake_read_only": reader.read_only})
     finally:
         server.should_exit = True
-        api.join(timeout=10)
+        api.join(timeout=API_STOP_S)  # its requests end first: one can take seconds under load
         remove_marker(settings.db, os.getpid())
-    return 0
+    # A reader holds nothing to close: its database is in memory and what it asked of the lake is committed.
+    # The interpreter's own shutdown destroyed DuckDB's connections under the API pool's threads, which keep
+    # their cursors ('terminate called without an active exception', exit -6: seen once, a reader stopped in
+    # CI on a loaded machine), so it exits at once, as a collector does when its API outlives API_STOP_S.
+    logging.shutdown()
+    os._exit(0)
