@@ -10,7 +10,8 @@ stdin and answers one JSON line on stdout:
 - `{"op": "overview"}`: the overview built whole, as a list (what the test waits on).
 - `{"op": "alerts", "run": RUN}`, `{"op": "alert", "alert": ID}`: the run's alerts, one alert, as stored.
 - `{"op": "ack" | "resolve", "alert": ID}`, `{"op": "stop", "run": RUN}`: asked through the lake as the API
-  asks them; `{"op": "compact"}`: DuckLake's `ducklake_merge_adjacent_files`, as a collector compacts.
+  asks them; `{"op": "compact"}`: DuckLake's `ducklake_merge_adjacent_files`, as a collector compacts;
+  `{"op": "whole_from", "share": S, "min_runs": N}`: the overview built whole past that share of runs changed.
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ def main() -> None:
         elif ask["op"] == "stop":
             lake_reader.ask_stop(cur, ask["run"], "the overview test", "person")
             out = {"asked": "stop"}
+        elif (
+            ask["op"] == "whole_from"
+        ):  # where most runs change: built whole, not asked (api_runs.WHOLE_FROM)
+            api_runs.WHOLE_FROM, api_runs.WHOLE_MIN_RUNS = ask["share"], ask["min_runs"]
+            out = {"whole_from": ask["share"]}
         elif ask["op"] == "compact":
             out = {"compacted": compact(cur)}
         else:

@@ -163,6 +163,16 @@ def test_the_kept_overview_equals_the_whole_one_after_every_change(pg, tmp_path)
         reader.ask("stop", run="carol/c1")
         wait_for(lambda: (tmp_path / "carol" / "c1" / "runwatch.stop").exists(), "carol's stop file")
         reader.check("a stop", set())
+
+        # Where most runs change at every commit, asking what changed costs more than building whole: past the
+        # share, built whole, and the next calls build whole without asking (api_runs.WHOLE_FOR_S).
+        reader.ask("whole_from", share=0.0, min_runs=1)
+        write_steps(a2 / "metrics.jsonl", 141, 150)
+        wait_for(lambda: reader.row("alice/exp/a2")["last_step"] == 150, "a2's points")
+        reader.check("most runs changed (here: any)", None)
+        write_steps(b1 / "metrics.jsonl", 301, 310)
+        wait_for(lambda: reader.row("bob/b1")["last_step"] == 310, "b1's points")
+        reader.check("within WHOLE_FOR_S of it", None)
     finally:
         if reader is not None:
             reader.close()
