@@ -545,12 +545,9 @@ class LakePublisher:
         """Whether the lake holds a compaction's snapshot younger than `seconds` (DuckLake records a merge as
         `compacted_table:ID` in the catalog's ducklake_snapshot_changes; expired with its snapshot after
         `KEEP_SNAPSHOTS_S`). Only a Postgres catalog is asked; another says no."""
-        metadata = lake_access.METADATA.format(lake=LAKE)
-        kind = self.cur.execute(
-            "SELECT type FROM duckdb_databases() WHERE database_name = ?", [metadata]
-        ).fetchall()
-        if not kind or kind[0][0] != "postgres":
+        if not lake_access.catalog_is_postgres(self.cur, LAKE):
             return False
+        metadata = lake_access.METADATA.format(lake=LAKE)
         (recent,) = self.cur.execute(
             f"""SELECT * FROM postgres_query('{metadata}', 'SELECT count(*) FROM ducklake_snapshot s
                 JOIN ducklake_snapshot_changes c USING (snapshot_id)

@@ -36,13 +36,18 @@ class LakeUnreadable(Exception):
         )
 
 
-def role_may_write(con: duckdb.DuckDBPyConnection, lake: str) -> bool:
-    """Whether the catalog's Postgres role may commit to the lake (insert a snapshot); True for a catalog
-    that is not Postgres (its file's permissions decide)."""
+def catalog_is_postgres(con: duckdb.DuckDBPyConnection, lake: str) -> bool:
+    """Whether the lake's catalog is a Postgres database (`postgres_query` may ask it directly)."""
     kind = con.execute(
         "SELECT type FROM duckdb_databases() WHERE database_name = ?", [METADATA.format(lake=lake)]
     ).fetchall()
-    if not kind or kind[0][0] != "postgres":
+    return bool(kind) and kind[0][0] == "postgres"
+
+
+def role_may_write(con: duckdb.DuckDBPyConnection, lake: str) -> bool:
+    """Whether the catalog's Postgres role may commit to the lake (insert a snapshot); True for a catalog
+    that is not Postgres (its file's permissions decide)."""
+    if not catalog_is_postgres(con, lake):
         return True
     (may,) = con.execute(
         f"""SELECT * FROM postgres_query('{METADATA.format(lake=lake)}',
