@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
+from transformers.integrations import is_tensorboard_available
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -35,6 +36,9 @@ from trainer.hf import RunwatchCallback  # noqa: E402
 
 DATA = REPO / "data" / "build"
 GPU = torch.cuda.is_available()
+# TensorBoard events are a second record of the same run for runwatch to read; a bare GPU image may lack the
+# package, and the run is worth having without them.
+REPORT_TO = "tensorboard" if is_tensorboard_available() else "none"
 
 
 class Rows(torch.utils.data.Dataset):
@@ -90,7 +94,7 @@ def train(root: Path, name: str, data: tuple, lr: float, steps: int, *, clip: fl
         bf16=GPU and not fp16,
         fp16=fp16 and GPU,
         use_cpu=not GPU,
-        report_to="tensorboard",
+        report_to=REPORT_TO,
         disable_tqdm=True,
     )
     callbacks = [RunwatchCallback()]
@@ -127,7 +131,7 @@ def main() -> int:
     args = ap.parse_args()
     device = torch.cuda.get_device_name(0) if GPU else "CPU"
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, python {platform.python_version()}, "
-          f"{device}", flush=True)  # fmt: skip
+          f"{device}, TensorBoard events: {REPORT_TO != 'none'}", flush=True)  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(DATA / "tokenizer")
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     data = (Rows(tokenizer, DATA / "sft_train.parquet"), Rows(tokenizer, DATA / "sft_val.parquet", 256))
