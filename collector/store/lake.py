@@ -21,17 +21,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import re
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from collector.core.runtime import pid_alive
-from collector.store import lake_access
+from collector.store import lake_access, lake_names
+from collector.store.lake_names import LIVE_S
 from collector.store.schema import StoreError
 
 log = logging.getLogger("collector")
@@ -40,7 +38,6 @@ LAKE = "lake"  # the attached lake's name in the collector's DuckDB
 PREFIX = "ducklake:"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")  # (\Z: `$` lets a trailing newline in)
 KEEP_SNAPSHOTS_S = 60  # compaction keeps older snapshots (and their files) this long
-LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
 ASK_EVERY_S = 0.9  # a batch reads the stops and acks asked through the lake at most this often
 SKIP_TABLES = {"schema_version"}
 POINTS_TABLE = "point_rows"
@@ -300,38 +297,10 @@ class LakePublisher:
         return None
 
     def _register(self) -> None:
-        """Claim the name: refused while another live collector (another host or pid) holds it."""
-        now = time.time()
-        host, pid = socket.gethostname(), os.getpid()
-        rows = self.cur.execute(
-            f"SELECT host, pid, heartbeat_at, ns FROM {LAKE}.team_collectors WHERE name = ?", [self.name]
-        ).fetchall()
-        for other_host, other_pid, beat, _ in rows:
-            if (other_host, other_pid) == (host, pid) or beat is None or now - beat >= LIVE_S:
-                continue
-            if other_host != host or pid_alive(other_pid):  # on this host a dead pid frees the name at once
-                raise StoreError(
-                    f"a collector named {self.name!r} is live (host {other_host}, pid {other_pid}, seen "
-                    f"{now - beat:.0f} s ago): give this one another --collector name"
-                )
-        clash = self.cur.execute(
-            f"SELECT name FROM {LAKE}.team_collectors WHERE ns = ? AND name <> ?", [self.ns, self.name]
-        ).fetchall()
-        if clash:
-            raise StoreError(
-                f"--collector {self.name!r} shares its id block with {clash[0][0]!r}: pick another name"
-            )
-
-        def write() -> None:
-            self.cur.execute("BEGIN TRANSACTION")
-            self.cur.execute(f"DELETE FROM {LAKE}.team_collectors WHERE name = ?", [self.name])
-            self.cur.execute(
-                f"INSERT INTO {LAKE}.team_collectors VALUES (?, ?, ?, ?, ?, ?)",
-                [self.name, self.ns, host, pid, now, now],
-            )
-            self.cur.execute("COMMIT")
-
-        self._retry(write)
+        """Claim the name: refused while another live collector (another host or pid) holds it. Checked and
+        claimed under the name's lock in the catalog, so a second start of it, or a forget, waits and sees it."""
+        with lake_names.name_lock(self.cur, LAKE, self.ns, self.name):
+            self._retry(lambda: lake_names.claim(self.cur, LAKE, self.name, self.ns))
 
     # ---- one batch ----------------------------------------------------------------------------------
 

@@ -3,24 +3,22 @@
 Deletes every row the collector published (its runs `NAME/RUN`, the rows of its id block, its marks, the stops
 and acks asked of it, its name) in one lake transaction, so a reader shows all of it or none of it. Refused for
 a role that may only read the lake and while a collector of that name is live (`team_collectors`: it would
-publish everything again from its file). The Parquet files the rows were in go when a collector next compacts
-the lake (`LakePublisher.compact`: snapshots older than a minute expired, their files removed).
+publish everything again from its file), checked in that transaction under the name's lock
+(`lake_names.name_lock`): a collector of that name starting meanwhile waits, then publishes everything again.
+The Parquet files the rows were in go when a collector next compacts the lake (`LakePublisher.compact`:
+snapshots older than a minute expired, their files removed).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import time
 
 import duckdb
 
-from collector.core.runtime import pid_alive
-from collector.store import lake_access
+from collector.store import lake_access, lake_names
 from collector.store.lake import (
     LAKE,
-    LIVE_S,
     NAME_RE,
     LakeSpec,
     attach,
@@ -29,6 +27,7 @@ from collector.store.lake import (
     namespace,
     owned_rows,
 )
+from collector.store.lake_names import LIVE_S
 from collector.store.schema import StoreError
 
 TRIES = 5  # the transaction is run again after a commit conflict with a live collector's batch
@@ -64,57 +63,54 @@ def _forget(con: duckdb.DuckDBPyConnection, spec: LakeSpec, name: str) -> dict[s
         )
     con.execute(f"DETACH {LAKE}")
     attach(con, spec)
-    for attempt in range(TRIES - 1):
-        try:
-            _refuse_live(con, name)
-            return _delete(con, name)
-        except duckdb.TransactionException:
-            # A live collector's commit deleted from a data file this one deletes from too (their rows share
-            # files once compaction merged them: DuckLake then refuses the later commit); rolled back, again.
-            time.sleep(0.1 * (attempt + 1))
-    _refuse_live(con, name)
-    return _delete(con, name)
+    # Under the name's lock: a collector of that name starting now waits until this is done (then publishes
+    # everything again from its file); one that started first is live by then, and this is refused.
+    with lake_names.name_lock(con, LAKE, namespace(name), name):
+        for attempt in range(TRIES - 1):
+            try:
+                return _delete(con, name)
+            except duckdb.TransactionException:
+                # A live collector's commit deleted from a data file this one deletes from too (their rows
+                # share files once compaction merged them: DuckLake then refuses the later commit); again.
+                time.sleep(0.1 * (attempt + 1))
+        return _delete(con, name)
 
 
 def _refuse_live(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """StoreError while a collector of `name` is live, as `LakePublisher` judges a name taken."""
+    """StoreError while a collector of `name` is live, as a collector's start judges a name taken."""
     (team,) = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'team_collectors'",
         [LAKE],
     ).fetchone()
     if not team:  # a DuckLake no runwatch collector has published into
         raise StoreError(f"no collector has published into this lake: nothing to forget of {name!r}")
-    now, host = time.time(), socket.gethostname()
-    rows = con.execute(
-        f"SELECT host, pid, heartbeat_at FROM {LAKE}.team_collectors WHERE name = ?", [name]
-    ).fetchall()
-    for other_host, pid, beat in rows:
-        if beat is None or now - beat >= LIVE_S or (other_host == host and not pid_alive(pid)):
-            continue
-        if other_host == host and pid == os.getpid():
-            continue
+    holder = lake_names.live_holder(con, LAKE, name)
+    if holder:
         raise StoreError(
-            f"the collector {name!r} is live (host {other_host}, pid {pid}, seen {now - beat:.0f} s ago): stop "
-            "it first, or it publishes everything again from its own file (stopped on another host, its name is "
-            f"taken until {LIVE_S:.0f} s after its last heartbeat)"
+            f"the collector {name!r} is live ({holder}): stop it first, or it publishes everything again from "
+            f"its own file (stopped on another host, its name is taken until {LIVE_S:.0f} s after its last "
+            "heartbeat)"
         )
 
 
 def _delete(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, int]:
+    """In one lake transaction: refused while `name` is live, else every row of it deleted."""
     ns = namespace(name)
-    tables: dict[str, list[tuple[str, str]]] = {}
-    for table, column, kind in con.execute(
-        """SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
-           JOIN information_schema.tables t ON t.table_catalog = c.table_catalog
-             AND t.table_schema = c.table_schema AND t.table_name = c.table_name
-           WHERE c.table_catalog = ? AND t.table_type = 'BASE TABLE' ORDER BY c.table_name, c.ordinal_position""",
-        [LAKE],
-    ).fetchall():
-        tables.setdefault(table, []).append((column, kind))
     special = {"team_collectors": f"name = '{name}'", "team_marks": f"ns = {ns}"}
     deleted: dict[str, int] = {}
     con.execute("BEGIN TRANSACTION")
     try:
+        _refuse_live(con, name)
+        tables: dict[str, list[tuple[str, str]]] = {}
+        for table, column, kind in con.execute(
+            """SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
+               JOIN information_schema.tables t ON t.table_catalog = c.table_catalog
+                 AND t.table_schema = c.table_schema AND t.table_name = c.table_name
+               WHERE c.table_catalog = ? AND t.table_type = 'BASE TABLE'
+               ORDER BY c.table_name, c.ordinal_position""",
+            [LAKE],
+        ).fetchall():
+            tables.setdefault(table, []).append((column, kind))
         for table, columns in tables.items():
             try:
                 where = special.get(table) or owned_rows(table, columns, name, ns)

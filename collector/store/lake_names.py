@@ -1,0 +1,106 @@
+"""Team mode's collector names: who holds a name in the lake (`team_collectors`), and claiming one.
+
+A name is held by the collector that registered it last, while its heartbeat is younger than LIVE_S (on the
+same host, only while its pid lives). Claiming a name (a collector's start) and `collector forget` each check
+and write under the name's lock in the Postgres catalog (`name_lock`), in one lake transaction begun inside
+it, so neither can come between the other's check and write, and two starts of one name go one at a time:
+the second sees the first live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+import duckdb
+
+from collector.core.runtime import pid_alive
+from collector.store import lake_access
+from collector.store.schema import StoreError
+
+LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
+NAME_LOCKS = 0x72770001  # the first key of runwatch's name locks: pg_advisory_xact_lock(NAME_LOCKS, id block)
+NAME_LOCK_WAIT_S = 60  # how long a start or a forget waits while another holds the same name's lock
+
+
+@contextlib.contextmanager
+def name_lock(con: duckdb.DuckDBPyConnection, lake: str, ns: int, name: str) -> Iterator[None]:
+    """Hold collector `name`'s lock (by its id block `ns`) in the lake's Postgres catalog while the block
+    runs; the block's lake transaction must begin inside it (a DuckLake transaction reads the snapshot it
+    began with: measured, a lock taken after its first read leaves it reading the older snapshot). StoreError
+    when another process held the lock for NAME_LOCK_WAIT_S. A catalog that is not Postgres has none."""
+    if not lake_access.catalog_is_postgres(con, lake):
+        yield
+        return
+    # A transaction of its own, on a cursor of its own, holds the lock: it ends (and Postgres frees the lock)
+    # only after the block's lake transaction committed, or when this process dies.
+    holder, metadata = con.cursor(), lake_access.METADATA.format(lake=lake)
+    try:
+        holder.execute("BEGIN TRANSACTION")
+        holder.execute(
+            f"CALL postgres_execute('{metadata}', 'SET LOCAL lock_timeout = ''{NAME_LOCK_WAIT_S}s''')"
+        )
+        try:
+            holder.execute(
+                f"CALL postgres_execute('{metadata}', 'SELECT pg_advisory_xact_lock({NAME_LOCKS}, {int(ns)})')"
+            )
+        except duckdb.Error as e:
+            if "lock timeout" not in str(e):
+                raise
+            raise StoreError(
+                f"collector {name!r}: another process held its name in the lake for {NAME_LOCK_WAIT_S} s (a "
+                f"collector of that name starting, or `collector forget --collector {name}`): nothing was done; "
+                "try again"
+            ) from None
+        yield
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            holder.execute("ROLLBACK")
+        holder.close()
+
+
+def live_holder(cur: duckdb.DuckDBPyConnection, lake: str, name: str) -> str | None:
+    """Which live collector other than this process holds `name` ("host H, pid P, seen N s ago"), or None."""
+    now, host, pid = time.time(), socket.gethostname(), os.getpid()
+    rows = cur.execute(f"SELECT host, pid, heartbeat_at FROM {lake}.team_collectors WHERE name = ?", [name])
+    for other_host, other_pid, beat in rows.fetchall():
+        if (other_host, other_pid) == (host, pid) or beat is None or now - beat >= LIVE_S:
+            continue
+        if other_host != host or pid_alive(other_pid):  # on this host a dead pid frees the name at once
+            return f"host {other_host}, pid {other_pid}, seen {now - beat:.0f} s ago"
+    return None
+
+
+def claim(cur: duckdb.DuckDBPyConnection, lake: str, name: str, ns: int) -> None:
+    """Register this process as collector `name` (id block `ns`) in one lake transaction; StoreError, and
+    nothing written, while another live collector holds the name or another name has the same id block.
+    Run it under `name_lock`."""
+    cur.execute("BEGIN TRANSACTION")
+    try:
+        holder = live_holder(cur, lake, name)
+        if holder:
+            raise StoreError(
+                f"a collector named {name!r} is live ({holder}): give this one another --collector name"
+            )
+        clash = cur.execute(
+            f"SELECT name FROM {lake}.team_collectors WHERE ns = ? AND name <> ?", [ns, name]
+        ).fetchall()
+        if clash:
+            raise StoreError(
+                f"--collector {name!r} shares its id block with {clash[0][0]!r}: pick another name"
+            )
+        now = time.time()
+        cur.execute(f"DELETE FROM {lake}.team_collectors WHERE name = ?", [name])
+        cur.execute(
+            f"INSERT INTO {lake}.team_collectors VALUES (?, ?, ?, ?, ?, ?)",
+            [name, ns, socket.gethostname(), os.getpid(), now, now],
+        )
+        cur.execute("COMMIT")
+    except BaseException:
+        # (a failed COMMIT has ended the transaction already: its ROLLBACK would fail and hide why)
+        with contextlib.suppress(duckdb.Error):
+            cur.execute("ROLLBACK")
+        raise
