@@ -185,6 +185,9 @@ def action_for_alert(
             f"(This is where to resume from before the trouble; the checkpoint advice, which checkpoint to keep "
             f"at the end, picks step {advice_step} {basis}.)"
         )
+        # the short lines are read beside the Checkpoints page, which keeps the advice's step and may list this
+        # one as safe to delete: say why they differ there too, not only in the paragraph
+        reason += f" It is where to resume from; the checkpoint advice keeps step {advice_step} at the end ({basis})."
     return {
         "checkpoint": chosen,
         "trainer": trainer.kind,
@@ -399,7 +402,7 @@ def _command(trainer: Trainer, checkpoint: dict, run_path: str | None) -> tuple[
     if trainer.kind == "runwatch":
         out, _ = _on_host(run_path or "RUN_DIR")
         command = f"python -m trainer.launch --preset {trainer.preset} --out {out} --resume-from {checkpoint['step']}"
-        return command, f"run{where} `{command}`", f"run this{where}"
+        return command, f"run{where} `{command}`", f"this command{where}"  # read after the label "Run"
     if trainer.kind == "verl":
         command = f"trainer.resume_mode=resume_path trainer.resume_from_path={path}"
         return (

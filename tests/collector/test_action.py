@@ -137,6 +137,24 @@ def test_commands_per_trainer_and_remote_paths():
     assert unknown["command"] is None and "your trainer's resume option" in unknown["text"]
 
 
+def test_a_spike_resume_point_other_than_the_advices_says_so_in_its_short_lines():
+    # the demo (make demo): a grad spike at 61 goes back to step 60, while the checkpoint advice keeps step 40
+    # and the Checkpoints page lists 60 as safe to delete; the dashboard shows Keep / Run / Why, not the
+    # paragraph, so the why says the two differ, and the Run line reads after its label ("Run this command")
+    spike = {"rule": "grad_spike", "severity": "error", "metric": "train/grad_norm", "first_step": 61,
+             "last_step": 64}  # fmt: skip
+    saved = [{**ckpt(s), "value": v} for s, v in ((40, 2.603), (50, 2.813), (60, 4.391))]
+    act = action_for_alert(spike, advice(saved, 40), Trainer("runwatch", "x", "demo"), "/runs/a", [(61, 64)])
+    assert act["keep"] == "step 60 (/runs/a/global_step_60)"
+    assert act["why"].endswith(
+        "It is where to resume from; the checkpoint advice keeps step 40 at the end (by val/loss)."
+    )
+    assert act["run"] == "this command; when replaying, skip the batches of steps 61-64"
+    assert "picks step 40 by val/loss" in act["text"]
+    same = action_for_alert(spike, advice(saved, 60), Trainer("runwatch", "x", "demo"), "/runs/a", [(61, 64)])
+    assert "checkpoint advice" not in same["why"]
+
+
 def test_a_validation_alert_keeps_the_advices_checkpoint_and_says_why_it_differs():
     cks = [ckpt(10, value=2.0), ckpt(20, value=1.5), ckpt(30, value=1.7)]
     rise = {"rule": "val_loss_rise", "severity": "warn", "metric": "eval_loss", "first_step": 30, "last_step": 40,
