@@ -44,7 +44,11 @@ class Sink(Protocol):
 
 def alert_line(alert: dict) -> str:
     """The one-line human form of an alert event."""
-    state = "" if alert.get("active", True) else " (resolved)"
+    state = ""
+    if not alert.get("active", True):
+        # a backlog read at once (a collector restarted mid-run) opens and resolves an alert in one pass: its
+        # `opened` event then says so, else the two events print as one line twice
+        state = " (opened, already over)" if alert.get("event") == "opened" else " (resolved)"
     steps = f"step {alert.get('first_step')}"
     if alert.get("last_step") != alert.get("first_step"):
         steps = f"steps {alert.get('first_step')}-{alert.get('last_step')}"

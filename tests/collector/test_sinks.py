@@ -163,6 +163,20 @@ def test_console_prints_one_line_per_event():
     assert line.startswith("[ERROR] run sft/run1: grad_spike (resolved) on train/grad_norm, step 5: ")
 
 
+def test_an_alert_opened_and_resolved_in_one_pass_prints_two_different_lines():
+    # a collector restarted after a kill -9 reads the backlog at once: `opened` and `auto_resolved` of one
+    # alert come together, both inactive; they once printed the same line twice
+    stream = io.StringIO()
+    over = ALERT | {"active": False, "first_step": 61, "last_step": 64}
+    ConsoleSink(stream).send(over | {"event": "opened"})
+    ConsoleSink(stream).send(over | {"event": "auto_resolved"})
+    opened, resolved = stream.getvalue().splitlines()
+    assert opened.startswith(
+        "[ERROR] run sft/run1: grad_spike (opened, already over) on train/grad_norm, steps 61-64"
+    )
+    assert resolved.startswith("[ERROR] run sft/run1: grad_spike (resolved) on train/grad_norm, steps 61-64")
+
+
 ACTION = {
     "checkpoint": {
         "step": 2500,
