@@ -31,6 +31,7 @@ from collector.api.models import (
     Series,
     SeriesAnswer,
     StopAnswer,
+    StopState,
 )
 
 # Bucket count for a chart: about one bucket per horizontal pixel of a wide chart.
@@ -147,6 +148,10 @@ class DashboardApi:
     def stop(self, run: str, reason: str) -> StopAnswer:
         """Ask the run to stop (its trainer polls `RUN_DIR/runwatch.stop`); the request in force."""
         return self._post(f"/api/runs/{_run_path(run)}/stop", {"reason": reason}, model=StopAnswer)
+
+    def stop_state(self, run: str) -> StopState | None:
+        """The run's last stop request and what became of it (None when none is known)."""
+        return self._get(f"/api/runs/{_run_path(run)}/stop", model=StopState | None)
 
     def playback(
         self, run: str, metrics: list[str], start_step: int, end_step: int, speed: float

@@ -107,6 +107,10 @@ def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
     )
 
     sub.add_parser("runs", parents=[common], help="list runs")
+    one = sub.add_parser(
+        "run", parents=[common], help="one run: its state, and what became of its last stop request"
+    )
+    one.add_argument("run")
 
     metrics = sub.add_parser("metrics", parents=[common], help="one metric of a run")
     metrics.add_argument("--run", required=True)
@@ -481,6 +485,7 @@ def typed(args: argparse.Namespace, result: Any) -> Any:
     listing = list[models.Alert] if getattr(args, "json", True) else list[models.Incident]
     model = {
         "runs": list[models.RunSummary],
+        "run": models.RunDetail,
         "metrics": models.SeriesAnswer,
         "alerts": listing,
         "incidents": list[models.Incident],
@@ -514,6 +519,8 @@ def _request(args: argparse.Namespace) -> tuple[str, Any, Callable[[RunService],
     c = args.command
     if c == "runs":
         return "/api/runs", None, api_runs.runs
+    if c == "run":
+        return f"/api/runs/{quote(args.run, safe='/')}", None, lambda s: api_runs.run(s, args.run)
     if c == "metrics":
         params = {"metric": args.metric, "points": args.points}
         params |= {k: v for k, v in (("start", args.start), ("end", args.end)) if v is not None}

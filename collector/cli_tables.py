@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # (pydantic is imported by the commands that print an answer,
         AlertDetail,
         Incident,
         ProblemFile,
+        RunDetail,
         RunSummary,
         Series,
         StopAnswer,
@@ -152,6 +154,17 @@ def runs_table(runs: list[RunSummary]) -> str:
     return table(rows, ["id", "status", "steps", "train_loss", "val_loss", "alerts", "format"], keep="id")
 
 
+def run_lines(r: RunDetail) -> str:
+    """One run's state in a line, then what became of its last stop request (`StopState.said`)."""
+    steps = cell(r.last_step) + (f"/{r.total_steps}" if r.total_steps else "")
+    alerts = ", ".join(f"{n} {s}" for s, n in r.open_alerts.by_severity() if n) or "none"
+    lines = wrap(f"run {r.id}: {r.status}, step {steps}, open alerts: {alerts}")
+    if r.anomaly_reason:
+        lines += wrap(f"anomaly: {r.anomaly_reason}", indent=INDENT)
+    said = r.stop.said(time.time()) if r.stop else "no stop asked"
+    return "\n".join([*lines, *wrap(said, indent=INDENT)])
+
+
 def incidents_table(incidents: list[Incident]) -> str:
     """One row per incident (its cause first, the troubles it explains, how many alerts it holds), its message
     under it; then the count of incidents and alerts."""
@@ -221,11 +234,15 @@ def stop_line(r: StopAnswer) -> str:
     said = f"{'asked' if r.written else 'already asked'} to stop: {r.path}"
     if getattr(r.request, "through", None):  # a team reader: the owner writes the file, on its machine
         said = f"asked to stop through the team lake: the collector that owns the run writes {r.path}"
+        # (at its next batch, or refuses it, saying why: a person learns which from `run`)
+        said += f" ({r.request.reason}); what became of it: collector run {r.run}"
+        return "\n".join(wrap(f"run {r.run}: {said}"))
     return "\n".join(wrap(f"run {r.run}: {said} ({r.request.reason})"))
 
 
 TABLES: dict[str, Callable[[Any], str]] = {
     "runs": runs_table,
+    "run": run_lines,
     "metrics": metrics_table,
     "alerts": incidents_table,  # people read incidents; `alerts --json` lists every alert
     "incidents": incidents_table,

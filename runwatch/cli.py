@@ -19,6 +19,7 @@ COLLECTOR_COMMANDS = {
     "ingest": "read these paths once into the database (twice adds nothing)",
     "check": "judge a run or the runs under a path in one pass; exit 2 on an error alert",
     "runs": "list the database's runs",
+    "run": "one run: its state, and what became of its last stop request",
     "alerts": "list alerts",
     "incidents": "list incidents (alerts grouped by trouble)",
     "ack": "acknowledge an alert",

@@ -13,7 +13,7 @@ from app import ui, zoom
 from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, load_series, window_series
 from app.panels import HEADLINES, Panel, metric_names, metrics_by_role, role_panels
-from app.playback import playback_control, stop_control
+from app.playback import playback_control, stop_control, stop_state_note
 from app.series import group_metrics, scaled
 from collector.api.models import Alert, RunDetail
 
@@ -51,8 +51,12 @@ if detail.anomaly_detected:
 stop_reason = (detail.status_info or {}).get("stop_reason")
 if status == "stopped" and stop_reason:
     st.info(f"Stopped on request: {stop_reason}", icon=":material/stop_circle:")
-if status in ("running", "stalled"):
-    stop_control(api, run, ui.read_only_why(), team=bool(ui.connection().info.get("lake")))
+team = bool(ui.connection().info.get("lake"))
+asked_now = (
+    stop_control(api, run, ui.read_only_why(), team=team) if status in ("running", "stalled") else None
+)
+if asked_now != "refused":  # (a refusal on the spot was said just now)
+    stop_state_note(api, run, detail.stop, asked_now == "asked", team, ui.settings().refresh_s)
 
 
 def files_of_run(detail: RunDetail) -> None:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from collector.advice.verl_saves import verl_save_freq
 from collector.api import incidents as api_incidents
 from collector.api import run_files
+from collector.api import stop as api_stop
 from collector.api.http import json_bytes
 from collector.api.series import metrics
 from collector.core.panels import panels_for
@@ -306,6 +307,7 @@ def run(service: RunService, run_id: str) -> dict:
     out["failing_files"] = run_files.failing_of(store, run_id)
     out["decorations"] = panel_decorations(service.thresholds_of(r["path"]))
     out["panels"] = panels_of({m["role"] for m in out["metrics"] if m["role"]})
+    out["stop"] = api_stop.stop_state(store, run_id, r)
     return out
 
 

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 STOP_FILE = "runwatch.stop"
+ALREADY_THERE = "a request was already there"  # a team owner's outcome when an earlier request stands
 MAX_BYTES = 64 << 10  # what is read of a stop file: a request is one short JSON object
 
 
@@ -105,6 +106,19 @@ def read_stop_request(run_dir: Path | str) -> dict | None:
         folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    try:
+        return _read(folder, run_dir)
+    finally:
+        os.close(folder)
+
+
+def request_in_force(run_dir: Path | str, root: Path | str | None = None) -> dict | None:
+    """The stop request in the run folder as `write_stop_request` finds it (never read through a link: the
+    run folder, `runwatch.stop`, or with `root`, a folder on the way out of the root), or None when there is
+    none. Raises StopFileLink for a link, OSError when the folder cannot be read."""
+    if root:
+        check_inside(run_dir, root)
+    folder = _open_folder(run_dir)
     try:
         return _read(folder, run_dir)
     finally:

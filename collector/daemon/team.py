@@ -19,7 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 from collector.core.runtime import API_STOP_S, Settings, ensure_token, remove_marker, write_marker
-from collector.core.stop_request import ended, single_file, write_stop_request
+from collector.core.stop_request import (
+    ALREADY_THERE,
+    StopFileLink,
+    check_inside,
+    ended,
+    single_file,
+    write_stop_request,
+)
 from collector.store import alerts as store_alerts
 from collector.store import lake, lake_reader
 from collector.store import read as store_read
@@ -87,10 +94,15 @@ class TeamPublishing:
         for run, reason, asked_at in stops:
             outcome = self._refusal(run)
             if outcome is None:
-                request, written = write_stop_request(
-                    self.run_dirs[run], reason or "stop requested from runwatch", by="person"
-                )
-                outcome = "written" if written else "a request was already there"
+                try:
+                    _, written = write_stop_request(
+                        self.run_dirs[run], reason or "stop requested from runwatch", by="person"
+                    )
+                    outcome = "written" if written else ALREADY_THERE
+                except StopFileLink as e:  # refused, as the API refuses it alone
+                    outcome = str(e)
+                except OSError as e:  # (raised, it failed every batch and hid the acks asked after it)
+                    outcome = f"the stop request could not be written ({e})"
             self.publisher.stop_done(run, asked_at, outcome)  # the asker reads why in team_stops.outcome
             log.info("team lake: stop of %s asked through the lake: %s", run, outcome)
 
@@ -99,14 +111,22 @@ class TeamPublishing:
         refuses these too, but a request from an older reader, or a run that ended after it was asked, reaches
         the owner: a single file's folder is the watched root (every sibling's stop file), and a stop file left
         in an ended run's folder would stop it again once resumed."""
+        shown = f"{self.publisher.name}/{run}"  # (named as the asker knows it, as the reader's refusals do)
         file = self.run_files.get(run)
         if file is not None:
-            return single_file(run, file)
+            return single_file(shown, file)
         folder = self.run_dirs.get(run)
         if folder is None or not folder.is_dir():
-            return f"run {run!r} has no folder this collector can write to"
+            return f"run {shown!r} has no folder this collector can write to"
         found = store_read.runs(self.publisher.store, run)
-        return ended(run, store_read.parse_json(found[0]["status_info"])) if found else None
+        if not found:
+            return None
+        if found[0].get("root"):  # a folder on the way swapped for a link since the run was found
+            try:
+                check_inside(folder, found[0]["root"])
+            except StopFileLink as e:
+                return str(e)
+        return ended(shown, store_read.parse_json(found[0]["status_info"]))
 
     def _carry_out_alert_changes(self, changes: list[tuple[int, str, str | None, float]]) -> None:
         for local_id, state, note, asked_at in changes:

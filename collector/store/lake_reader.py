@@ -272,3 +272,23 @@ def ask_stop(cur: duckdb.DuckDBPyConnection, run_id: str, reason: str, by: str) 
     cur.execute(
         f"INSERT INTO {LAKE}.team_stops VALUES (?, ?, ?, ?, NULL, NULL)", [run_id, reason, time.time(), by]
     )
+
+
+def last_stop(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
+    """The last stop of `run_id` asked through the lake (`ask_stop`) and what became of it, or None when none
+    was: `reason`, `asked_at`, `asked_by`, `done_at` and `outcome` (the owning collector's: `written`, `a
+    request was already there`, or why it refused; None until it carried the request out), `collector` (the
+    owner: the run id's first part) and `collector_seen_at` (its last heartbeat; None if never registered)."""
+    row = cur.execute(
+        """SELECT reason, asked_at, asked_by, done_at, outcome FROM team_stops WHERE run_id = ?
+           ORDER BY asked_at DESC LIMIT 1""",
+        [run_id],
+    ).fetchone()
+    if row is None:
+        return None
+    collector = run_id.split("/", 1)[0]
+    (seen,) = cur.execute(
+        "SELECT max(heartbeat_at) FROM team_collectors WHERE name = ?", [collector]
+    ).fetchone()
+    keys = ("reason", "asked_at", "asked_by", "done_at", "outcome")
+    return dict(zip(keys, row, strict=True)) | {"collector": collector, "collector_seen_at": seen}

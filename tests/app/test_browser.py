@@ -279,6 +279,7 @@ def test_stop_button_stops_a_live_run(tmp_path: Path):
             page.get_by_role("button", name="Stop run").click()
             page.get_by_role("button", name="Yes, stop the run").click()
             page.get_by_text("Asked the run to stop").wait_for()
+            page.get_by_text("by person (stopped from the dashboard); written:", exact=False).wait_for()
             assert trainer.wait(timeout=300) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
         status = json.loads((root / "live" / "status.json").read_text())
         assert status["state"] == "stopped" and status["stop_reason"] == "stopped from the dashboard"

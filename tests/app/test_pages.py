@@ -498,3 +498,45 @@ def test_a_stopped_runs_page_does_not_warn_of_its_stop_file(tmp_path, monkeypatc
         assert not warned, warned
     finally:
         stop_process(collector.proc)
+
+
+def test_the_run_page_says_what_became_of_a_stop_beside_its_button(tmp_path, monkeypatch):
+    """A stop asked on a local run page is written at once, and the page says so in the words of `collector run`
+    (`StopState.said`); one refused (its stop file is a link) says `Stop refused:` and why, as a refusal through
+    a team's lake does, not "could not answer this page"."""
+    root, db = tmp_path / "root", tmp_path / "own.duckdb"
+    for name in ("live", "linked"):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, "data": {"train/loss": 1.0 / s}}) + "\n" for s in range(1, 21))
+        )
+        (root / name / "status.json").write_text('{"state": "running"}')
+    (tmp_path / "outside.txt").write_text("not a stop request")
+    (root / "linked" / "runwatch.stop").symlink_to(tmp_path / "outside.txt")
+    collector = start_collector(db, [root], tmp_path / "collector.log")
+    try:
+        monkeypatch.setenv("RUNWATCH_DB", str(db))
+        monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+        client = collector.client()
+        wait_for(
+            lambda: {r["id"]: r["last_step"] for r in client.get("/api/runs")} == {"live": 20, "linked": 20},
+            "both runs' 20 steps",
+        )
+        said = {}
+        before = [e.value for e in open_page("run", run="linked").error]
+        assert [e for e in before if e.startswith("Stop refused: ")], before  # why a stop cannot be written
+        for run in ("live", "linked"):
+            at = open_page("run", run=run)
+            at.button(key="stop_run").click().run()
+            at.button(key="stop_run_confirmed").click().run()
+            assert not at.exception, [e.value for e in at.exception]
+            said[run] = [c.value for c in at.caption] + [e.value for e in at.error]
+        written = [s for s in said["live"] if "by person (stopped from the dashboard); written: " in s]
+        assert written and written[0].startswith("Stop asked "), said["live"]
+        assert (root / "live" / "runwatch.stop").is_file()
+        refused = [s for s in said["linked"] if s.startswith("Stop refused: ")]
+        assert len(refused) == 1 and "runwatch.stop is a symbolic link" in refused[0], said["linked"]
+        assert not any("could not answer" in s for s in said["linked"]), said["linked"]
+        assert (tmp_path / "outside.txt").read_text() == "not a stop request"
+    finally:
+        stop_process(collector.proc)

@@ -5,6 +5,7 @@ open error alert is marked `anomaly_detected` without its status changing."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -82,6 +83,16 @@ def test_the_api_and_the_cli_ask_a_run_to_stop_and_the_first_request_stands(daem
     again = cli(db, "stop", "a", "--reason", "second thoughts")
     assert "already asked to stop" in again.stdout and "diverging, saw it on the chart" in again.stdout
     assert json.loads((root / "a" / STOP_FILE).read_text())["reason"] == "diverging, saw it on the chart"
+    # What became of it, in the run's detail (and its own route), `collector run` and its --json.
+    state = client.get("/api/runs/a/stop")
+    assert state["state"] == "written" and state["by"] == "person", state
+    assert state["reason"] == "diverging, saw it on the chart" and state["path"] == first["path"]
+    assert client.get("/api/runs/a")["stop"] == state and cli_json(db, "run", "a")["stop"] == state
+    said = " ".join(cli(db, "run", "a").stdout.split())
+    assert re.search(r"stop asked \d+ s ago by person \(diverging, saw it on the chart\); written: ", said), (
+        said
+    )
+    assert client.get("/api/runs/done/stop") is None and "no stop asked" in cli(db, "run", "done").stdout
     # The request in the run's folder is runwatch's own file: named as such among the run's files, and no
     # problem to list (it was "unknown format", so every stopped run counted a file not read).
     skipped = wait_for(lambda: client.get("/api/runs/a")["skipped_files"], "the stop file among a's files")
@@ -94,7 +105,8 @@ def test_the_api_and_the_cli_ask_a_run_to_stop_and_the_first_request_stands(daem
         client.post("/api/runs/nope/stop", {})
     assert unknown.value.status == 404
     refused = cli(db, "stop", "done", check=False)
-    assert refused.returncode == 1 and "has ended" in refused.stderr
+    # the words of a refusal through a team's lake (`StopState.said`)
+    assert refused.returncode == 1 and "409 stop refused: run 'done' has ended" in refused.stderr
     assert d.stop() == 0
 
 

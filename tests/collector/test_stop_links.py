@@ -85,6 +85,9 @@ def test_a_linked_stop_file_is_refused_and_its_target_never_read(daemon, outside
         client.post("/api/runs/a/stop", {"reason": "x"})
     assert refused.value.status == 409
     assert "is a symbolic link" in str(refused.value) and "TOP SECRET" not in str(refused.value)
+    state = client.get("/api/runs/a/stop")  # no stop can be written there, and why: the link is not read
+    assert state["state"] == "refused" and "is a symbolic link" in state["outcome"], state
+    assert "TOP SECRET" not in json.dumps(client.get("/api/runs/a"))
     through_api = cli(db, "stop", "a", "--json", check=False)
     assert d.stop() == 0
     direct = cli(db, "stop", "a", "--json", check=False)  # no collector: the CLI opens the database

@@ -153,12 +153,29 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         ]
         # A stop asked at the reader (the CLI, through its API) reaches the owning collector: its stop file.
         said = cli(reader.db, "stop", "alice/exp/sft", "--reason", "loss diverged (team test)").stdout
-        assert "asked to stop through the team lake: the collector that owns the run writes" in " ".join(
-            said.split()
-        ), said
+        said = " ".join(said.split())
+        assert "asked to stop through the team lake: the collector that owns the run writes" in said, said
+        assert "what became of it: collector run alice/exp/sft" in said, said
         stop_file = tmp_path / "alice" / "exp" / "sft" / "runwatch.stop"
         wait_for(stop_file.exists, "alice's collector to write the stop file asked through the lake")
         assert "loss diverged (team test)" in stop_file.read_text()
+        # What became of it, on the reader: the run's detail, its stop route, `collector run` (within COLUMNS).
+        state = wait_for(
+            lambda: (s := client.get("/api/runs/alice/exp/sft/stop"))["state"] == "written" and s,
+            "the reader to show alice's stop written",
+        )
+        assert state["collector"] == "alice" and state["collector_live"] is True, state
+        assert state["by"] == "person" and state["reason"] == "loss diverged (team test)", state
+        assert state["done_at"] >= state["asked_at"] and state["path"] == str(stop_file), state
+        assert client.get("/api/runs/alice/exp/sft")["stop"] == state
+        assert cli_json(reader.db, "run", "alice/exp/sft")["stop"] == state
+        shown = subprocess.run(
+            [sys.executable, "-m", "collector", "run", "alice/exp/sft", "--db", str(reader.db)],
+            cwd=REPO, capture_output=True, text=True, env=os.environ | {"COLUMNS": "60"}, check=True,
+        ).stdout  # fmt: skip
+        assert all(len(line) <= 60 for line in shown.splitlines()), shown
+        said = " ".join(shown.split())
+        assert "by person (loss diverged (team test)); written by collector alice" in said, said
         # A run that has ended is refused at the reader as alone: a stop file left in its folder would stop
         # it again once it is resumed.
         (tmp_path / "bob" / "exp" / "sft" / "status.json").write_text('{"state": "completed"}')
@@ -169,12 +186,34 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             "bob's run completed in the lake",
         )
         refused = cli(reader.db, "stop", "bob/exp/sft", check=False)
-        assert refused.returncode == 1 and "409" in refused.stderr and "has ended" in refused.stderr
+        assert refused.returncode == 1 and "409 stop refused: run 'bob/exp/sft' has ended" in refused.stderr
+        # One asked all the same (an older reader; or the run ended after it was asked) is refused by bob, who
+        # says why in the same words, and the reader shows it.
+        old_ask = "INSERT INTO lake.team_stops VALUES (?, 'old reader', ?, 'person', NULL, NULL)"
+        lake_sql(dsn, data, old_ask, ["bob/exp/sft", time.time()])
+        state = wait_for(
+            lambda: (s := client.get("/api/runs/bob/exp/sft/stop"))["state"] == "refused" and s,
+            "bob refusing the stop of its ended run",
+        )
+        assert state["outcome"] == "run 'bob/exp/sft' has ended (status.json: completed); nothing to stop"
+        said = " ".join(cli(reader.db, "run", "bob/exp/sft").stdout.split())
+        assert "by person (old reader); refused by collector bob" in said and state["outcome"] in said, said
         # A run that is one file has no folder to ask, as alone (its collector wrote the stop file into the root).
         refused = cli(reader.db, "stop", "alice/solo", check=False)
         assert refused.returncode == 1 and "409" in refused.stderr and "is the single file" in refused.stderr
         assert not (tmp_path / "alice" / "runwatch.stop").exists()
         assert not (tmp_path / "bob" / "exp" / "sft" / "runwatch.stop").exists()
+        # Asked of a collector that is not running: the request waits in the lake, and the reader says so.
+        alice.ensure_stopped()
+        cli(reader.db, "stop", "alice/exp/sft", "--reason", "again, alice away")
+        said = " ".join(cli(reader.db, "run", "alice/exp/sft").stdout.split())
+        assert "(again, alice away); not yet written: collector alice" in said, said
+        away = "not yet written: collector alice is not running (it writes the stop file once it runs)"
+        wait_for(
+            lambda: away in " ".join(cli(reader.db, "run", "alice/exp/sft").stdout.split()),
+            "the reader to say alice is not running (30 s after her last heartbeat)",
+            timeout=120,
+        )
     finally:
         for d in (alice, bob, reader):
             d.ensure_stopped()

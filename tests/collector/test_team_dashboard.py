@@ -48,6 +48,10 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
     write_steps(bob_metrics, 1, 200)
     with bob_metrics.open("a") as f:
         f.write('{"step": 201, "data": {"train/loss": NaN, "train/lr": 0.0002}}\n')
+    # bob's run is live, and its stop file a link: bob refuses a stop through it (never written through a link)
+    (tmp_path / "bob" / "exp" / "rl" / "status.json").write_text('{"state": "running"}')
+    (tmp_path / "outside.txt").write_text("not a stop request")
+    (tmp_path / "bob" / "exp" / "rl" / "runwatch.stop").symlink_to(tmp_path / "outside.txt")
     alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(dsn, data, "alice"))
     bob = TeamDaemon(tmp_path / "bob.duckdb", [tmp_path / "bob"], *lake_args(dsn, data, "bob"))
     reader = TeamDaemon(tmp_path / "team.duckdb", [], *lake_args(dsn, data))
@@ -91,6 +95,18 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             assert page.get_by_text("at its next batch", exact=False).count() >= 1
             stop_file = tmp_path / "alice" / "exp" / "sft" / "runwatch.stop"
             wait_for(stop_file.exists, "alice writing the stop file asked on the dashboard")
+            # Next to the button, what became of it: asked, then written by alice (the page asks again).
+            page.get_by_text("written by collector alice", exact=False).wait_for(timeout=60_000)
+            assert page.get_by_text("by person (stopped from the dashboard)", exact=False).count() == 1
+            screenshot_whole_page(page, shots / "team-run-stop-written.png")
+            # bob refuses a stop through its link, and the page says why in the owner's words.
+            assert open_page(page, f"{url}/run?run=bob/exp/rl", charts=1) == "bob/exp/rl"
+            page.get_by_role("button", name="Stop run").click()
+            page.get_by_role("button", name="Yes, stop the run").click()
+            page.get_by_text("refused by collector bob", exact=False).wait_for(timeout=60_000)
+            assert page.get_by_text("runwatch.stop is a symbolic link", exact=False).count() == 1
+            screenshot_whole_page(page, shots / "team-run-stop-refused.png")
+            assert (tmp_path / "outside.txt").read_text() == "not a stop request"
             # The alert review acknowledges bob's incident on the team page: bob applies it, the lake shows it.
             open_page(page, url + "/alerts")
             page.get_by_role("button", name="Acknowledge").wait_for()

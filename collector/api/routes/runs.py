@@ -37,10 +37,16 @@ def compare(service: RunsDep, run: Annotated[list[str], Query()]) -> JSONWithNaN
 def stop(store: StoreDep, run: str, body: StopRequest | None = None) -> JSONWithNaN:
     try:
         return JSONWithNaN(api_stop.request_stop(store, run, body.reason if body else ""))
-    except ValueError as e:
+    except ValueError as e:  # `stop refused: WHY`
         raise HTTPException(409, str(e)) from None
     except OSError as e:
         raise HTTPException(500, f"run {run!r}: the stop request could not be written ({e})") from None
+
+
+@router.get("/api/runs/{run:path}/stop", response_model=models.StopState | None)
+def stop_state(store: StoreDep, run: str) -> JSONWithNaN:
+    """The run's last stop request and what became of it (null when none is known)."""
+    return JSONWithNaN(api_stop.stop_state(store, run))
 
 
 @router.get("/api/runs/{run:path}/view", response_model=models.RunView)
