@@ -87,7 +87,8 @@ def _refuse_live(con: duckdb.DuckDBPyConnection, name: str) -> None:
     holder = lake_names.live_holder(con, LAKE, name)
     if holder:
         raise StoreError(
-            f"the collector {name!r} is live ({holder}): stop it first, or it publishes everything again from "
+            f"the collector {name!r} is live ({holder}): nothing was deleted; stop it first, or it publishes "
+            "everything again from "
             f"its own file (stopped on another host, its name is taken until {LIVE_S:.0f} s after its last "
             "heartbeat)"
         )

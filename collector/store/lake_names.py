@@ -10,6 +10,7 @@ the second sees the first live.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -20,6 +21,8 @@ import duckdb
 from collector.core.runtime import pid_alive
 from collector.store import lake_access
 from collector.store.schema import StoreError
+
+log = logging.getLogger("collector")
 
 LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
 NAME_LOCKS = 0x72770001  # the first key of runwatch's name locks: pg_advisory_xact_lock(NAME_LOCKS, id block)
@@ -43,10 +46,18 @@ def name_lock(con: duckdb.DuckDBPyConnection, lake: str, ns: int, name: str) -> 
         holder.execute(
             f"CALL postgres_execute('{metadata}', 'SET LOCAL lock_timeout = ''{NAME_LOCK_WAIT_S}s''')"
         )
+        key = f"{NAME_LOCKS}, {int(ns)}"
+        (free,) = holder.execute(
+            f"SELECT * FROM postgres_query('{metadata}', 'SELECT pg_try_advisory_xact_lock({key})')"
+        ).fetchone()
         try:
-            holder.execute(
-                f"CALL postgres_execute('{metadata}', 'SELECT pg_advisory_xact_lock({NAME_LOCKS}, {int(ns)})')"
-            )
+            if not free:
+                log.warning(
+                    "collector %r: another process holds its name in the lake (a collector of that name "
+                    "starting, or `collector forget --collector %s`): waiting for it, at most %d s",
+                    name, name, NAME_LOCK_WAIT_S,
+                )  # fmt: skip
+                holder.execute(f"CALL postgres_execute('{metadata}', 'SELECT pg_advisory_xact_lock({key})')")
         except duckdb.Error as e:
             if "lock timeout" not in str(e):
                 raise

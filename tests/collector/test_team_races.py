@@ -157,6 +157,8 @@ def test_forget_meeting_a_collector_of_that_name_as_it_starts(pg, tmp_path):
         )
         registered = lake_sql(dsn, data, "SELECT pid FROM lake.team_collectors WHERE name = 'carol'")
         assert registered == [[carol.proc.pid]], registered
+        said = carol.log.read_text()  # why it waited at start
+        assert "collector 'carol': another process holds its name in the lake" in said, said[-2000:]
         runs = lake_sql(dsn, data, "SELECT id FROM lake.runs WHERE starts_with(id, 'carol/') ORDER BY id")
         assert runs == [["carol/test/a"], ["carol/test/b"]], runs
     finally:
@@ -230,6 +232,7 @@ def test_forget_while_another_process_holds_the_name_says_so_and_deletes_nothing
             cwd=REPO, capture_output=True, text=True, timeout=180,
         )  # fmt: skip
     assert waited.returncode == 1, waited.stderr[-2000:]
+    assert "another process holds its name in the lake" in waited.stderr, waited.stderr  # said as it waits
     assert "collector 'carol': another process held its name in the lake for 2 s" in waited.stderr, (
         waited.stderr
     )
