@@ -137,22 +137,60 @@ def test_commands_per_trainer_and_remote_paths():
     assert unknown["command"] is None and "your trainer's resume option" in unknown["text"]
 
 
+DEMO_EVALS = ((10, 4.268), (20, 3.039), (30, 2.642), (40, 2.603), (50, 2.813), (60, 4.391))
+
+
+def demo_saves(evals=DEMO_EVALS) -> list[dict]:
+    """make demo's checkpoints with their val/loss, each evaluated at its own step."""
+    return [{**ckpt(s), "value": v, "evaluated_at": s} for s, v in evals]
+
+
 def test_a_spike_resume_point_other_than_the_advices_says_so_in_its_short_lines():
-    # the demo (make demo): a grad spike at 61 goes back to step 60, while the checkpoint advice keeps step 40
-    # and the Checkpoints page lists 60 as safe to delete; the dashboard shows Keep / Run / Why, not the
-    # paragraph, so the why says the two differ, and the Run line reads after its label ("Run this command")
+    # the demo (make demo): a grad spike at 61 goes back to a save before it, while the checkpoint advice keeps
+    # step 40 and the Checkpoints page lists the other as safe to delete; the dashboard shows Keep / Run / Why,
+    # not the paragraph, so the why says the two differ, and the Run line reads after its label
     spike = {"rule": "grad_spike", "severity": "error", "metric": "train/grad_norm", "first_step": 61,
              "last_step": 64}  # fmt: skip
-    saved = [{**ckpt(s), "value": v} for s, v in ((40, 2.603), (50, 2.813), (60, 4.391))]
-    act = action_for_alert(spike, advice(saved, 40), Trainer("runwatch", "x", "demo"), "/runs/a", [(61, 64)])
-    assert act["keep"] == "step 60 (/runs/a/global_step_60)"
+    ours = Trainer("runwatch", "x", "demo")
+    act = action_for_alert(spike, advice(demo_saves(DEMO_EVALS[3:]), 40), ours, "/runs/a", [(61, 64)])
+    assert (
+        act["keep"] == "step 60 (/runs/a/global_step_60)"
+    )  # two evaluations before it: no noise to judge by
     assert act["why"].endswith(
         "It is where to resume from; the checkpoint advice keeps step 40 at the end (by val/loss)."
     )
     assert act["run"] == "this command; when replaying, skip the batches of steps 61-64"
     assert "picks step 40 by val/loss" in act["text"]
-    same = action_for_alert(spike, advice(saved, 60), Trainer("runwatch", "x", "demo"), "/runs/a", [(61, 64)])
+    same = action_for_alert(spike, advice(demo_saves(DEMO_EVALS[3:]), 60), ours, "/runs/a", [(61, 64)])
     assert "checkpoint advice" not in same["why"]
+
+
+def test_a_spike_does_not_go_back_to_a_save_whose_own_evaluation_shows_its_damage():
+    # make demo: the lr is boosted for the updates of steps 60-61; step 60's loss and grad norm were logged
+    # before its update, so the spike shows at 61, but the step-60 save holds that update: its val/loss, 4.391
+    # against 2.813 at step 50, says so. A careful engineer resumes from step 50, not 60.
+    spike = {"rule": "grad_spike", "severity": "error", "metric": "train/grad_norm", "first_step": 61,
+             "last_step": 64}  # fmt: skip
+    act = action_for_alert(spike, advice(demo_saves(), 40), Trainer("runwatch", "x", "demo"), "/runs/a", [])
+    assert act["restart_step"] == 50 and act["command"].endswith("--resume-from 50")
+    assert "Not step 60: its own evaluation, 4.391 against 2.813 at step 50" in act["why"]
+    assert (
+        "already shows the damage" in act["text"]
+        and "whose own evaluation does not already show it" in act["text"]
+    )
+    # an evaluation within its usual wobble of the one before (overfitting's slow rise) is no damage
+    wobble = demo_saves(DEMO_EVALS[:5] + ((60, 2.95),))
+    kept = action_for_alert(spike, advice(wobble, 40), Trainer("runwatch", "x", "demo"), "/runs/a", [])
+    assert kept["restart_step"] == 60 and "Not step" not in kept["text"]
+    # a score (higher is better) that fell as far shows it too
+    scores = demo_saves(tuple((s, -v) for s, v in DEMO_EVALS))
+    fell = action_for_alert(
+        spike, {**advice(scores, 40), "direction": "max"}, Trainer("runwatch", "x", "demo"), "/runs/a", []
+    )
+    assert fell["restart_step"] == 50
+    # a save whose value was carried from an earlier evaluation is not judged by it
+    carried = [*demo_saves()[:-1], {**ckpt(60), "value": 4.391, "evaluated_at": 55}]
+    assert action_for_alert(spike, advice(carried, 40), VERL, "/runs/a", [])["restart_step"] == 60
 
 
 def test_a_validation_alert_keeps_the_advices_checkpoint_and_says_why_it_differs():
