@@ -236,6 +236,7 @@ class StopState(Answer):
     collector: str | None = None  # team: the collector that owns the run, which writes or refuses it
     collector_live: bool | None = None  # team: whether that collector published in the last 30 s
     path: str | None = None  # the stop file (in team mode on the owning collector's machine)
+    alert_id: int | None = None  # by a rule: the alert that asked
 
     def said(self, now: float) -> str:
         """The state in plain words, as the CLI and the dashboard say it (`now`: time.time())."""

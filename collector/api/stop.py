@@ -17,6 +17,7 @@ from collector.core.stop_request import (
     write_stop_request,
 )
 from collector.runs.lookup import find_run
+from collector.store import alerts as store_alerts
 from collector.store import lake_reader
 from collector.store import read as store_read
 from collector.store.db import Store
@@ -78,9 +79,22 @@ def stop_state(store: Store, run_id: str, run: dict | None = None) -> dict | Non
     path = str(stop_path(Path(r["path"]))) if r["path"] else None
     if store.lake_reader:
         asked = lake_reader.last_stop(store.cursor(), run_id)
-        if asked is None:
-            return None
-        outcome, seen = asked["outcome"], asked["collector_seen_at"]
+        if asked is None:  # a `[stop]` rule's request, which its collector wrote itself
+            by_rule = store_alerts.rule_stop(store, run_id)
+            if by_rule is None:
+                return None
+            owner = lake_reader.collector_seen_at(store.cursor(), run_id)
+            return {
+                "state": "written",
+                "asked_at": by_rule["asked_at"],
+                "by": "rule",
+                "reason": by_rule["rule"],
+                "alert_id": by_rule["alert_id"],
+                "collector": owner["collector"],
+                "collector_live": _live(owner["collector_seen_at"]),
+                "path": path,
+            }
+        outcome = asked["outcome"]
         done = {"written": "written", ALREADY_THERE: "already_asked"}.get(outcome, "refused")
         return {
             "state": "asked" if asked["done_at"] is None else done,
@@ -90,7 +104,7 @@ def stop_state(store: Store, run_id: str, run: dict | None = None) -> dict | Non
             "done_at": asked["done_at"],
             "outcome": outcome,
             "collector": asked["collector"],
-            "collector_live": seen is not None and time.time() - seen < LIVE_S,
+            "collector_live": _live(asked["collector_seen_at"]),
             "path": path,
         }
     folder = Path(r["path"] or "")
@@ -109,5 +123,11 @@ def stop_state(store: Store, run_id: str, run: dict | None = None) -> dict | Non
         "asked_at": request.get("requested_at"),
         "by": request.get("by"),
         "reason": request.get("reason"),
+        "alert_id": request.get("alert_id"),
         "path": path,
     }
+
+
+def _live(heartbeat_at: float | None) -> bool:
+    """Whether a team collector whose last heartbeat was at `heartbeat_at` is publishing."""
+    return heartbeat_at is not None and time.time() - heartbeat_at < LIVE_S

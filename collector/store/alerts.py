@@ -177,6 +177,18 @@ def set_state(store: Store, alert_id: int, state: str, note: str | None) -> dict
     return alert
 
 
+def rule_stop(store: Store, run_id: str) -> dict | None:
+    """The first stop request a `[stop]` rule wrote for the run (its alert's `stop_requested` history entry):
+    `asked_at`, `alert_id`, `rule`; None when none did."""
+    found = store.dicts(
+        """SELECT h.created_at AS asked_at, a.id AS alert_id, a.rule FROM alert_history h
+           JOIN alerts a ON a.id = h.alert_id
+           WHERE a.run_id = ? AND h.event = 'stop_requested' ORDER BY h.created_at LIMIT 1""",
+        [run_id],
+    )
+    return found[0] if found else None
+
+
 def note_stop_requested(store: Store, alert_id: int, note: str) -> None:
     """Record on the alert that it asked its run to stop (history event `stop_requested`; the alert's note
     when it has none). Its state is left as it is."""

@@ -286,9 +286,15 @@ def last_stop(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
     ).fetchone()
     if row is None:
         return None
+    keys = ("reason", "asked_at", "asked_by", "done_at", "outcome")
+    return dict(zip(keys, row, strict=True)) | collector_seen_at(cur, run_id)
+
+
+def collector_seen_at(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    """The collector that owns `run_id` (`collector`: the run id's first part) and its last heartbeat
+    (`collector_seen_at`; None when it never registered)."""
     collector = run_id.split("/", 1)[0]
     (seen,) = cur.execute(
         "SELECT max(heartbeat_at) FROM team_collectors WHERE name = ?", [collector]
     ).fetchone()
-    keys = ("reason", "asked_at", "asked_by", "done_at", "outcome")
-    return dict(zip(keys, row, strict=True)) | {"collector": collector, "collector_seen_at": seen}
+    return {"collector": collector, "collector_seen_at": seen}

@@ -13,10 +13,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
 from collector.api.client import ApiError, Client
+from collector.core.runtime import thresholds_path
 from tests.collector.test_daemon_support import REPO, Daemon, cli, cli_json, wait_for
 from tests.pg_support import PgServer, team_cluster
 
@@ -84,6 +86,7 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
     write_steps(tmp_path / "alice" / "solo.jsonl", 1, 5)  # a run that is one file in alice's root
     alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "alice"], *lake_args(dsn, data, "alice"))
     bob = TeamDaemon(tmp_path / "bob.duckdb", [tmp_path / "bob"], *lake_args(dsn, data, "bob"))
+    thresholds_path(bob.db).write_text('[stop]\non = ["nonfinite"]\nseverity = "error"\n')  # a rule stops
     reader = TeamDaemon(tmp_path / "reader.duckdb", [], *lake_args(dsn, data))
     try:
         alice.start()
@@ -115,6 +118,13 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         )
         assert [a["first_step"] for a in nan] == [201]
         assert nan[0]["id"] < 2**53  # exact as a JSON number in a browser (a double)
+        # bob's [stop] rule wrote the run's stop file itself; the reader tells it from the alert's history.
+        assert wait_for(lambda: client.get("/api/runs/bob/exp/sft/stop"), "bob's rule stop on the reader") == {
+            "state": "written", "asked_at": ANY, "by": "rule", "reason": "nonfinite", "alert_id": nan[0]["id"],
+            "collector": "bob", "collector_live": True,
+            "path": str(tmp_path / "bob" / "exp" / "sft" / "runwatch.stop"),
+        }  # fmt: skip
+        assert json.loads((tmp_path / "bob" / "exp" / "sft" / "runwatch.stop").read_text())["by"] == "rule"
         # An ack on the team's API is applied by the collector that raised the alert, then published back.
         said = cli(reader.db, "ack", str(nan[0]["id"]), "--note", "seen on the team page").stdout
         assert "(open; acked is asked of the collector that owns the run" in " ".join(said.split()), said
@@ -202,7 +212,6 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
         refused = cli(reader.db, "stop", "alice/solo", check=False)
         assert refused.returncode == 1 and "409" in refused.stderr and "is the single file" in refused.stderr
         assert not (tmp_path / "alice" / "runwatch.stop").exists()
-        assert not (tmp_path / "bob" / "exp" / "sft" / "runwatch.stop").exists()
         # Asked of a collector that is not running: the request waits in the lake, and the reader says so.
         alice.ensure_stopped()
         cli(reader.db, "stop", "alice/exp/sft", "--reason", "again, alice away")
