@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collector.core.roles import role_of
 from collector.runs.lookup import find_run
+from collector.store import lake_reader
 from collector.store import read as store_read
 from collector.store.db import Store
 
@@ -18,12 +19,19 @@ def metrics(
     end: int | None = None,
     after: int | None = None,
 ) -> dict:
-    """`{"run", "series": [...]}`: each named metric raw or downsampled (see `store_read.series`)."""
-    find_run(store, run_id)
-    if points < 1:
-        raise ValueError(f"points must be at least 1, got {points}")
-    series = [store_read.series(store, run_id, m, points, start, end, after) for m in metric_names]
-    return {"run": run_id, "series": series}
+    """`{"run", "series": [...]}`: each named metric raw or downsampled (see `store_read.series`); on a team's
+    lake from one snapshot of it, read once (`lake_reader.in_one_snapshot`)."""
+
+    def read() -> dict:
+        find_run(store, run_id)
+        if points < 1:
+            raise ValueError(f"points must be at least 1, got {points}")
+        series = [store_read.series(store, run_id, m, points, start, end, after) for m in metric_names]
+        return {"run": run_id, "series": series}
+
+    if store.lake is not None and store.lake.attached:
+        return lake_reader.in_one_snapshot(store.cursor(), read)
+    return read()
 
 
 def epochs(store: Store, run_id: str, metric: str) -> dict:

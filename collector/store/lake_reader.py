@@ -11,10 +11,13 @@ copies of its own file's, `lake.LakePublisher`)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import duckdb
 
@@ -23,6 +26,7 @@ from collector.store.lake import LAKE, TEAM_TABLES, LakeSpec, attach, load_exten
 from collector.store.schema import StoreError, migrate
 
 log = logging.getLogger("collector")
+T = TypeVar("T")
 
 STAND_IN = "no_lake_yet"  # an in-memory database: the store's tables, empty, behind the lake's own
 # What DuckLake says when a read-only attach finds no catalog (no collector has published into the lake yet).
@@ -175,6 +179,25 @@ class ReaderCursor:
 
     def __getattr__(self, name: str):
         return getattr(self._cur, name)
+
+
+def in_one_snapshot(cur: ReaderCursor, read: Callable[[], T]) -> T:
+    """`read()`, whose queries run on `cur`, in one read transaction of the lake: DuckLake then asks Postgres for
+    the snapshot and each table's files once, not once per query (a live poll, `/metrics?after=`, measured
+    243 -> 146 ms p50 in-process at 4 x 250 live runs), and every query sees the same snapshot. A transaction
+    that a dead catalog connection broke (Postgres restarted) is rolled back and `read()` run again without one,
+    where `ReaderCursor` retries each query."""
+    cur.execute("BEGIN TRANSACTION")
+    try:
+        out = read()
+    except BaseException as e:
+        with contextlib.suppress(duckdb.Error):
+            cur.execute("ROLLBACK")
+        if isinstance(e, duckdb.Error) and any(s in str(e) for s in _DEAD_CONNECTION):
+            return read()
+        raise
+    cur.execute("COMMIT")
+    return out
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,10 @@ def series(
             [run, metric],
         )
         total, first, last = found[0] if found else (0, None, None)
+    elif after is not None:
+        total = first = last = (
+            None  # raw: the count is the rows read (a live poll reads the lake once, not twice)
+        )
     else:
         total, first, last = store.rows(
             """SELECT count(*), min(step), max(step) FROM points
@@ -182,6 +186,8 @@ def series(
             .fetchnumpy()
         )
         out.update(steps=table["step"].tolist(), values=table["value"].tolist(), downsampled=False)
+        if total is None:
+            out["total_points"] = len(out["steps"])
         return out
     span = last - first + 1
     # Bucket b holds the steps first + [b*span/points, (b+1)*span/points), in 128-bit arithmetic: steps span
