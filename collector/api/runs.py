@@ -45,7 +45,8 @@ OVERVIEW_TABLES = {
 # Where most runs change at every commit (4 collectors x 250 live runs: all 1,000 each second), finding what changed
 # costs more than building whole (~0.5 s a call against 0.1-0.3 s; bench/README.md, "Team mode at 4 x 250"): a call
 # that finds more than WHOLE_FROM of at least WHOLE_MIN_RUNS runs changed builds whole, and the calls of the next
-# WHOLE_FOR_S seconds build whole without asking; then the change feed is asked again.
+# WHOLE_FOR_S seconds build whole without asking; a whole build in which most rows changed from the last one starts
+# those seconds again, else the change feed is asked again after them.
 WHOLE_FROM = 0.25
 WHOLE_MIN_RUNS = 100
 WHOLE_FOR_S = 10.0
@@ -114,9 +115,16 @@ def _overview(service: RunService) -> Overview:
     old = service.overview
     now = time.monotonic()
     if old is not None and old.hosts == hosts and now < old.whole_until:  # most runs change at every commit
-        new = replace(_overview_of(None, hosts, _rows(service, None), None), whole_until=old.whole_until)
-        service.overview = new
-        return new
+        new = _overview_of(None, hosts, _rows(service, None), None)
+        # Still so (the rows built show it): whole for WHOLE_FOR_S more, without asking the change feed (asking
+        # again needs a mark, 6 lake scans, then the feed: 2 of 3 calls paid them at 4 x 250 live runs).
+        until = (
+            now + WHOLE_FOR_S
+            if _most_changed(len(old.kept), _changed(old.kept, new.kept))
+            else old.whole_until
+        )
+        service.overview = replace(new, whole_until=until)
+        return service.overview
     asks = old is not None and old.hosts == hosts and old.mark is not None
     found = lake_reader.runs_changed(cur, old.mark, OVERVIEW_TABLES) if asks else None
     if found is None:
@@ -135,7 +143,7 @@ def _overview(service: RunService) -> Overview:
             if mark == old.mark:
                 return old
             new = replace(old, mark=mark, built=frozenset())
-        elif len(changed) >= WHOLE_MIN_RUNS and len(changed) > len(old.kept) * WHOLE_FROM:
+        elif _most_changed(len(old.kept), len(changed)):
             new = replace(
                 _overview_of(mark, hosts, _rows(service, None), None), whole_until=now + WHOLE_FOR_S
             )
@@ -144,6 +152,17 @@ def _overview(service: RunService) -> Overview:
             new = _overview_of(mark, hosts, kept + _rows(service, sorted(changed)), frozenset(changed))
     service.overview = new
     return new
+
+
+def _most_changed(runs: int, changed: int) -> bool:
+    """Whether `changed` of `runs` rows is most of them (`WHOLE_FROM`): then the overview is built whole."""
+    return changed >= WHOLE_MIN_RUNS and changed > runs * WHOLE_FROM
+
+
+def _changed(old: list[_Row], new: list[_Row]) -> int:
+    """How many of the `new` rows differ from the `old` (or are new)."""
+    before = {row.summary["id"]: row.encoded for row in old}
+    return sum(1 for row in new if before.get(row.summary["id"]) != row.encoded)
 
 
 def _overview_of(
