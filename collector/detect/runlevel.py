@@ -66,6 +66,9 @@ class RunFailed(Rule):
 
 
 NONFINITE = Nonfinite.rule_id
+# a correlation logged as a diagnostic (verl's training/rollout_actor_probs_pearson_corr): NaN when one side
+# holds a single value, which is no fault of training (make demo-rl logged two among finite losses and rewards)
+_CORRELATION = re.compile(r"(?:^|[/_.\-])(?:pearson|spearman|corr|correlation|corrcoef)(?:$|[/_.\-@])", re.I)
 STALLED = Stalled.rule_id
 RUN_FAILED = RunFailed.rule_id
 
@@ -123,6 +126,15 @@ def nonfinite_finding(
             evidence,
             warn_after_points=cfg.grad_warn_after,
             error_after_points=cfg.grad_error_after,
+        )
+    if _CORRELATION.search(metric) and value != value:  # NaN (an infinity is no undefined correlation)
+        return Finding(
+            Severity.INFO,
+            value,
+            f"{metric} is {fmt(value)} at step {step}: a correlation is undefined when one of its two sides holds "
+            f"a single value over the batch (every probability the same, say), which by itself says nothing is "
+            f"wrong with training. Look further only if the loss, rewards or grad norm go non-finite too.",
+            {"value": str(value), "kind": "undefined_correlation"},
         )
     if rl:
         return Finding(

@@ -78,6 +78,24 @@ def test_nonfinite_burst_is_one_episode_naming_metric_and_steps():
     assert (alert.severity, alert.metric, alert.first_step) == ("error", "train/loss", 300)
 
 
+def test_an_undefined_correlation_is_a_notice_not_an_error():
+    # make demo-rl (2026-11-26): verl's rollout-vs-actor probability correlation was NaN at steps 122 and 127
+    # of a GRPO run whose losses, rewards and grad norms stayed finite and whose accuracy then rose; it was an
+    # error telling people to resume from step 100. A careful engineer expects a notice at most.
+    corr = "training/rollout_actor_probs_pearson_corr"
+    series = healthy_sft(seed=5)
+    steps = series["train/loss"][0]
+    series[corr] = (steps, [math.nan if s in (122, 127) else 0.999 for s in steps])
+    alert = only(detect_series(series, run_info={"kind": "rl"}), "nonfinite")
+    assert (alert.severity, alert.metric, alert.first_step) == ("info", corr, 122)
+    assert "a correlation is undefined" in alert.message
+    # an infinite correlation is no undefined one, and a word that only starts like it is no correlation
+    for name, value in ((corr, math.inf), ("rewards/mixed_correctness_reward_func", math.nan)):
+        wrong = replace_values(healthy_sft(seed=5), "train/loss", {})
+        wrong[name] = (steps, [value if s == 122 else 0.5 for s in steps])
+        assert only(detect_series(wrong), "nonfinite").severity == "error", name
+
+
 # ----- grad_spike -----
 
 
