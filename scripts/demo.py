@@ -167,6 +167,9 @@ def main() -> None:
 
     procs: list[subprocess.Popen] = []
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Python leaves SIGINT ignored when it started ignored (`make demo &` from a script, nohup): Ctrl-C, or a
+    # SIGINT to the process group, must stop the demo all the same
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if running is not None:
             print(

@@ -88,6 +88,32 @@ def test_the_demo_stops_everything_it_started_on_repeated_sigterm(tmp_path):
     assert not _left_running(tmp_path), _left_running(tmp_path)
 
 
+def test_the_demo_stops_on_sigint_even_when_started_with_sigint_ignored(tmp_path):
+    """`make demo &` from a script (or under nohup) starts it with SIGINT ignored, which Python keeps: a SIGINT
+    to its process group (Ctrl-C once it is in the foreground) once did nothing, leaving all of it running."""
+    root, db, out = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb", tmp_path / "demo.out"
+    with open(out, "wb") as sink:
+        demo = subprocess.Popen(
+            [sys.executable, "scripts/demo.py", "--headless", "--root", str(root), "--db", str(db)],
+            cwd=REPO,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+    try:
+        collector = wait_for(lambda: read_marker(db), "the demo's collector", 120, proc=demo, log=out)
+        wait_for(lambda: "trainer output goes to" in out.read_text(), "the trainer's start", 120, proc=demo)
+        os.killpg(demo.pid, signal.SIGINT)
+        demo.wait(timeout=120)
+    finally:
+        stop_process(demo)
+    said = out.read_text()
+    assert "demo: everything it started has stopped" in said, said[-3000:]
+    assert not _running(collector["pid"]) and read_marker(db) is None, "the demo left its collector running"
+    assert not _left_running(tmp_path), _left_running(tmp_path)
+
+
 def test_the_demo_names_a_collector_it_did_not_start(tmp_path):
     root, db = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb"
     root.mkdir()
