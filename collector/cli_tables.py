@@ -71,7 +71,8 @@ def table(
 
     Columns of text (names, paths) are shortened from the middle, widest first, until a row fits; the `keep`
     column (the name people tell rows apart by) keeps KEEP_NAME characters while others can give way;
-    numbers are never shortened. The `under` field (a message) is wrapped on the lines below its row."""
+    numbers are never shortened. The `under` field (a message, or a list of paragraphs) is wrapped on the
+    lines below its row."""
     if not rows:
         return "(none)"
     limit = columns_width or width()
@@ -94,7 +95,9 @@ def table(
     for row, cells in zip(rows, text, strict=True):
         lines.append(_line(cells, widths, limit))
         if under and row.get(under) not in (None, ""):
-            lines += wrap(cell(row.get(under)), limit, INDENT)
+            below = row[under] if isinstance(row[under], list) else [row[under]]  # (paragraphs)
+            for text in below:
+                lines += wrap(cell(text), limit, INDENT)
     return "\n".join(lines)
 
 
@@ -177,7 +180,8 @@ def incidents_table(incidents: list[Incident]) -> str:
             "steps": steps(i.first_step, i.last_step),
             "alerts": i.alert_count,
             "state": i.state,
-            "message": i.message,
+            # on a team's lake, what became of the last ack or resolve asked of the collector that owns the run
+            "message": [i.message, i.change.said(time.time())] if i.change else i.message,
         }
         for i in incidents
     ]
@@ -226,7 +230,10 @@ def files_table(files: list[ProblemFile]) -> str:
 def alert_line(a: AlertDetail) -> str:
     state = a.state
     if asked := getattr(a, "state_requested", None):  # a team reader: the owning collector applies it later
-        state += f"; {asked} is asked of the collector that owns the run and shown once it has applied it"
+        state += (
+            f"; {asked} is asked of the collector that owns the run and shown once it has applied it (or why"
+            " not: collector incidents --run RUN)"
+        )
     return "\n".join(wrap(f"alert {a.id} [{a.severity}] {a.rule} ({state}): {a.message}"))
 
 

@@ -4,6 +4,8 @@ its alerts, acknowledged or resolved as a whole."""
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 from app import ui
@@ -195,6 +197,13 @@ if act[1].button("Resolve", disabled=not unresolved or bool(read_only), key=f"re
     done = api.resolve_incident(incident.id, note)
     st.toast(_done_words("Resolved", done))
     st.rerun()
+if incident.change:  # a team's lake: what became of the last ack or resolve asked (the CLI's words)
+    said = incident.change.said(time.time())
+    shown = said[:1].upper() + said[1:]
+    if incident.change.outcome not in (None, incident.change.state):  # refused, and why
+        st.error(shown, icon=":material/block:")
+    else:
+        st.caption(shown)
 
 with st.expander(f"Evidence: {len(evidence)} alert(s)", expanded=len(evidence) == 1):
     st.dataframe(

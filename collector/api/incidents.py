@@ -5,6 +5,8 @@ resolving an incident (`POST /api/incidents/{id}/ack`, `/resolve`) acts on its a
 
 from __future__ import annotations
 
+import time
+
 from collector.core.severity import SEVERITIES, Severity
 from collector.runs.incidents import stored_incidents
 from collector.runs.lookup import NotFound, find_run
@@ -12,6 +14,7 @@ from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
 from collector.store import lake_reader
 from collector.store.db import Store
+from collector.store.lake import LIVE_S
 
 STATES = (*store_alerts.STATES, "all")
 
@@ -41,7 +44,30 @@ def incidents(
         and (severity is None or i.severity == severity)
         and (rule is None or rule in i.rules)
     ]
-    return with_actions(runs, sorted(found, key=lambda i: (-i["last_step"], i["run"], -i["id"])), acted)
+    listed = with_actions(runs, sorted(found, key=lambda i: (-i["last_step"], i["run"], -i["id"])), acted)
+    return with_changes(store, listed)
+
+
+def with_changes(store: Store, listed: list[dict]) -> list[dict]:
+    """On a team's lake, each incident with `change`: the last ack or resolve of its alerts asked through the
+    lake and what became of it (`models.AlertChangeState`: the collector that owns the run applies it, or
+    refuses it saying why); None where none was asked, and everywhere alone (a change is applied at once)."""
+    if not store.lake_reader:
+        return listed
+    cur = store.cursor()
+    asked = lake_reader.alert_changes(cur, sorted({a for i in listed for a in i["alert_ids"]}))
+    for i in listed:
+        last = max(
+            (asked[a] for a in i["alert_ids"] if a in asked), key=lambda c: c["asked_at"], default=None
+        )
+        if last is not None:
+            owner = lake_reader.collector_seen_at(cur, i["run"])
+            last = last | {
+                "collector": owner["collector"],
+                "collector_live": live(owner["collector_seen_at"]),
+            }
+        i["change"] = last
+    return listed
 
 
 def with_actions(runs: RunService, listed: list[dict], acted: list[dict] | None = None) -> list[dict]:
@@ -84,12 +110,17 @@ def set_incident_state(runs: RunService, incident_id: int, state: str, note: str
     changed = [a["id"] for a in alerts if a["state"] in wanted]
     if store.lake_reader:
         lake_reader.ask_alert_states(store.cursor(), changed, state, note)
-        found = with_actions(runs, [incident])[0]
+        found = with_changes(store, with_actions(runs, [incident]))[0]
         return {"incident": found, "changed": [], "requested": changed, "state_requested": state}
     for alert_id in changed:
         store_alerts.set_state(store, alert_id, state, note)
     after = _incident_with(store, run, incident_id)
     return {"incident": with_actions(runs, [after])[0], "changed": changed}
+
+
+def live(heartbeat_at: float | None) -> bool:
+    """Whether a team collector whose last heartbeat was at `heartbeat_at` is publishing (within `LIVE_S`)."""
+    return heartbeat_at is not None and time.time() - heartbeat_at < LIVE_S
 
 
 def _incident_with(store: Store, run: str, alert_id: int) -> dict:

@@ -13,15 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class Answer(BaseModel):
-    """Base of every answer: unknown fields are kept, not dropped. A field whose name a model cannot take
-    (`copy`) has an alias: dump with `by_alias=True` to get the JSON's names back."""
-
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
+from collector.api.answer import Answer
+from collector.api.asked import AlertChangeState, StopState
 
 # ---- the collector --------------------------------------------------------------------------------------
 
@@ -219,59 +214,6 @@ class PanelInfo(Answer):
     checkpoints: bool = False
     always_log: bool = False
     smooth: bool = True
-
-
-class StopState(Answer):
-    """A run's last stop request and what became of it (`GET /api/runs/{run}/stop`, the run detail's `stop`).
-    `state`: `asked` (through a team's lake; the collector that owns the run has not carried it out yet),
-    `written` (the stop file is there), `already_asked` (a request was already there: it stands) or `refused`
-    (`outcome` says why)."""
-
-    state: str
-    asked_at: float | None = None
-    by: str | None = None  # person, rule
-    reason: str | None = None
-    done_at: float | None = None  # when the owning collector wrote or refused it (team)
-    outcome: str | None = None  # the owning collector's word (team), or why no stop can be written
-    collector: str | None = None  # team: the collector that owns the run, which writes or refuses it
-    collector_live: bool | None = None  # team: whether that collector published in the last 30 s
-    path: str | None = None  # the stop file (in team mode on the owning collector's machine)
-    alert_id: int | None = None  # by a rule: the alert that asked
-
-    def said(self, now: float) -> str:
-        """The state in plain words, as the CLI and the dashboard say it (`now`: time.time())."""
-        asked = "stop asked" + (f" {ago(now - self.asked_at)}" if self.asked_at is not None else "")
-        asked += (f" by {self.by}" if self.by else "") + (f" ({self.reason})" if self.reason else "")
-        owner = f"collector {self.collector}" if self.collector else "runwatch"
-        later = f" {seconds(self.done_at - self.asked_at)} later" if self.done_at and self.asked_at else ""
-        if self.state == "asked":
-            if self.collector_live is False:
-                return (
-                    f"{asked}; not yet written: {owner} is not running (it writes the stop file once it runs)"
-                )
-            return f"{asked}; not yet written: {owner} writes the stop file at its next batch"
-        if self.state == "written":
-            return (
-                f"{asked}; written by {owner}{later}" if self.collector else f"{asked}; written: {self.path}"
-            )
-        if self.state == "already_asked":
-            return f"{asked}; not written again by {owner}{later}: a request was already there, and it stands"
-        if self.asked_at is None and self.by is None:  # nobody asked: no stop can be written there
-            return f"stop refused: {self.outcome}"
-        return f"{asked}; refused by {owner}{later}: {self.outcome}"
-
-
-def seconds(span: float) -> str:
-    """A span of time as people say it: `12 s`, `3 min`, `2 h`, `4 d`."""
-    span = max(0.0, span)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if span >= size:
-            return f"{span // size:.0f} {unit}"
-    return f"{span:.0f} s"
-
-
-def ago(span: float) -> str:
-    return f"{seconds(span)} ago"
 
 
 class RunDetail(RunSummary):
@@ -499,6 +441,7 @@ class Incident(Answer):
     points: int
     escalations: list[Escalation]
     action: Action | None = None
+    change: AlertChangeState | None = None  # team: the last ack or resolve asked through the lake
 
 
 class IncidentChange(Answer):

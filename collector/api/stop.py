@@ -3,9 +3,9 @@ described in `collector.core.stop_request`; a rule's request is written by the d
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from collector.api.incidents import live
 from collector.core.stop_request import (
     ALREADY_THERE,
     StopFileLink,
@@ -21,7 +21,6 @@ from collector.store import alerts as store_alerts
 from collector.store import lake_reader
 from collector.store import read as store_read
 from collector.store.db import Store
-from collector.store.lake import LIVE_S
 
 
 def request_stop(store: Store, run_id: str, reason: str) -> dict:
@@ -91,7 +90,7 @@ def stop_state(store: Store, run_id: str, run: dict | None = None) -> dict | Non
                 "reason": by_rule["rule"],
                 "alert_id": by_rule["alert_id"],
                 "collector": owner["collector"],
-                "collector_live": _live(owner["collector_seen_at"]),
+                "collector_live": live(owner["collector_seen_at"]),
                 "path": path,
             }
         outcome = asked["outcome"]
@@ -104,7 +103,7 @@ def stop_state(store: Store, run_id: str, run: dict | None = None) -> dict | Non
             "done_at": asked["done_at"],
             "outcome": outcome,
             "collector": asked["collector"],
-            "collector_live": _live(asked["collector_seen_at"]),
+            "collector_live": live(asked["collector_seen_at"]),
             "path": path,
         }
     folder = Path(r["path"] or "")
@@ -126,8 +125,3 @@ def stop_state(store: Store, run_id: str, run: dict | None = None) -> dict | Non
         "alert_id": request.get("alert_id"),
         "path": path,
     }
-
-
-def _live(heartbeat_at: float | None) -> bool:
-    """Whether a team collector whose last heartbeat was at `heartbeat_at` is publishing."""
-    return heartbeat_at is not None and time.time() - heartbeat_at < LIVE_S

@@ -321,3 +321,18 @@ def collector_seen_at(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         "SELECT max(heartbeat_at) FROM team_collectors WHERE name = ?", [collector]
     ).fetchone()
     return {"collector": collector, "collector_seen_at": seen}
+
+
+def alert_changes(cur: duckdb.DuckDBPyConnection, alert_ids: list[int]) -> dict[int, dict]:
+    """The last ack or resolve asked through the lake (`ask_alert_states`) of each of `alert_ids` that had one,
+    and what became of it: alert id -> `state` (asked), `asked_at`, `done_at` and `outcome` (the owning
+    collector's: the state it set, or why it could not; None until it carried the change out)."""
+    if not alert_ids:
+        return {}
+    rows = cur.execute(
+        """SELECT alert_id, state, asked_at, done_at, outcome FROM team_alert_changes
+           WHERE alert_id IN (SELECT unnest(?)) QUALIFY row_number() OVER (PARTITION BY alert_id ORDER BY asked_at DESC) = 1""",
+        [alert_ids],
+    ).fetchall()
+    keys = ("state", "asked_at", "done_at", "outcome")
+    return {row[0]: dict(zip(keys, row[1:], strict=True)) for row in rows}

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -149,6 +150,21 @@ def test_two_collectors_one_lake_one_reader_and_a_stop_through_the_lake(pg, tmp_
             assert client.get(f"/api/alerts/{alert_id}")["note"] == "bad batch dropped (team)"
         own = [a for a in bob.client().get("/api/alerts", {"state": "all"}) if a["rule"] == "nonfinite"]
         assert [a["state"] for a in own] == ["resolved"]  # in bob's own file: bob applied it
+        # What became of it, on the reader: the incident's `change`, and `collector incidents` says it.
+        change = client.get("/api/runs/bob/exp/sft/incidents")[0]["change"]
+        assert change["state"] == change["outcome"] == "resolved" and change["collector"] == "bob", change
+        said = " ".join(cli(reader.db, "incidents", "--run", "bob/exp/sft").stdout.split())
+        assert re.search(r"resolve asked \d+ s ago; applied by collector bob \d+ s later", said), said
+        # A change bob cannot apply (a state this version never asks) is refused, and every reader says why.
+        odd = "INSERT INTO lake.team_alert_changes VALUES (?, 'muted', NULL, ?, NULL, NULL)"
+        lake_sql(dsn, data, odd, [nan[0]["id"], time.time()])
+        change = wait_for(
+            lambda: (c := client.get("/api/runs/bob/exp/sft/incidents")[0]["change"])["done_at"] and c,
+            "bob refusing the change it cannot apply",
+        )
+        assert change["state"] == "muted" and "not 'muted'" in change["outcome"], change
+        said = " ".join(cli(reader.db, "alerts", "--run", "bob/exp/sft").stdout.split())
+        assert "muted asked" in said and "refused by collector bob" in said and "not 'muted'" in said, said
         # An id that is no incident is refused on the reader as on a collector.
         with pytest.raises(ApiError, match="no incident"):
             client.post(f"/api/incidents/{incident['id'] + 1}/ack", {"note": "x"})

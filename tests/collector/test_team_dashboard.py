@@ -119,6 +119,14 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
                     lambda a=alert_id: client.get(f"/api/alerts/{a}")["state"] == "acked",
                     f"alert {alert_id} acked by bob through the lake",
                 )
+            # The review says what became of it (the incident is acked now: shown under the state filter "all").
+            open_page(page, url + "/alerts")
+            page.locator('[data-testid="stSelectbox"]').filter(has_text="State").click()
+            page.get_by_role("option", name="all", exact=True).click()
+            page.get_by_text("applied by collector bob", exact=False).wait_for(timeout=60_000)
+            assert page.get_by_text("Acknowledge asked", exact=False).count() == 1
+            wait_idle(page)
+            screenshot_whole_page(page, shots / "team-alerts-ack-applied.png")
         assert reader.proc.poll() is None, "stopping the dashboard stopped the team API it did not start"
     finally:
         for d in (alice, bob, reader):
