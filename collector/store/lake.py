@@ -248,6 +248,7 @@ class LakePublisher:
         self.tables = local_tables(self.cur)
         self.beat_at = time.time()  # the heartbeat last written (registering writes one)
         self.last_error: str | None = None
+        self.name_lost = False  # a batch found this process's registration gone: the next one registers again
         try:
             self._connect()
             self._register()
@@ -298,6 +299,7 @@ class LakePublisher:
         claimed under the name's lock in the catalog, so a second start of it, or a forget, waits and sees it."""
         with lake_names.name_lock(self.cur, LAKE, self.ns, self.name):
             self._retry(lambda: lake_names.claim(self.cur, LAKE, self.name, self.ns))
+        self.beat_at = time.time()
 
     # ---- one batch ----------------------------------------------------------------------------------
 
@@ -306,8 +308,12 @@ class LakePublisher:
         Raises on failure (nothing of the batch is in the lake then; the next call tries again)."""
         try:
             self._connect()
+            if self.name_lost:
+                self._register()
+                self.name_lost = False
             return self._retry(self._publish_once)
         except BaseException as e:
+            self.name_lost = self.name_lost or isinstance(e, lake_names.NameLost)
             self.last_error = masked(str(e).splitlines()[0]) if str(e) else type(e).__name__
             self._drop_connection()
             raise
@@ -342,9 +348,7 @@ class LakePublisher:
             marks = self._publish_points(tables[POINTS_TABLE], written)
             beat = time.time()
             if beat - self.beat_at >= LIVE_S / 3:  # an UPDATE writes two files in the lake: not every batch
-                cur.execute(
-                    f"UPDATE {LAKE}.team_collectors SET heartbeat_at = ? WHERE name = ?", [beat, self.name]
-                )
+                lake_names.beat(cur, LAKE, self.name, beat)
             ask = time.monotonic() - self.asked_at >= self.ask_every_s
             # Read here: no lake transaction of their own.
             asked = (self._stops(), self._alert_changes()) if ask else ([], [])

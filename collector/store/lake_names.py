@@ -24,6 +24,9 @@ from collector.store.schema import StoreError
 
 log = logging.getLogger("collector")
 
+HOST = (
+    socket.gethostname()
+)  # this process's host as its registration names it (read once: a laptop's can change)
 LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
 NAME_LOCKS = 0x72770001  # the first key of runwatch's name locks: pg_advisory_xact_lock(NAME_LOCKS, id block)
 NAME_LOCK_WAIT_S = 60  # how long a start or a forget waits while another holds the same name's lock
@@ -75,7 +78,7 @@ def name_lock(con: duckdb.DuckDBPyConnection, lake: str, ns: int, name: str) -> 
 
 def live_holder(cur: duckdb.DuckDBPyConnection, lake: str, name: str) -> str | None:
     """Which live collector other than this process holds `name` ("host H, pid P, seen N s ago"), or None."""
-    now, host, pid = time.time(), socket.gethostname(), os.getpid()
+    now, host, pid = time.time(), HOST, os.getpid()
     rows = cur.execute(f"SELECT host, pid, heartbeat_at FROM {lake}.team_collectors WHERE name = ?", [name])
     for other_host, other_pid, beat in rows.fetchall():
         if (other_host, other_pid) == (host, pid) or beat is None or now - beat >= LIVE_S:
@@ -107,7 +110,7 @@ def claim(cur: duckdb.DuckDBPyConnection, lake: str, name: str, ns: int) -> None
         cur.execute(f"DELETE FROM {lake}.team_collectors WHERE name = ?", [name])
         cur.execute(
             f"INSERT INTO {lake}.team_collectors VALUES (?, ?, ?, ?, ?, ?)",
-            [name, ns, socket.gethostname(), os.getpid(), now, now],
+            [name, ns, HOST, os.getpid(), now, now],
         )
         cur.execute("COMMIT")
     except BaseException:
@@ -115,3 +118,23 @@ def claim(cur: duckdb.DuckDBPyConnection, lake: str, name: str, ns: int) -> None
         with contextlib.suppress(duckdb.Error):
             cur.execute("ROLLBACK")
         raise
+
+
+class NameLost(StoreError):
+    """The lake no longer holds this process's registration: its collector was forgotten (`collector
+    forget`), or its name taken by another start, while it was not seen for LIVE_S (asleep, stopped, cut off)."""
+
+
+def beat(cur: duckdb.DuckDBPyConnection, lake: str, name: str, at: float) -> None:
+    """Write this process's heartbeat as collector `name` (in the caller's lake transaction); NameLost when the
+    lake no longer registers this process under that name."""
+    (written,) = cur.execute(
+        f"UPDATE {lake}.team_collectors SET heartbeat_at = ? WHERE name = ? AND host = ? AND pid = ?",
+        [at, name, HOST, os.getpid()],
+    ).fetchone()
+    if not written:
+        raise NameLost(
+            f"collector {name!r} is no longer registered in the lake (forgotten with `collector forget`, or its "
+            f"name taken by another start, while this one was not seen for {LIVE_S:.0f} s): registering it "
+            "again, then publishing everything the lake lacks (refused while another live collector holds it)"
+        )

@@ -239,3 +239,50 @@ def test_forget_while_another_process_holds_the_name_says_so_and_deletes_nothing
     assert "nothing was done" in waited.stderr and "Traceback" not in waited.stderr, waited.stderr[-2000:]
     assert carols_points(dsn, data) == every_step(10)
     assert lake_sql(dsn, data, "SELECT count(*) FROM lake.team_collectors WHERE name = 'carol'") == [[1]]
+
+
+# `collector forget` that takes every heartbeat for an old one: it sees a running collector as one not seen for
+# LIVE_S (a laptop asleep, a process stopped, a host cut off from Postgres).
+UNSEEN_FORGET = """
+import sys
+from collector.cli import main
+from collector.store import lake_names
+lake_names.LIVE_S = 0.0
+sys.exit(main(["forget", *sys.argv[1:]]))
+"""
+
+
+def test_a_collector_forgotten_while_not_seen_registers_and_publishes_again(pg, tmp_path):
+    """carol runs on after forget took it for gone: its next heartbeat finds its registration gone, it says so,
+    registers again and publishes every row again, and its later lines follow. Before, it ran on with its name
+    gone (another carol could start beside it) and its rows missing from the lake."""
+    dsn, data = pg.new_database("unseen"), tmp_path / "lake"
+    files = [tmp_path / "carol" / "test" / r / "metrics.jsonl" for r in ("a", "b")]
+    for metrics in files:
+        write_steps(metrics, 1, 30)
+    carol = TeamDaemon(tmp_path / "carol.duckdb", [tmp_path / "carol"], *lake_args(dsn, data, "carol"))
+    try:
+        carol.start()
+        wait_for(lambda: carols_points(dsn, data) == every_step(30), "carol's 30 steps in the lake")
+        forgot = subprocess.run(
+            [str(TEAM_PYTHON), "-c", UNSEEN_FORGET, *lake_args(dsn, data), "--collector", "carol"],
+            cwd=REPO, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert forgot.returncode == 0 and "forgot collector 'carol': deleted" in forgot.stdout, forgot.stderr
+        sql = "SELECT pid FROM lake.team_collectors WHERE name = 'carol'"
+        wait_for(
+            lambda: (
+                lake_sql(dsn, data, sql) == [[carol.proc.pid]] and carols_points(dsn, data) == every_step(30)
+            ),
+            "carol registered again, every point in the lake again",
+            timeout=90,
+            proc=carol.proc,
+            log=carol.log,
+        )
+        said = carol.log.read_text()
+        assert "collector 'carol' is no longer registered in the lake" in said, said[-2000:]
+        for metrics in files:
+            write_steps(metrics, 31, 40)
+        wait_for(lambda: carols_points(dsn, data) == every_step(40), "carol's later lines in the lake")
+    finally:
+        carol.ensure_stopped()
