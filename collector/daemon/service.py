@@ -333,6 +333,9 @@ def root_text(root) -> str:
     return root.url if isinstance(root, fs.RemotePath) else str(root)
 
 
+_STALE_TOLD: set[tuple[Path, int]] = set()  # stale markers already said to be replaced (database, their pid)
+
+
 def check_not_running(db: Path) -> None:
     """Raise AlreadyRunning when a live collector's marker names `db`. A marker that is provably stale (its
     pid dead, or what answers on its port is not this database's collector: the pid and port were reused
@@ -344,12 +347,16 @@ def check_not_running(db: Path) -> None:
     where = f"pid {info['pid']}, http://{info.get('host')}:{info['port']}"
     state = marker_state(db, info)
     if state == "stale":
-        log.warning(
-            "replacing the stale marker %s (%s): that process is now `%s`, not this database's collector",
-            marker_path(db),
-            where,
-            command_of(info["pid"]) or "unknown",
-        )
+        told = (db, info["pid"])
+        if told not in _STALE_TOLD:  # `serve` checks before it starts and as it starts: say it once
+            _STALE_TOLD.add(told)
+            command = command_of(info["pid"])
+            now = (
+                f"that process is now `{command}`, not this database's collector"
+                if command
+                else "it has exited"
+            )
+            log.warning("replacing the stale marker %s (%s): %s", marker_path(db), where, now)
         return
     if state == "unanswered":
         raise AlreadyRunning(

@@ -8,8 +8,9 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
-from collector.core.runtime import marker_path
+from collector.core.runtime import marker_path, token_path
 from tests.collector.test_daemon_support import REPO, Daemon, cli, cli_json, wait_for
 
 # Another program's web server on the port the dead collector had: it logs the headers of every request.
@@ -92,3 +93,28 @@ def test_a_live_collector_still_refuses_a_second_serve(tmp_path):
         assert first.stop() == 0
     finally:
         first.ensure_stopped()
+
+
+def test_a_marker_of_a_collector_killed_under_its_parent_is_replaced_once_saying_it_exited(tmp_path):
+    # The demo's collector killed with -9 while the demo still ran: its pid is a zombie until the demo reaps
+    # it (no command line). `serve` said it twice (it checks before it starts and as it starts), and that
+    # "that process is now `unknown`".
+    root, db = tmp_path / "runs", tmp_path / "rw.duckdb"
+    root.mkdir()
+    zombie = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    zombie.kill()
+    stat = Path(f"/proc/{zombie.pid}/stat")
+    wait_for(lambda: stat.read_text().split(")")[-1].split()[0] == "Z", "the killed child to be a zombie")
+    token_path(db).write_text("the dead collector's token")  # it had served this database
+    token_path(db).chmod(0o600)
+    marker_path(db).write_text(json.dumps({"pid": zombie.pid, "host": "127.0.0.1", "port": 9, "roots": []}))
+    daemon = Daemon(db, [root])
+    try:
+        daemon.start()
+        said = [line for line in daemon.log.read_text().splitlines() if "replacing the stale marker" in line]
+        assert len(said) == 1, said
+        assert said[0].endswith(f"(pid {zombie.pid}, http://127.0.0.1:9): it has exited"), said
+        assert daemon.stop() == 0
+    finally:
+        daemon.ensure_stopped()
+        zombie.wait()
