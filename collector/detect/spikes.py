@@ -100,15 +100,20 @@ class GradSpikeScreen(Screen):
 
     def quiet(self, rule, steps, values, ctx) -> int:
         cfg = rule.cfg
+        sized = values != 0.0  # an exact zero is quiet and stays out of the window (GradSpike.feed)
+        steps, values = steps[sized], values[sized]
         mids = scheduled_medians(rule.window, values)
         hot = (values > cfg.abs_max) | (values > cfg.ratio * mids)
         hot |= (mids > 0) & (values > 0) & (values < mids / cfg.vanish_ratio)
         warmup = ctx.facts.settings.get("warmup_steps")
         if ctx.facts.fresh_init and warmup:
             hot |= steps <= warmup
-        return first(hot)
+        at = first(hot)
+        return len(sized) if at == len(hot) else int(np.flatnonzero(sized)[at])
 
     def advance(self, rule, steps, values, ctx) -> None:
+        sized = values != 0.0
+        steps, values = steps[sized], values[sized]
         extend_window(rule.window, steps, values, median=True, noise=False)
         recent = rule.recent
         m = recent.maxlen
@@ -165,6 +170,12 @@ class GradSpike(Rule):
 
     def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         cfg = self.cfg
+        if value == 0.0:
+            # an exact zero is a step without an update (a GRPO batch whose groups each got one reward: zero
+            # advantages), not a size of the gradient: in the baseline it would drag the median to 0 and make
+            # every later gradient "infinitely" above it; `no_learning` judges the steps without updates
+            self.above_abs = self.vanishing = self.consecutive = 0
+            return None
         self.above_abs = self.above_abs + 1 if value > cfg.abs_max else 0
         enough = len(self.window.vals) >= cfg.min_history
         mid = self.window.median() if enough else 0.0
