@@ -303,9 +303,10 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             )
     elif hf_checkpoints and not any(fmt == "hf_trainer_state" for _, fmt in folder_files):
         # HF Trainer output folder without a top-level state: its newest checkpoint's state is the history
-        # (the most recently written: a resume rewound to an earlier checkpoint left later ones behind).
+        # (the most recently written: a resume rewound to an earlier checkpoint left later ones behind; in a
+        # copied or cloned folder, the highest step: `hf_lineage.latest`).
         folder_files.append(
-            (max(hf_checkpoints, key=lambda c: (hf_lineage.mtime_of(c[1]), c[0]))[1], "hf_trainer_state")
+            (hf_lineage.latest([(path, step) for step, path in hf_checkpoints]), "hf_trainer_state")
         )
 
     if any(fmt != "checkpoint_marker" for _, fmt in folder_files) or (claimed and not runs) or split:

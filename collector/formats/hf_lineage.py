@@ -12,7 +12,11 @@ What tells runs apart, and what does not:
   beginning (its first step at or before the current run's first logged step, where a resume goes on past
   the checkpoint it loaded): then it is a new run that has saved nothing yet, and the folder's current run.
 - The current run is the one written most recently; it keeps the folder's id, the others are
-  `<folder>/run-to-<its last step>`.
+  `<folder>/run-to-<its last step>`. Which state is newest is told by the files' modification times, except
+  among states written within `COPIED_WITHIN_S` of the newest: a folder copied, cloned or checked out from git
+  is written in a few seconds in any order (a training run saves minutes apart, and a resume must load and
+  train before it saves), so there the state of the highest step is the newest (and the run of the top-level
+  state, else the longest, the current one).
 
 Console logs and LLaMA-Factory's `trainer_log.jsonl`, appended by every life, stay with the current run.
 Reads whole trainer_state.json files (remembered by size and modification time) and event files' first 64 KiB.
@@ -37,6 +41,9 @@ RUN_SETTINGS = (
     "save_steps",
     "trial_name",
 )
+# States modified within this many seconds of the newest one were not told apart by training (see the module
+# docstring): their step, not their time, says which came last.
+COPIED_WITHIN_S = 120.0
 _LIFE_START = re.compile(r"tfevents\.(\d{9,11})\.")
 # path -> ((size, mtime), facts): a rescan reads no state twice; a life's first step, once its file holds one
 _facts: dict[str, tuple[tuple, dict | None]] = {}
@@ -141,14 +148,20 @@ def lineages(states: list[Path], lives: list[Path]) -> list[Lineage]:
         if group is None:
             groups.append((facts, group := Lineage()))
         group.states.append(path)
-        newer = (facts["mtime"], _step(facts)) > (group.written, group.last_step or -1)
-        if group.source is None or newer:
-            group.source, group.written, group.last_step = path, facts["mtime"], _step(facts)
-            group.first_step = _step(facts.get("first_log") or {}, "step")
-    # Modification times alike (a folder copied or cloned): the run of the top-level state, else the longest.
+    for _, group in groups:
+        group.source = latest([(p, _step(state_facts(p) or {})) for p in group.states])
+        facts = state_facts(group.source) or {}
+        group.written = max((state_facts(p) or {}).get("mtime", 0.0) for p in group.states)
+        group.last_step, group.first_step = _step(facts), _step(facts.get("first_log") or {}, "step")
     found = sorted((g for _, g in groups), key=lambda g: (g.written, _top_level(g.source), g.last_step or 0))
     if not found:
         return [Lineage(states=unread, lives=list(lives))]
+    # Written within a copy's few seconds of the newest: the run of the top-level state, else the longest, is
+    # the current one (the folder's id), whatever the order the copy wrote them in.
+    alike = [g for g in found if g.written >= found[-1].written - COPIED_WITHIN_S]
+    current = max(alike, key=lambda g: (_top_level(g.source), g.last_step or 0, g.written))
+    found.remove(current)
+    found.append(current)
     found[-1].states.extend(unread)
     written = sorted(
         (((state_facts(p) or {}).get("mtime", 0.0), g) for g in found for p in g.states if p not in unread),
@@ -163,6 +176,16 @@ def lineages(states: list[Path], lives: list[Path]) -> list[Lineage]:
             fresh.written = max(fresh.written, mtime_of(life))
         (owner or found[-1]).lives.append(life)
     return [*found, fresh] if fresh.lives else found
+
+
+def latest(states: list[tuple[Path, int | None]]) -> Path:
+    """Of one run's (state file, global_step) pairs, the state it wrote last: the most recently modified one (a
+    resume rewound to an earlier checkpoint writes lower steps after higher ones), except that among those
+    modified within `COPIED_WITHIN_S` of it (a copied or cloned folder) the one of the highest step."""
+    written = [(mtime_of(path), step if step is not None else -1, path) for path, step in states]
+    newest = max(when for when, _, _ in written)
+    alike = [(step, when, path) for when, step, path in written if when >= newest - COPIED_WITHIN_S]
+    return max(alike, key=lambda w: (w[0], w[1]))[2]
 
 
 def life_start(path: Path) -> float | None:

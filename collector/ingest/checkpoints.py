@@ -15,7 +15,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.formats.hf_lineage import HF_STATE, other_run, state_facts
+from collector.formats.hf_lineage import HF_STATE, latest, other_run, state_facts
 from collector.ingest.checkpoint_places import LAST_CHECKPOINT, checkpoint_folders
 
 MARKER_NAME = "latest_checkpointed_iteration.txt"
@@ -125,11 +125,7 @@ def _drop_other_runs(run_dir: Path, index: CheckpointIndex, own_state: Path | No
     if not reused:
         if len(hf) < 2 and not top.is_file():
             return
-        own_state = (
-            top
-            if top.is_file()
-            else max(hf, key=lambda c: (c.path / HF_STATE).stat().st_mtime).path / HF_STATE
-        )
+        own_state = top if top.is_file() else latest([(c.path / HF_STATE, c.step) for c in hf])
     own = state_facts(own_state) if own_state is not None else None
     for c in hf:
         theirs = state_facts(c.path / HF_STATE)

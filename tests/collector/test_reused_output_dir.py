@@ -280,3 +280,35 @@ def test_the_real_reused_outputs_folder_ingests_as_two_runs(tmp_path):
     assert (len(found["outputs"]["loss"]), found["outputs"]["loss"][-1][0]) == (64, 640)
     assert (len(found["outputs/run-to-384"]["loss"]), found["outputs/run-to-384"]["loss"][-1][0]) == (38, 380)
     assert (found["outputs"]["checkpoints"], found["outputs/run-to-384"]["checkpoints"]) == ([640], [384])
+
+
+def test_a_cloned_output_folder_is_read_by_step_not_by_the_order_the_clone_wrote_it(tmp_path):
+    """A folder checked out from git (or copied) is written in seconds, in name order: checkpoint-900 after
+    checkpoint-1876. Before, the newest file by time was taken for each run's history and the folder's current
+    run, so runwatch read 900 of 1876 steps and kept the wrong checkpoints. The shapes are those of two public
+    repositories that commit their `outputs/` trees: yevvonlim/CAS4133-hw2 (commit
+    057e0ff..., one run, checkpoint-100 ... checkpoint-1876) and arthuribias-coder/tech-challenge-finetune
+    (commit b176d62..., two runs of max_steps 2250 and 4500 saving every 50 and 100 into one folder)."""
+    one = tmp_path / "one" / "outputs"
+    a = history(range(10, 1881, 10), 2.0, 1880)
+    for i, stop in enumerate(sorted((100, 900, 1880, 1000, 1800), key=str)):  # name order, as git writes
+        save(one, f"checkpoint-{stop}/trainer_state.json", state(a[: stop // 10], 1880), T0 + i * 0.01)
+    db = tmp_path / "one.duckdb"
+    assert cli_json(db, "ingest", str(tmp_path / "one"))["runs"] == ["outputs"]
+    found = runs_and_points(db, one)["outputs"]
+    assert found["loss"][-1][0] == 1880 and len(found["loss"]) == 188
+    assert found["checkpoints"] == [100, 900, 1000, 1800, 1880]
+
+    two = tmp_path / "two" / "outputs"
+    b = history(range(10, 451, 10), 3.0, 450)  # the longer run (max_steps 450, saves every 50)
+    c = history(range(10, 226, 5), 3.5, 225)  # the shorter one, logging every 5
+    saves = [(f"checkpoint-{s}", state(b[: s // 10], 450)) for s in (50, 100, 200, 300, 450)]
+    saves += [(f"checkpoint-{s}", state(c[: s // 5], 225, batch=4)) for s in (25, 75, 150, 225)]
+    for i, (name, text) in enumerate(sorted(saves, key=lambda n: n[0])):
+        save(two, f"{name}/trainer_state.json", text, T0 + i * 0.01)
+    db = tmp_path / "two.duckdb"
+    assert cli_json(db, "ingest", str(tmp_path / "two"))["runs"] == ["outputs", "outputs/run-to-225"]
+    found = runs_and_points(db, two)
+    assert found["outputs"]["loss"][-1][0] == 450 and found["outputs/run-to-225"]["loss"][-1][0] == 225
+    assert found["outputs"]["checkpoints"] == [50, 100, 200, 300, 450]
+    assert found["outputs/run-to-225"]["checkpoints"] == [25, 75, 150, 225]
