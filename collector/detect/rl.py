@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 from statistics import median
 
 import numpy as np
@@ -81,13 +82,16 @@ class ResponseTruncationRule:
 _MARGIN = 1e-9  # relative: far above a sum's rounding, far below any threshold's meaning
 _CHUNK = 2048  # points whose longer-run deviation is worked out at once (100 values each)
 _DECLINE_POINTS = 1000  # the recent points a reward's decline is traced back through to where it began
+_LONG_NOISE = 1.2533 / math.sqrt(
+    2
+)  # mean |step-to-step change| -> a normal sigma (E|x1 - x2| = 2 sigma / sqrt pi)
 
 
 class RewardCollapseScreen(Screen):
     """Quiet: the rolling median at or above the best so far less the drop the rule needs. The needed drop is
     first bounded below by the short window's MAD and the observed range alone (exact: the rule's noise is the
     larger of that MAD and the longer run's deviation, so its drop is no smaller); only where that bound is
-    not enough is the longer run's mean absolute deviation worked out too."""
+    not enough is the longer run's mean step-to-step change worked out too."""
 
     def ready(self, rule, ctx) -> bool:
         return (
@@ -120,8 +124,7 @@ class RewardCollapseScreen(Screen):
             for lo in range(0, len(maybe), _CHUNK):  # up to the first hot point, a chunk at a time
                 part = maybe[lo : lo + _CHUNK]
                 longs = longs_all[part + 1]
-                mid = row_medians(longs)
-                deviation = 1.2533 * np.abs(longs - mid[:, None]).sum(axis=1) / size
+                deviation = _LONG_NOISE * np.abs(np.diff(longs, axis=1)).sum(axis=1) / (size - 1)
                 b = best[part]
                 needed = self._needed(rule, np.maximum(spread[part], deviation), b, low[part])
                 # numpy sums pairwise, Python left to right: within a hair of the bound is hot
@@ -187,9 +190,12 @@ class RewardCollapse(Rule):
         self.low = rolling if self.low is None else min(self.low, rolling)
         spread = median(abs(v - rolling) for v in values) * MAD_TO_SIGMA
         # a reward of a few discrete levels (k of n samples right) has a small MAD in a short window: the
-        # longer run's mean absolute deviation (x1.25 for a normal sigma) measures its real noise
-        long_mid = median(self.long)
-        spread = max(spread, 1.2533 * sum(abs(v - long_mid) for v in self.long) / len(self.long))
+        # longer run's mean absolute step-to-step change (x1.25/sqrt 2 for a normal sigma) measures its real
+        # noise. Not its deviation around its median: a reward that fell to a new level deviates from that
+        # median at every point, and the drop being judged would hide behind the noise it made itself
+        spread = max(
+            spread, _LONG_NOISE * sum(abs(b - a) for a, b in pairwise(self.long)) / (len(self.long) - 1)
+        )
         # the rolling median of n points wobbles by about 1.25 sigma / sqrt(n)
         noise = 1.25 * spread / math.sqrt(len(values))
         needed = max(cfg.drop_sigma * noise, cfg.min_rel_drop * (self.best - self.low), 1e-12)
