@@ -44,11 +44,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd: list[str], log: Path | None = None) -> subprocess.Popen:
+def start(cmd: list[str], log: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start a child in its own process group so Ctrl-C can stop it and everything it spawned."""
     out = open(log, "ab") if log else None  # noqa: SIM115 - the child owns the file for its lifetime
     return subprocess.Popen(
-        cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True
+        cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True
     )
 
 
@@ -72,6 +72,28 @@ def stop(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def stop_dashboards_collector(db: Path) -> None:
+    """Stop the collector the demo's dashboard started, if it did: when the demo's own collector goes away (a
+    kill -9), the dashboard starts one for the database in a session of its own, which outlives the dashboard;
+    its marker names this demo as its `dashboard_pid` (the demo starts the dashboard with `DASHBOARD_ENV`)."""
+    from collector.core.runtime import pid_alive
+    from collector.core.runtime import read_marker as live_marker
+
+    info = live_marker(db, prove=False)
+    if info is None or info.get("dashboard_pid") != os.getpid():
+        return
+    pid = int(info["pid"])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 20
+    while pid_alive(pid) and time.time() < deadline:
+        time.sleep(0.2)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    print(f"demo: stopped the collector its dashboard started (pid {pid}) when the demo's own one went away")
 
 
 def wait_for_collector(db: Path, proc: subprocess.Popen, timeout: float = 60) -> dict:
@@ -206,6 +228,8 @@ def main() -> None:
         print(f"demo: trainer output goes to {state / 'logs' / (run_id + '.trainer.log')}")
 
         if not args.headless:
+            from collector.core.runtime import DASHBOARD_ENV  # (on the path: read_marker put it there)
+
             port = args.port or free_port()
             procs.append(
                 start(
@@ -230,6 +254,8 @@ def main() -> None:
                         str(root),
                     ],
                     log=state / "logs" / "dashboard.log",
+                    # a collector this dashboard starts (the demo's own gone) names the demo: stopped with it
+                    env=os.environ | {DASHBOARD_ENV: str(os.getpid())},
                 )
             )
             print(
@@ -253,6 +279,8 @@ def main() -> None:
     finally:
         ignore_signals()
         stop(procs)
+        if not args.headless:
+            stop_dashboards_collector(db)
         print("demo: everything it started has stopped")
 
 

@@ -114,6 +114,56 @@ def test_the_demo_stops_on_sigint_even_when_started_with_sigint_ignored(tmp_path
     assert not _left_running(tmp_path), _left_running(tmp_path)
 
 
+def test_the_demo_stops_the_collector_its_dashboard_started_after_its_own_was_killed(tmp_path):
+    """make demo, its collector killed with -9: the dashboard starts one of its own for the database (in a
+    session of its own, outliving the dashboard), which Ctrl-C once left running while the demo said
+    everything it started had stopped."""
+    root, db, out = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb", tmp_path / "demo.out"
+    port = free_port()
+    cmd = [sys.executable, "scripts/demo.py", "--root", str(root), "--db", str(db), "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWATCH_")} | {"HOME": str(tmp_path)}
+    with open(out, "wb") as sink:
+        demo = subprocess.Popen(
+            [*cmd, "--steps", "20"],
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    second = None
+    try:
+        first = wait_for(lambda: read_marker(db), "the demo's collector", 120, proc=demo, log=out)
+        wait_for(
+            lambda: "runwatch dashboard: http" in out.read_text(), "the dashboard's start", 120, proc=demo
+        )
+        os.kill(first["pid"], signal.SIGKILL)
+        with chromium_page() as page:  # the dashboard starts a collector for its first session
+            wait_for(
+                lambda: urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2), "the dashboard", 120
+            )
+            page.goto(f"http://127.0.0.1:{port}/")
+            second = wait_for(
+                lambda: (m := read_marker(db)) and m["pid"] != first["pid"] and m,
+                "the collector the dashboard starts",
+                120,
+                proc=demo,
+                log=out,
+            )
+        assert second.get("dashboard_pid") == demo.pid, second
+        _signal_twice(demo, out)
+        demo.wait(timeout=120)
+    finally:
+        stop_process(demo)
+        if second is not None and _running(second["pid"]):
+            os.kill(second["pid"], signal.SIGTERM)
+    said = out.read_text()
+    assert f"demo: stopped the collector its dashboard started (pid {second['pid']})" in said, said[-3000:]
+    assert "Traceback" not in said, said[-3000:]
+    assert not _running(second["pid"]) and read_marker(db) is None
+    assert not _left_running(tmp_path), _left_running(tmp_path)
+
+
 def test_the_demo_names_a_collector_it_did_not_start(tmp_path):
     root, db = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb"
     root.mkdir()
