@@ -391,7 +391,10 @@ def _last_good_before(
     )
     short = "complete checkpoint" if not pick.get("inferred") else "checkpoint the run's files imply"
     text = f"Go back to step {pick['step']}{value}: {reason}.{damaged or ''}"
-    why = f"The last {short} before step {first}{value}, where the trouble began{margin}.{damaged or ''}"
+    word = "sound " if damaged else ""  # the newest save before it is not: the sentence after says why
+    why = (
+        f"The last {word}{short} before step {first}{value}, where the trouble began{margin}.{damaged or ''}"
+    )
     return chosen, text, why
 
 

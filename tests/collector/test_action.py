@@ -173,6 +173,7 @@ def test_a_spike_does_not_go_back_to_a_save_whose_own_evaluation_shows_its_damag
              "last_step": 64}  # fmt: skip
     act = action_for_alert(spike, advice(demo_saves(), 40), Trainer("runwatch", "x", "demo"), "/runs/a", [])
     assert act["restart_step"] == 50 and act["command"].endswith("--resume-from 50")
+    assert act["why"].startswith("The last sound complete checkpoint before step 61 (evaluation 2.813)")
     assert "Not step 60: its own evaluation, 4.391 against 2.813 at step 50" in act["why"]
     assert (
         "already shows the damage" in act["text"]
