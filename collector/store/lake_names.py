@@ -4,7 +4,8 @@ A name is held by the collector that registered it last, while its heartbeat is 
 same host, only while its pid lives). Claiming a name (a collector's start) and `collector forget` each check
 and write under the name's lock in the Postgres catalog (`name_lock`), in one lake transaction begun inside
 it, so neither can come between the other's check and write, and two starts of one name go one at a time:
-the second sees the first live.
+the second sees the first live. A collector's heartbeat (`beat`) names its host and pid: one forgotten, or
+whose name was taken, while it was not seen for LIVE_S finds no row, and registers again (`NameLost`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from collector.store.schema import StoreError
 
 log = logging.getLogger("collector")
 
-HOST = (
-    socket.gethostname()
-)  # this process's host as its registration names it (read once: a laptop's can change)
+# This process's host as its registration names it, read once (a laptop's host name can change as it runs).
+HOST = socket.gethostname()
 LIVE_S = 30.0  # a collector whose heartbeat is older than this is gone (its name may be taken again)
 NAME_LOCKS = 0x72770001  # the first key of runwatch's name locks: pg_advisory_xact_lock(NAME_LOCKS, id block)
 NAME_LOCK_WAIT_S = 60  # how long a start or a forget waits while another holds the same name's lock
