@@ -210,8 +210,10 @@ def worker_env(args: argparse.Namespace, preset_faults: list[dict], extra: dict)
 EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*)")
 
 
-def worker_error(tail: list[str]) -> list[str]:
-    """The worker's exception line and the traceback lines before it, out of torchrun's output tail.
+def worker_error(tail: list[str], fallback: bool = True) -> list[str]:
+    """The worker's exception line and the traceback lines before it, out of torchrun's output tail; without
+    one, its last lines (none without `fallback`: a run stopped by a signal has no cause to quote, and its last
+    lines are torchrun's report of the signal).
 
     torchrun ends with its own summary (ChildFailedError...), which says nothing about the cause.
     """
@@ -220,7 +222,7 @@ def worker_error(tail: list[str]) -> list[str]:
         if match and "ChildFailedError" not in tail[index] and "SignalException" not in tail[index]:
             context = [re.sub(r"^\[rank\d+\]:\s?", "", line) for line in tail[max(0, index - 6) : index]]
             return [match.group(2), *[line for line in context if line.strip()]]
-    return [line for line in tail if line.strip()][-8:]
+    return [line for line in tail if line.strip()][-8:] if fallback else []
 
 
 def finish_status(
@@ -238,7 +240,7 @@ def finish_status(
         return doc["state"]
     trainer = "torchrun" if PRESETS[preset].trainer == "sft" else "verl.trainer.main_ppo"
     reason = f"stopped by {stopped_by}" if stopped_by else f"{trainer} exited with code {rc}"
-    error_lines = worker_error(tail)
+    error_lines = worker_error(tail, fallback=not stopped_by)
     doc.update(
         state="failed",
         step=doc.get("step", latest_checkpoint(out)),

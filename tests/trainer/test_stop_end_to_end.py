@@ -147,6 +147,7 @@ def test_a_run_stopped_by_a_signal_ends_its_log_with_one_line(built_data, tmp_pa
     assert proc.returncode != 0, output[-4000:]  # not finished: status.json says failed, stopped by SIGTERM
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and status["error"].startswith("stopped by SIGTERM"), status
+    assert "SignalException" not in status["error"], status  # torchrun's report of the signal is no cause
     assert "Traceback" not in output and "SignalException" not in output, output[-4000:]
     saved = max(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*"))
     last = [line for line in output.splitlines() if line.strip()][-1]
