@@ -59,12 +59,14 @@ def ignore_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def stop(procs: list[subprocess.Popen]) -> None:
-    """Stop each child's process group (SIGTERM, then SIGKILL after 20 s), the last started first."""
+def stop(procs: list[subprocess.Popen], interrupt: tuple[subprocess.Popen, ...] = ()) -> None:
+    """Stop each child's process group (SIGTERM, then SIGKILL after 20 s), the last started first; those in
+    `interrupt` (the trainer) get SIGINT instead: a person's Ctrl-C passed on, so its run says it was stopped
+    (a warning), not that it failed by SIGTERM (an error: a scheduler's limit, a kill)."""
     for p in reversed(procs):
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, signal.SIGINT if p in interrupt else signal.SIGTERM)
     deadline = time.time() + 20
     for p in procs:
         try:
@@ -188,6 +190,7 @@ def main() -> None:
         )
 
     procs: list[subprocess.Popen] = []
+    trainers: list[subprocess.Popen] = []
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     # Python leaves SIGINT ignored when it started ignored (`make demo &` from a script, nohup): Ctrl-C, or a
     # SIGINT to the process group, must stop the demo all the same
@@ -225,6 +228,7 @@ def main() -> None:
             launch += ["--steps", str(args.steps)]
         trainer = start([PY, *launch], log=state / "logs" / f"{run_id}.trainer.log")
         procs.append(trainer)
+        trainers.append(trainer)
         print(f"demo: trainer output goes to {state / 'logs' / (run_id + '.trainer.log')}")
 
         if not args.headless:
@@ -278,7 +282,7 @@ def main() -> None:
         print("\ndemo: stopping")
     finally:
         ignore_signals()
-        stop(procs)
+        stop(procs, tuple(trainers))
         if not args.headless:
             stop_dashboards_collector(db)
         print("demo: everything it started has stopped")

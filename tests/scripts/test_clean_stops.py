@@ -4,6 +4,7 @@ start is named, never used in silence. Real subprocesses, a real collector, a re
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 from urllib.request import urlopen
 
 from collector.core.runtime import read_marker
+from collector.detect.runlevel import stopped_by_person
 from tests.app.browser_support import chromium_page, free_port, wait_idle
 from tests.app.conftest import start_collector, stop_process
 from tests.conftest import REPO
@@ -86,6 +88,11 @@ def test_the_demo_stops_everything_it_started_on_repeated_sigterm(tmp_path):
     assert "demo: everything it started has stopped" in said
     assert not _running(collector["pid"]) and read_marker(db) is None, "the demo left its collector running"
     assert not _left_running(tmp_path), _left_running(tmp_path)
+    # the trainer was passed the person's stop (SIGINT): its run says it was stopped, which runwatch tells as
+    # a warning, not as a run failed by SIGTERM (an error, with a torchrun traceback quoted as its cause)
+    (run_dir,) = root.iterdir()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["error"] == "stopped by SIGINT" and stopped_by_person(status["error"]), status
 
 
 def test_the_demo_stops_on_sigint_even_when_started_with_sigint_ignored(tmp_path):
