@@ -5,8 +5,6 @@ resolving an incident (`POST /api/incidents/{id}/ack`, `/resolve`) acts on its a
 
 from __future__ import annotations
 
-import time
-
 from collector.core.severity import SEVERITIES, Severity
 from collector.runs.incidents import stored_incidents
 from collector.runs.lookup import NotFound, find_run
@@ -14,7 +12,6 @@ from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
 from collector.store import lake_reader
 from collector.store.db import Store
-from collector.store.lake import LIVE_S
 
 STATES = (*store_alerts.STATES, "all")
 
@@ -60,13 +57,7 @@ def with_changes(store: Store, listed: list[dict]) -> list[dict]:
         last = max(
             (asked[a] for a in i["alert_ids"] if a in asked), key=lambda c: c["asked_at"], default=None
         )
-        if last is not None:
-            owner = lake_reader.collector_seen_at(cur, i["run"])
-            last = last | {
-                "collector": owner["collector"],
-                "collector_live": live(owner["collector_seen_at"]),
-            }
-        i["change"] = last
+        i["change"] = None if last is None else last | lake_reader.owner(cur, i["run"])
     return listed
 
 
@@ -116,11 +107,6 @@ def set_incident_state(runs: RunService, incident_id: int, state: str, note: str
         store_alerts.set_state(store, alert_id, state, note)
     after = _incident_with(store, run, incident_id)
     return {"incident": with_actions(runs, [after])[0], "changed": changed}
-
-
-def live(heartbeat_at: float | None) -> bool:
-    """Whether a team collector whose last heartbeat was at `heartbeat_at` is publishing (within `LIVE_S`)."""
-    return heartbeat_at is not None and time.time() - heartbeat_at < LIVE_S
 
 
 def _incident_with(store: Store, run: str, alert_id: int) -> dict:

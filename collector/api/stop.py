@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.api.incidents import live
 from collector.core.stop_request import (
     ALREADY_THERE,
     StopFileLink,
@@ -82,17 +81,14 @@ def stop_state(store: Store, run_id: str, run: dict | None = None) -> dict | Non
             by_rule = store_alerts.rule_stop(store, run_id)
             if by_rule is None:
                 return None
-            owner = lake_reader.collector_seen_at(store.cursor(), run_id)
             return {
                 "state": "written",
                 "asked_at": by_rule["asked_at"],
                 "by": "rule",
                 "reason": by_rule["rule"],
                 "alert_id": by_rule["alert_id"],
-                "collector": owner["collector"],
-                "collector_live": live(owner["collector_seen_at"]),
                 "path": path,
-            }
+            } | lake_reader.owner(store.cursor(), run_id)
         outcome = asked["outcome"]
         done = {"written": "written", ALREADY_THERE: "already_asked"}.get(outcome, "refused")
         return {
@@ -103,7 +99,7 @@ def stop_state(store: Store, run_id: str, run: dict | None = None) -> dict | Non
             "done_at": asked["done_at"],
             "outcome": outcome,
             "collector": asked["collector"],
-            "collector_live": live(asked["collector_seen_at"]),
+            "collector_live": asked["collector_live"],
             "path": path,
         }
     folder = Path(r["path"] or "")

@@ -22,7 +22,7 @@ from typing import TypeVar
 import duckdb
 
 from collector.store import lake_access
-from collector.store.lake import LAKE, TEAM_TABLES, LakeSpec, attach, load_extensions, masked
+from collector.store.lake import LAKE, LIVE_S, TEAM_TABLES, LakeSpec, attach, load_extensions, masked
 from collector.store.schema import StoreError, migrate
 
 log = logging.getLogger("collector")
@@ -300,8 +300,8 @@ def ask_stop(cur: duckdb.DuckDBPyConnection, run_id: str, reason: str, by: str) 
 def last_stop(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
     """The last stop of `run_id` asked through the lake (`ask_stop`) and what became of it, or None when none
     was: `reason`, `asked_at`, `asked_by`, `done_at` and `outcome` (the owning collector's: `written`, `a
-    request was already there`, or why it refused; None until it carried the request out), `collector` (the
-    owner: the run id's first part) and `collector_seen_at` (its last heartbeat; None if never registered)."""
+    request was already there`, or why it refused; None until it carried the request out), and the run's
+    `owner`: `collector`, `collector_live`."""
     row = cur.execute(
         """SELECT reason, asked_at, asked_by, done_at, outcome FROM team_stops WHERE run_id = ?
            ORDER BY asked_at DESC LIMIT 1""",
@@ -310,17 +310,17 @@ def last_stop(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
     if row is None:
         return None
     keys = ("reason", "asked_at", "asked_by", "done_at", "outcome")
-    return dict(zip(keys, row, strict=True)) | collector_seen_at(cur, run_id)
+    return dict(zip(keys, row, strict=True)) | owner(cur, run_id)
 
 
-def collector_seen_at(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict:
-    """The collector that owns `run_id` (`collector`: the run id's first part) and its last heartbeat
-    (`collector_seen_at`; None when it never registered)."""
+def owner(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    """The collector that owns `run_id` (`collector`: the run id's first part) and whether it is publishing
+    (`collector_live`: a heartbeat within `LIVE_S`; False when it never registered)."""
     collector = run_id.split("/", 1)[0]
     (seen,) = cur.execute(
         "SELECT max(heartbeat_at) FROM team_collectors WHERE name = ?", [collector]
     ).fetchone()
-    return {"collector": collector, "collector_seen_at": seen}
+    return {"collector": collector, "collector_live": seen is not None and time.time() - seen < LIVE_S}
 
 
 def alert_changes(cur: duckdb.DuckDBPyConnection, alert_ids: list[int]) -> dict[int, dict]:
