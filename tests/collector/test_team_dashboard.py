@@ -127,6 +127,15 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             assert page.get_by_text("Acknowledge asked", exact=False).count() == 1
             wait_idle(page)
             screenshot_whole_page(page, shots / "team-alerts-ack-applied.png")
+            # A stop asked while alice is down waits in the lake: the run page says it is not yet written.
+            alice.ensure_stopped()
+            assert open_page(page, f"{url}/run?run=alice/exp/sft", charts=1) == "alice/exp/sft"
+            page.get_by_role("button", name="Stop run").click()
+            page.get_by_role("button", name="Yes, stop the run").click()
+            page.get_by_text(
+                "(stopped from the dashboard); not yet written: collector alice", exact=False
+            ).wait_for()
+            screenshot_whole_page(page, shots / "team-run-stop-waiting.png")
         assert reader.proc.poll() is None, "stopping the dashboard stopped the team API it did not start"
     finally:
         for d in (alice, bob, reader):
