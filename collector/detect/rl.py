@@ -158,6 +158,9 @@ class RewardCollapse(Rule):
     screen = RewardCollapseScreen()
     action = Action.NAME_STEP
     meaning = "the reward had collapsed there"
+    # one reward logged under two names (verl's critic/score/mean and critic/rewards/mean, TRL's reward and
+    # rewards/<func>/mean with one reward function) falls at the same steps: one alert names both
+    one_alert_across_metrics = True
 
     def __init__(self, metric: str, cfg: RewardCollapseRule) -> None:
         self.metric, self.cfg = metric, cfg

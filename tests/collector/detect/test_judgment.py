@@ -200,3 +200,35 @@ def test_a_lasting_but_small_val_loss_rise_stays_a_warning():
     series = _overfit(dict(zip(range(50, 551, 50), values, strict=True)), 560)
     (alert,) = [e for e in detect_series(series) if e.rule == "val_loss_rise"]
     assert str(alert.severity) == "warn"
+
+
+def test_one_reward_logged_under_two_names_collapses_in_one_alert():
+    # TRL logs `reward` and `rewards/<func>/mean`, the same numbers when there is one reward function (verl:
+    # critic/score/mean and critic/rewards/mean). Before, a collapse was two reward_collapse alerts. The shape is
+    # Sunshine535/nips-grpo-dynamics results/logs/exp2/adabalance_seed42.log (commit 2cd2efce1c0622bfd77899c555
+    # 357107706a0c54): ~0.9 to step 65, then 0.6, 0.2, 0.125 and 0 to step 200, logged every 5 steps
+    values = [
+        0.9,
+        0.725,
+        0.875,
+        0.975,
+        0.825,
+        0.975,
+        0.925,
+        0.95,
+        0.975,
+        0.825,
+        0.9,
+        0.775,
+        0.975,
+        0.6,
+        0.2,
+        0.125,
+    ]
+    values += [0.0] * 24
+    steps = [5 * i for i in range(1, len(values) + 1)]
+    series = {"reward": (steps, values), "rewards/reward_fn/mean": (steps, list(values))}
+    found = [e for e in detect_series(series) if e.rule == "reward_collapse"]
+    assert len(found) == 1, [(e.metric, e.first_step) for e in found]
+    assert sorted(found[0].evidence["metrics"]) == ["reward", "rewards/reward_fn/mean"]
+    assert str(found[0].severity) == "error"
