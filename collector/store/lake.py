@@ -27,7 +27,7 @@ from pathlib import Path
 
 import duckdb
 
-from collector.store import lake_access, lake_names
+from collector.store import lake_access, lake_compaction, lake_names
 from collector.store.lake_names import LIVE_S
 from collector.store.schema import StoreError
 
@@ -311,7 +311,8 @@ class LakePublisher:
             if self.name_lost:
                 self._register()
                 self.name_lost = False
-            return self._retry(self._publish_once)
+            with lake_compaction.lake_lock(self.cur, LAKE, exclusive=False):  # (not beside a compaction)
+                return self._retry(self._publish_once)
         except BaseException as e:
             self.name_lost = self.name_lost or isinstance(e, lake_names.NameLost)
             self.last_error = masked(str(e).splitlines()[0]) if str(e) else type(e).__name__
@@ -490,50 +491,16 @@ class LakePublisher:
     # ---- compaction ---------------------------------------------------------------------------------
 
     def compact(self, every_s: float, keep_s: int = KEEP_SNAPSHOTS_S) -> bool:
-        """Merge the small Parquet files of the batches (a batch a second writes a file per table it touches;
-        a reader opens every one), then drop snapshots and files older than `keep_s` (a reader's query in
-        flight still finds its files); False, and nothing done, when any collector compacted the lake within
+        """`lake_compaction.compact`; False, and nothing done, when any collector compacted the lake within
         `every_s` (compaction is the whole lake's: N collectors each compacting every `every_s` did it N times
-        over, and a collector publishes nothing while it compacts). Each table is merged in a transaction of
-        its own: DuckLake refuses a merge of a table a batch deleted rows from meanwhile (`metric_stats`, `runs`,
-        `sources`: every batch), so one merge of the whole lake at 4 x 250 live runs failed every time and the
-        files of `point_rows` (only inserted into) grew without bound. A table whose merge conflicts is merged
-        next time."""
+        over, and a collector publishes nothing while it compacts)."""
         self._connect()
-        if self._compacted_within(every_s):
+        if lake_compaction.compacted_within(self.cur, LAKE, every_s):
             return False
-        tables = [
-            t for (t,) in self.cur.execute(f"SELECT table_name FROM ducklake_table_info('{LAKE}')").fetchall()
-        ]
-        left = []
-        for table in tables:
-            try:
-                self.cur.execute(f"CALL ducklake_merge_adjacent_files('{LAKE}', '{table}')")
-            except duckdb.TransactionException:
-                left.append(table)
+        left = lake_compaction.compact(self.cur, LAKE, keep_s)
         if left:
             log.debug("team lake: merging %s conflicted with a commit: next time", ", ".join(left))
-        # In FROM, not CALL: their timestamp results would need pytz in Python.
-        for fn in ("ducklake_expire_snapshots", "ducklake_cleanup_old_files"):
-            self.cur.execute(
-                f"SELECT count(*) FROM {fn}('{LAKE}', older_than => now() - INTERVAL {int(keep_s)} SECOND)"
-            ).fetchall()
         return True
-
-    def _compacted_within(self, seconds: float) -> bool:
-        """Whether the lake holds a compaction's snapshot younger than `seconds` (DuckLake records a merge as
-        `compacted_table:ID` in the catalog's ducklake_snapshot_changes; expired with its snapshot after
-        `KEEP_SNAPSHOTS_S`). Only a Postgres catalog is asked; another says no."""
-        if not lake_access.catalog_is_postgres(self.cur, LAKE):
-            return False
-        metadata = lake_access.METADATA.format(lake=LAKE)
-        (recent,) = self.cur.execute(
-            f"""SELECT * FROM postgres_query('{metadata}', 'SELECT count(*) FROM ducklake_snapshot s
-                JOIN ducklake_snapshot_changes c USING (snapshot_id)
-                WHERE c.changes_made LIKE ''compacted_table:%''
-                  AND s.snapshot_time > now() - make_interval(secs => {float(seconds)})')"""
-        ).fetchone()
-        return bool(recent)
 
     # ---- stops asked anywhere -----------------------------------------------------------------------
 
@@ -556,18 +523,20 @@ class LakePublisher:
         return [(a & 0xFFFFFFFF, state, note, at) for a, state, note, at in rows]
 
     def alert_change_done(self, local_id: int, asked_at: float, outcome: str) -> None:
-        self._retry(
-            lambda: self.cur.execute(
-                f"""UPDATE {LAKE}.team_alert_changes SET done_at = ?, outcome = ?
-                    WHERE alert_id = ? AND asked_at = ?""",
-                [time.time(), outcome, (self.ns << 32) | local_id, asked_at],
+        with lake_compaction.lake_lock(self.cur, LAKE, exclusive=False):
+            self._retry(
+                lambda: self.cur.execute(
+                    f"""UPDATE {LAKE}.team_alert_changes SET done_at = ?, outcome = ?
+                        WHERE alert_id = ? AND asked_at = ?""",
+                    [time.time(), outcome, (self.ns << 32) | local_id, asked_at],
+                )
             )
-        )
 
     def stop_done(self, run: str, asked_at: float, outcome: str) -> None:
-        self._retry(
-            lambda: self.cur.execute(
-                f"UPDATE {LAKE}.team_stops SET done_at = ?, outcome = ? WHERE run_id = ? AND asked_at = ?",
-                [time.time(), outcome, f"{self.name}/{run}", asked_at],
+        with lake_compaction.lake_lock(self.cur, LAKE, exclusive=False):
+            self._retry(
+                lambda: self.cur.execute(
+                    f"UPDATE {LAKE}.team_stops SET done_at = ?, outcome = ? WHERE run_id = ? AND asked_at = ?",
+                    [time.time(), outcome, f"{self.name}/{run}", asked_at],
+                )
             )
-        )

@@ -1,0 +1,91 @@
+"""Team mode's compaction of the lake, and the lock that keeps it apart from every collector's writes.
+
+DuckLake 0.3 (DuckDB 1.4.4) merging a table's files (`ducklake_merge_adjacent_files`) while another transaction
+deletes rows of it can commit both, and the merged file then holds rows the other deleted (measured in a scratch
+lake, 4 writers deleting their own rows beside a merge every 0.5 s for 40 s: 4,400 of 167,400 deleted rows back
+when whole files were deleted, 9 of 21,240 when some rows of a file were; at 4 x 250 live runs, 409 of the 1,000
+rows of `runs` twice after one compaction). A collector deletes by the rows it knows it wrote, so a row brought
+back stayed, twice, until it restarted. So every write of a collector's (`lake_lock(shared)`: a batch, a stop
+or an ack carried out) and a compaction (`lake_lock(exclusive)`) hold one lock of the lake's Postgres catalog:
+a compaction waits for the writes in flight, and the writes wait for it (Postgres queues a shared request behind
+a waiting exclusive one, so the batches never starve it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import duckdb
+
+from collector.store import lake_access
+
+log = logging.getLogger("collector")
+
+LAKE_LOCK = (
+    "1920401410, 1"  # pg_advisory_xact_lock(runwatch's key 0x72770002, 1): the lake's writes and merges
+)
+LOCK_WAIT_S = 60  # a write or a compaction waiting longer fails (tried again next time; nothing is lost)
+
+
+@contextlib.contextmanager
+def lake_lock(con: duckdb.DuckDBPyConnection, lake: str, exclusive: bool) -> Iterator[None]:
+    """Hold the lake's write lock, shared (a collector's write) or exclusive (a compaction), while the block
+    runs; its lake transaction must begin inside it. A catalog that is not Postgres has none (one process)."""
+    if not lake_access.catalog_is_postgres(con, lake):
+        yield
+        return
+    # A transaction of its own, on a cursor of its own, holds it: it ends (and Postgres frees the lock) after
+    # the block's lake transaction committed, or when this process dies.
+    holder, metadata = con.cursor(), lake_access.METADATA.format(lake=lake)
+    try:
+        holder.execute("BEGIN TRANSACTION")
+        holder.execute(f"CALL postgres_execute('{metadata}', 'SET LOCAL lock_timeout = ''{LOCK_WAIT_S}s''')")
+        how = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        holder.execute(f"CALL postgres_execute('{metadata}', 'SELECT {how}({LAKE_LOCK})')")
+        yield
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            holder.execute("ROLLBACK")
+        holder.close()
+
+
+def compact(con: duckdb.DuckDBPyConnection, lake: str, keep_s: int) -> list[str]:
+    """Merge each table's small Parquet files (a batch writes a file per table it touches; a reader opens every
+    one), then drop snapshots and files older than `keep_s` (a reader's query in flight still finds its
+    files), under the exclusive `lake_lock`; returns the tables whose merge conflicted (merged next time).
+    Each table is merged in a transaction of its own: one merge of the whole lake failed whenever any table
+    conflicted."""
+    left = []
+    with lake_lock(con, lake, exclusive=True):
+        tables = [
+            t for (t,) in con.execute(f"SELECT table_name FROM ducklake_table_info('{lake}')").fetchall()
+        ]
+        for table in tables:
+            try:
+                con.execute(f"CALL ducklake_merge_adjacent_files('{lake}', '{table}')")
+            except duckdb.TransactionException:  # (a reader's stop or ack inserted meanwhile)
+                left.append(table)
+    # In FROM, not CALL: their timestamp results would need pytz in Python.
+    for fn in ("ducklake_expire_snapshots", "ducklake_cleanup_old_files"):
+        con.execute(
+            f"SELECT count(*) FROM {fn}('{lake}', older_than => now() - INTERVAL {int(keep_s)} SECOND)"
+        ).fetchall()
+    return left
+
+
+def compacted_within(con: duckdb.DuckDBPyConnection, lake: str, seconds: float) -> bool:
+    """Whether the lake holds a compaction's snapshot younger than `seconds` (DuckLake records a merge as
+    `compacted_table:ID` in the catalog's ducklake_snapshot_changes; expired with its snapshot). Only a
+    Postgres catalog is asked; another says no."""
+    if not lake_access.catalog_is_postgres(con, lake):
+        return False
+    metadata = lake_access.METADATA.format(lake=lake)
+    (recent,) = con.execute(
+        f"""SELECT * FROM postgres_query('{metadata}', 'SELECT count(*) FROM ducklake_snapshot s
+            JOIN ducklake_snapshot_changes c USING (snapshot_id)
+            WHERE c.changes_made LIKE ''compacted_table:%''
+              AND s.snapshot_time > now() - make_interval(secs => {float(seconds)})')"""
+    ).fetchone()
+    return bool(recent)
