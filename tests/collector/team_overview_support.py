@@ -26,7 +26,7 @@ from collector.api import runs as api_runs
 from collector.api.http import json_bytes
 from collector.runs.service import RunService
 from collector.store import alerts as store_alerts
-from collector.store import lake_reader
+from collector.store import lake_compaction, lake_reader
 from collector.store.db import Store
 from collector.store.lake import LAKE, LakeSpec
 
@@ -58,10 +58,12 @@ def check(store: Store, kept: RunService) -> dict:
 
 
 def compact(cur) -> int:
-    """`ducklake_merge_adjacent_files`, tried again while a collector's commit conflicts with it; the tries."""
+    """`ducklake_merge_adjacent_files` under the lake's write lock (as a collector compacts: beside a commit
+    deleting rows it could bring them back), tried again while a reader's commit conflicts with it; the tries."""
     for tries in range(1, 30):
         try:
-            cur.execute(f"CALL ducklake_merge_adjacent_files('{LAKE}')")
+            with lake_compaction.lake_lock(cur, LAKE, exclusive=True):
+                cur.execute(f"CALL ducklake_merge_adjacent_files('{LAKE}')")
             return tries
         except duckdb.TransactionException:
             time.sleep(0.2)
