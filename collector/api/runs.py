@@ -305,7 +305,10 @@ def run(service: RunService, run_id: str) -> dict:
     out["status_info"] = store_read.parse_json(r["status_info"])
     shapes = store_read.metric_shapes(store, run_id)
     # One value at the end of a run that logs series (HF's train_runtime, total_flos): a figure, not a chart.
+    # At its end: a live run's first evaluation (make demo's val/loss at step 10 of a run at step 20) is one
+    # point of a series to come, drawn in its panel.
     has_series = any(s["points"] > 1 for s in stats)
+    end = max((s["last_step"] for s in stats if s["points"] > 1 and s["last_step"] is not None), default=None)
     out["metrics"] = [
         {
             "metric": s["metric"],
@@ -314,7 +317,9 @@ def run(service: RunService, run_id: str) -> dict:
             "last_value": s["last_value"],
             "role": role_of(s["metric"]),
             **shapes.get(s["metric"], {"constant": None, "same_as": None}),
-            "summary_only": has_series and s["points"] == 1,
+            "summary_only": has_series
+            and s["points"] == 1
+            and (s["last_step"] is None or end is None or s["last_step"] >= end),
             # what a chart needs to draw it in real units (detection rescales by the same factor)
             "scale": value_scale(s["metric"]),
             "label": real_units_name(s["metric"]),

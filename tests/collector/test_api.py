@@ -301,6 +301,8 @@ def test_run_detail_says_what_the_run_page_says_instead_of_drawing(tmp_path):
             data = {"critic/score/mean": score, "critic/rewards/mean": score, "actor/lr": 5e-4}
             data |= {"actor/entropy": 1.0 - step * 0.001, "actor/kl_loss": step * 1e-3}
             f.write(json.dumps({"step": step, "data": data}) + "\n")
+            if step == 10:  # one evaluation so far (make demo's val/loss early on): a series to come
+                f.write(json.dumps({"step": step, "data": {"val-core/acc": 0.3}}) + "\n")
         f.write(json.dumps({"step": 50, "data": {"train_runtime": 1234.5}}) + "\n")
     daemon = Daemon(tmp_path / "rw.duckdb", [tmp_path / "root"]).start()
     try:
@@ -308,7 +310,7 @@ def test_run_detail_says_what_the_run_page_says_instead_of_drawing(tmp_path):
 
         def all_metrics() -> dict | None:
             detail = client.get("/api/runs/grpo")
-            return detail if len(detail["metrics"]) == 6 else None
+            return detail if len(detail["metrics"]) == 7 else None
 
         detail = wait_for(all_metrics, "every metric")
         facts = {m["metric"]: m for m in detail["metrics"]}
@@ -317,6 +319,7 @@ def test_run_detail_says_what_the_run_page_says_instead_of_drawing(tmp_path):
         assert facts["critic/rewards/mean"]["same_as"] is None
         assert facts["actor/lr"]["constant"] == 5e-4 and facts["actor/entropy"]["constant"] is None
         assert facts["train_runtime"]["summary_only"] and not facts["actor/entropy"]["summary_only"]
+        assert not facts["val-core/acc"]["summary_only"]  # one point at step 10 of 50: not the run's end
         assert facts["actor/kl_loss"]["last_value"] == pytest.approx(0.05)
     finally:
         daemon.ensure_stopped()
