@@ -69,6 +69,8 @@ NONFINITE = Nonfinite.rule_id
 # a correlation logged as a diagnostic (verl's training/rollout_actor_probs_pearson_corr): NaN when one side
 # holds a single value, which is no fault of training (make demo-rl logged two among finite losses and rewards)
 _CORRELATION = re.compile(r"(?:^|[/_.\-])(?:pearson|spearman|corr|correlation|corrcoef)(?:$|[/_.\-@])", re.I)
+# ...unless it is what is trained: a correlation loss (Deep CCA's `corr_loss`) or reward going NaN is training's
+_TRAINED = re.compile(r"loss|reward|objective", re.I)
 STALLED = Stalled.rule_id
 RUN_FAILED = RunFailed.rule_id
 
@@ -127,7 +129,8 @@ def nonfinite_finding(
             warn_after_points=cfg.grad_warn_after,
             error_after_points=cfg.grad_error_after,
         )
-    if _CORRELATION.search(metric) and value != value:  # NaN (an infinity is no undefined correlation)
+    # NaN (an infinity is no undefined correlation)
+    if _CORRELATION.search(metric) and not _TRAINED.search(metric) and value != value:
         return Finding(
             Severity.INFO,
             value,

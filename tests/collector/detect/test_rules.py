@@ -90,7 +90,9 @@ def test_an_undefined_correlation_is_a_notice_not_an_error():
     assert (alert.severity, alert.metric, alert.first_step) == ("info", corr, 122)
     assert "a correlation is undefined" in alert.message
     # an infinite correlation is no undefined one, and a word that only starts like it is no correlation
-    for name, value in ((corr, math.inf), ("rewards/mixed_correctness_reward_func", math.nan)):
+    # and a correlation that is trained (Deep CCA's loss) going NaN is training's: an error
+    trained = (("train/corr_loss", math.nan), ("rewards/pearson_corr_reward", math.nan))
+    for name, value in ((corr, math.inf), ("rewards/mixed_correctness_reward_func", math.nan), *trained):
         wrong = replace_values(healthy_sft(seed=5), "train/loss", {})
         wrong[name] = (steps, [value if s == 122 else 0.5 for s in steps])
         assert only(detect_series(wrong), "nonfinite").severity == "error", name
