@@ -169,7 +169,23 @@ def _read(folder: int, run_dir: Path | str) -> dict | None:
         request = None
     if not isinstance(request, dict):
         return {"reason": text.strip() or "stop requested", "by": "person", "alert_id": None, "rule": None}
-    return request
+    return _typed(request)
+
+
+def _typed(request: dict) -> dict:
+    """A JSON object's request with runwatch's fields of the types it writes them in (one written by hand may
+    hold anything: `{"reason": 7, "requested_at": "this morning"}` broke `collector run`, `collector stop` and
+    the run page, whose answers are typed): a reason that is no text is its JSON text, an author that is none
+    is a person, a time, alert id, rule or step of another type is left out (None). Other fields are kept."""
+    out = dict(request)
+    if out.get("reason") is not None and not isinstance(out["reason"], str):
+        out["reason"] = json.dumps(out["reason"])
+    if out.get("by") is not None and not isinstance(out["by"], str):
+        out["by"] = "person"
+    for key, kinds in (("requested_at", (int, float)), ("alert_id", int), ("step", int), ("rule", str)):
+        if key in out and (isinstance(out[key], bool) or not isinstance(out[key], kinds)):
+            out[key] = None
+    return out
 
 
 def _refusal(run_dir: Path | str, what: str) -> str:

@@ -130,3 +130,21 @@ def test_an_open_error_alert_marks_the_run_without_changing_its_status(daemon):
     assert d.client().get("/api/runs/nan")["anomaly_detected"] is False
     assert not (root / "nan" / STOP_FILE).exists()
     assert d.stop() == 0
+
+
+def test_a_stop_file_written_by_hand_with_odd_fields_is_shown_not_a_crash(tmp_path):
+    """A JSON object written by hand may hold anything: `collector run`, `collector stop` (and the run page,
+    whose answers are typed the same way) show it as a request in force, not a validation error."""
+    root, db = tmp_path / "runs", tmp_path / "rw.duckdb"
+    write_running_run(root / "a", None, steps=5)
+    (root / "a" / STOP_FILE).write_text(
+        '{"reason": 7, "requested_at": "this morning", "by": ["me"], "step": 2.5}'
+    )
+    cli(db, "ingest", str(root))
+    state = cli_json(db, "run", "a")["stop"]
+    assert state["state"] == "written" and state["reason"] == "7" and state["by"] == "person", state
+    assert state["asked_at"] is None, state
+    assert "stop asked by person (7); written: " in " ".join(cli(db, "run", "a").stdout.split())
+    again = cli(db, "stop", "a", "--reason", "mine")
+    assert "already asked to stop" in again.stdout and "(7)" in again.stdout, again.stdout
+    assert json.loads((root / "a" / STOP_FILE).read_text())["reason"] == 7  # the file is left as it is
