@@ -17,6 +17,7 @@ import argparse
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from collector.api import runs as api_runs
 from collector.api import series as api_series
 from collector.api import stop as api_stop
 from collector.api.client import ApiError, Client
+from collector.api.models import StopState
 from collector.runs.lookup import NotFound
 from collector.runs.service import RunService
 from collector.store.db import Store, StoreError
@@ -190,18 +192,24 @@ def build(source: Runwatch) -> MCPServer:
     def request_stop(run: str, reason: str) -> dict[str, Any]:
         """Ask a training run to stop: runwatch writes RUN_DIR/runwatch.stop and the trainer (runwatch's verl
         trainer, the Hugging Face callback) saves a checkpoint, stops and records the reason. `reason` is
-        required: say why (it is kept in the request and the run's status)."""
+        required: say why (it is kept in the request and the run's status). Returns the request (`run`, `path`,
+        `request`: the one in force, `written`) and the stop's state after it, as `GET /api/runs/{run}/stop`
+        answers it: `state` (written, already_asked; on a team's lake asked, until the collector that owns
+        the run writes or refuses it), `asked_at`, `by`, `reason`, `done_at`, `outcome`, `collector`,
+        `collector_live`, and `said`, the state as `collector run` says it."""
         if not reason or not reason.strip():
             raise ToolError("refused: a stop needs a reason (say why the run should stop)")
-        return strict(
-            source.ask(
-                "POST",
-                run_path(run, "/stop"),
-                None,
-                lambda s: api_stop.request_stop(s, run, reason.strip()),
-                body={"reason": reason.strip()},
-            )
+        asked = source.ask(
+            "POST",
+            run_path(run, "/stop"),
+            None,
+            lambda s: api_stop.request_stop(s, run, reason.strip()),
+            body={"reason": reason.strip()},
         )
+        state = source.ask("GET", run_path(run, "/stop"), None, lambda s: api_stop.stop_state(s, run))
+        if state is not None:  # (None only where the request went away since: a trainer removed it)
+            asked |= state | {"said": StopState.model_validate(state).said(time.time())}
+        return strict(asked)
 
     return server
 

@@ -11,7 +11,7 @@ import streamlit as st
 from app import ui
 from app.charts import metric_figure
 from app.series import from_api
-from collector.api.models import Alert, Incident, IncidentChange
+from collector.api.models import Alert, AlertChangeState, Incident, IncidentChange
 from collector.core.printable import middle
 
 # Steps of context drawn on each side of an incident, as a share of its length (at least 20 steps).
@@ -197,13 +197,42 @@ if act[1].button("Resolve", disabled=not unresolved or bool(read_only), key=f"re
     done = api.resolve_incident(incident.id, note)
     st.toast(_done_words("Resolved", done))
     st.rerun()
-if incident.change:  # a team's lake: what became of the last ack or resolve asked (the CLI's words)
-    said = incident.change.said(time.time())
+
+
+def _current_change(asked: Incident) -> AlertChangeState | None:
+    """The incident's change as the API says it now (its run's incidents asked again; an incident found by
+    any of its alerts, since an applied change may regroup them)."""
+    found = api.incidents(run=asked.run, state="all")
+    same = next((i for i in found if i.id == asked.id), None) or next(
+        (i for i in found if set(i.alert_ids) & set(asked.alert_ids)), None
+    )
+    return same.change if same is not None else asked.change
+
+
+pending = incident.change is not None and incident.change.done_at is None
+
+
+# A team's lake: what became of the last ack or resolve asked (the CLI's words); while the collector that owns
+# the run has not applied or refused it, asked again every refresh (then kept: nothing more comes of it).
+@st.fragment(run_every=ui.settings().refresh_s if pending else None)
+def change_line() -> None:
+    change = incident.change
+    if pending:
+        kept = f"change_done:{incident.id}:{change.asked_at}"
+        change = st.session_state.get(kept) or _current_change(incident)
+        if change is not None and change.done_at is not None:
+            st.session_state[kept] = change
+    if change is None:
+        return
+    said = change.said(time.time())
     shown = said[:1].upper() + said[1:]
-    if incident.change.outcome not in (None, incident.change.state):  # refused, and why
+    if change.outcome not in (None, change.state):  # refused, and why
         st.error(shown, icon=":material/block:")
     else:
         st.caption(shown)
+
+
+change_line()
 
 with st.expander(f"Evidence: {len(evidence)} alert(s)", expanded=len(evidence) == 1):
     st.dataframe(

@@ -13,8 +13,9 @@ from app import ui, zoom
 from app.charts import alerts_for, epoch_figure, metric_figure
 from app.live import forget, load_series, window_series
 from app.panels import HEADLINES, Panel, metric_names, metrics_by_role, role_panels
-from app.playback import playback_control, stop_control, stop_state_note
+from app.playback import playback_control
 from app.series import group_metrics, scaled
+from app.stop import stop_section
 from collector.api.models import Alert, RunDetail
 
 api = ui.api()
@@ -51,12 +52,15 @@ if detail.anomaly_detected:
 stop_reason = (detail.status_info or {}).get("stop_reason")
 if status == "stopped" and stop_reason:
     st.info(f"Stopped on request: {stop_reason}", icon=":material/stop_circle:")
-team = bool(ui.connection().info.get("lake"))
-asked_now = (
-    stop_control(api, run, ui.read_only_why(), team=team) if status in ("running", "stalled") else None
+stop_section(
+    api,
+    run,
+    detail.stop,
+    offered=status in ("running", "stalled"),
+    read_only=ui.read_only_why(),
+    team=bool(ui.connection().info.get("lake")),
+    refresh_s=ui.settings().refresh_s,
 )
-if asked_now != "refused":  # (a refusal on the spot was said just now)
-    stop_state_note(api, run, detail.stop, asked_now == "asked", team, ui.settings().refresh_s)
 
 
 def files_of_run(detail: RunDetail) -> None:

@@ -278,8 +278,11 @@ def test_stop_button_stops_a_live_run(tmp_path: Path):
         with run_page(collector, root, tmp_path, "live") as page:
             page.get_by_role("button", name="Stop run").click()
             page.get_by_role("button", name="Yes, stop the run").click()
-            page.get_by_text("Asked the run to stop").wait_for()
             page.get_by_text("by person (stopped from the dashboard); written:", exact=False).wait_for()
+            # the confirmation closed, the one line says the stop, and the button waits on it (it stands)
+            assert page.get_by_role("button", name="Yes, stop the run").count() == 0
+            assert page.get_by_role("button", name="Stop run").is_disabled()
+            screenshot_whole_page(page, screenshots_dir(tmp_path) / "run-stop-written.png")
             assert trainer.wait(timeout=300) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
         status = json.loads((root / "live" / "status.json").read_text())
         assert status["state"] == "stopped" and status["stop_reason"] == "stopped from the dashboard"

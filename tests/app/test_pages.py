@@ -501,9 +501,10 @@ def test_a_stopped_runs_page_does_not_warn_of_its_stop_file(tmp_path, monkeypatc
 
 
 def test_the_run_page_says_what_became_of_a_stop_beside_its_button(tmp_path, monkeypatch):
-    """A stop asked on a local run page is written at once, and the page says so in the words of `collector run`
-    (`StopState.said`); one refused (its stop file is a link) says `Stop refused:` and why, as a refusal through
-    a team's lake does, not "could not answer this page"."""
+    """A stop asked on a local run page is written at once: the confirmation closes and one line says so in the
+    words of `collector run` (`StopState.said`), the Stop button disabled while the stop stands (a second press
+    would change nothing). One refused (its stop file is a link) says `Stop refused:` and why once, as a
+    refusal through a team's lake does, not "could not answer this page", and the button asks again."""
     root, db = tmp_path / "root", tmp_path / "own.duckdb"
     for name in ("live", "linked"):
         (root / name).mkdir(parents=True)
@@ -522,21 +523,36 @@ def test_the_run_page_says_what_became_of_a_stop_beside_its_button(tmp_path, mon
             lambda: {r["id"]: r["last_step"] for r in client.get("/api/runs")} == {"live": 20, "linked": 20},
             "both runs' 20 steps",
         )
-        said = {}
-        before = [e.value for e in open_page("run", run="linked").error]
-        assert [e for e in before if e.startswith("Stop refused: ")], before  # why a stop cannot be written
+        said, buttons = {}, {}
+        before = open_page("run", run="linked")
+        assert [e.value for e in before.error if e.value.startswith("Stop refused: ")], before.error
+        assert not before.button(key="stop_run").disabled  # it asks again, once the link is put right
         for run in ("live", "linked"):
             at = open_page("run", run=run)
+            assert not at.button(key="stop_run").disabled
             at.button(key="stop_run").click().run()
             at.button(key="stop_run_confirmed").click().run()
             assert not at.exception, [e.value for e in at.exception]
-            said[run] = [c.value for c in at.caption] + [e.value for e in at.error]
+            # the confirmation closed: one line says what became of the stop, no other box beside it
+            assert not [b for b in at.button if b.key in ("stop_run_confirmed", "stop_run_cancelled")]
+            assert not at.success, [s.value for s in at.success]
+            assert not [w for w in at.warning if w.value.startswith("Stop ")], [w.value for w in at.warning]
+            said[run] = (
+                [c.value for c in at.caption] + [e.value for e in at.error] + [i.value for i in at.info]
+            )
+            buttons[run] = at.button(key="stop_run")
         written = [s for s in said["live"] if "by person (stopped from the dashboard); written: " in s]
-        assert written and written[0].startswith("Stop asked "), said["live"]
+        assert len(written) == 1 and written[0].startswith("Stop asked "), said["live"]
+        assert buttons["live"].disabled and "asking again would change nothing" in buttons["live"].help
         assert (root / "live" / "runwatch.stop").is_file()
         refused = [s for s in said["linked"] if s.startswith("Stop refused: ")]
         assert len(refused) == 1 and "runwatch.stop is a symbolic link" in refused[0], said["linked"]
         assert not any("could not answer" in s for s in said["linked"]), said["linked"]
+        assert not buttons["linked"].disabled and buttons["linked"].help.startswith("Ask again")
         assert (tmp_path / "outside.txt").read_text() == "not a stop request"
+        # asked again after the page is opened anew: the stop stands, and the button says so
+        again = open_page("run", run="live")
+        assert again.button(key="stop_run").disabled
+        assert [c.value for c in again.caption if c.value.startswith("Stop asked ")], again.caption
     finally:
         stop_process(collector.proc)

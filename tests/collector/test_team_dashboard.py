@@ -88,23 +88,31 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             assert opened == {"alice/exp/sft", "bob/exp/rl"}
             assert open_page(page, f"{url}/run?run=alice/exp/sft", charts=1) == "alice/exp/sft"
             screenshot_whole_page(page, shots / "team-run.png")
-            # A stop asked on the run page is asked of alice, who writes the stop file at her next batch.
+            # A stop asked on the run page is asked of alice, who writes the stop file at her next batch: the
+            # confirmation closes and one line says the stop, asked then written (the page asks again).
             page.get_by_role("button", name="Stop run").click()
             page.get_by_role("button", name="Yes, stop the run").click()
-            page.get_by_text("Asked the collector that owns the run to stop it", exact=False).wait_for()
-            assert page.get_by_text("at its next batch", exact=False).count() >= 1
             stop_file = tmp_path / "alice" / "exp" / "sft" / "runwatch.stop"
             wait_for(stop_file.exists, "alice writing the stop file asked on the dashboard")
-            # Next to the button, what became of it: asked, then written by alice (the page asks again).
             page.get_by_text("written by collector alice", exact=False).wait_for(timeout=60_000)
             assert page.get_by_text("by person (stopped from the dashboard)", exact=False).count() == 1
+            # (the confirmation goes once the page is drawn again)
+            page.get_by_role("button", name="Yes, stop the run").wait_for(state="detached")
+            assert page.get_by_text("Asked the collector", exact=False).count() == 0
+            assert page.get_by_role("button", name="Stop run").is_disabled()  # the stop stands
+            wait_idle(page)
             screenshot_whole_page(page, shots / "team-run-stop-written.png")
-            # bob refuses a stop through its link, and the page says why in the owner's words.
+            # bob refuses a stop through its link, and the page says why in the owner's words, once.
             assert open_page(page, f"{url}/run?run=bob/exp/rl", charts=1) == "bob/exp/rl"
             page.get_by_role("button", name="Stop run").click()
             page.get_by_role("button", name="Yes, stop the run").click()
             page.get_by_text("refused by collector bob", exact=False).wait_for(timeout=60_000)
             assert page.get_by_text("runwatch.stop is a symbolic link", exact=False).count() == 1
+            # (the confirmation goes once the page is drawn again)
+            page.get_by_role("button", name="Yes, stop the run").wait_for(state="detached")
+            assert page.get_by_text("Asked the collector", exact=False).count() == 0
+            assert page.get_by_role("button", name="Stop run").is_enabled()  # it asks again
+            wait_idle(page)
             screenshot_whole_page(page, shots / "team-run-stop-refused.png")
             assert (tmp_path / "outside.txt").read_text() == "not a stop request"
             # The alert review acknowledges bob's incident on the team page: bob applies it, the lake shows it.
@@ -114,6 +122,10 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             screenshot_whole_page(page, shots / "team-alerts.png")
             page.get_by_role("button", name="Acknowledge").click()
             page.get_by_text("Asked the collector that owns the run", exact=False).first.wait_for()
+            # The same page follows it, asked then applied, with no reload (it asks again while pending).
+            page.get_by_text("applied by collector bob", exact=False).wait_for(timeout=60_000)
+            assert page.get_by_text("Acknowledge asked", exact=False).count() == 1
+            assert page.get_by_text("not yet applied", exact=False).count() == 0
             for alert_id in incident["alert_ids"]:
                 wait_for(
                     lambda a=alert_id: client.get(f"/api/alerts/{a}")["state"] == "acked",
@@ -127,14 +139,18 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             assert page.get_by_text("Acknowledge asked", exact=False).count() == 1
             wait_idle(page)
             screenshot_whole_page(page, shots / "team-alerts-ack-applied.png")
-            # A stop asked while alice is down waits in the lake: the run page says it is not yet written.
-            alice.ensure_stopped()
-            assert open_page(page, f"{url}/run?run=alice/exp/sft", charts=1) == "alice/exp/sft"
+            # A stop asked while bob is down waits in the lake: the run page says it is not yet written, and the
+            # button waits on it (asking again would change nothing).
+            bob.ensure_stopped()
+            assert open_page(page, f"{url}/run?run=bob/exp/rl", charts=1) == "bob/exp/rl"
             page.get_by_role("button", name="Stop run").click()
             page.get_by_role("button", name="Yes, stop the run").click()
             page.get_by_text(
-                "(stopped from the dashboard); not yet written: collector alice", exact=False
+                "(stopped from the dashboard); not yet written: collector bob", exact=False
             ).wait_for()
+            assert page.get_by_text("refused by collector bob", exact=False).count() == 0
+            assert page.get_by_role("button", name="Stop run").is_disabled()
+            wait_idle(page)
             screenshot_whole_page(page, shots / "team-run-stop-waiting.png")
         assert reader.proc.poll() is None, "stopping the dashboard stopped the team API it did not start"
     finally:

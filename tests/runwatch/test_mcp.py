@@ -119,6 +119,11 @@ def test_an_agent_reads_the_runs_and_asks_for_a_stop_from_the_database(db: Path)
     )
     assert stop["written"] is True and stop["request"]["reason"] == "reward collapsed (agent)"
     assert json.loads(Path(stop["path"]).read_text())["reason"] == "reward collapsed (agent)"
+    # the stop's state after it, the fields of `GET /api/runs/{run}/stop`, and as `collector run` says it
+    assert (
+        stop["state"] == "written" and stop["by"] == "person" and stop["reason"] == "reward collapsed (agent)"
+    )
+    assert stop["said"].startswith("stop asked ") and stop["said"].endswith(f"; written: {stop['path']}")
     assert one_file[0] == "error"  # a run that is one file has no folder to write the request into
 
 
@@ -137,3 +142,5 @@ def test_through_a_running_collector(db: Path):
     # the first request stands: a second one is not written
     assert stop["written"] is (not asked_before)
     assert stop["request"] == json.loads(stop_file.read_text())
+    # the state through the collector's API too: the request in force
+    assert stop["state"] == "written" and stop["reason"] == stop["request"]["reason"]
