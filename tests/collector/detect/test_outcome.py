@@ -218,6 +218,39 @@ def test_a_persons_ctrl_c_is_a_stopped_run_with_a_warning_not_a_failure(verdicts
     assert advice in message and "failed" not in message, message
 
 
+def test_a_run_our_launcher_says_was_stopped_by_sigint_is_stopped_too(tmp_path):
+    # make demo stopped with Ctrl-C: trainer.launch writes status.json `failed`, "stopped by SIGINT"; the
+    # alert said the run was stopped (a warning) while the overview said `failed`
+    run = tmp_path / "demo-1"
+    run.mkdir()
+    run.joinpath("metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "data": {"train/loss": 2.0 - s / 10}}) + "\n" for s in range(1, 8))
+    )
+    status = {"state": "failed", "step": 7, "total_steps": 200, "error": "stopped by SIGINT"}
+    run.joinpath("status.json").write_text(json.dumps(status))
+    done = subprocess.run(
+        [sys.executable, "-m", "collector", "check", str(tmp_path), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    (verdict,) = json.loads(done.stdout)["runs"]
+    assert verdict["status"] == "stopped", verdict
+    (alert,) = [a for a in verdict["alerts"] if a["rule"] == "run_failed"]
+    assert alert["severity"] == "warn" and alert["message"].startswith("The run was stopped after step 7")
+    # a status file's other failure stays `failed`
+    run.joinpath("status.json").write_text(json.dumps(status | {"error": "stopped by SIGTERM"}))
+    again = subprocess.run(
+        [sys.executable, "-m", "collector", "check", str(tmp_path), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert json.loads(again.stdout)["runs"][0]["status"] == "failed"
+
+
 def test_a_resumed_run_stopped_by_hand_goes_on_from_its_checkpoint_not_the_beginning(verdicts):
     [stopped] = [a for a in verdicts["ctrl_c"]["alerts"] if a["rule"] == "run_failed"]
     action = stopped["action"]
