@@ -84,8 +84,8 @@ queue = sorted(
 )
 shown_alerts = sum(i.alert_count for i in queue)
 st.caption(
-    f"{len(queue)} of {len(incidents)} incidents ({shown_alerts} alerts), errors first, then warnings, then "
-    f"notices, the newest first within each"
+    f"{len(queue)} of {len(incidents)} incident{'s' * (len(incidents) != 1)} ({shown_alerts} "
+    f"alert{'s' * (shown_alerts != 1)}), errors first, then warnings, then notices, the newest first within each"
 )
 if not queue:
     st.info("No incident matches these filters.")
