@@ -297,7 +297,12 @@ class LakePublisher:
     def _register(self) -> None:
         """Claim the name: refused while another live collector (another host or pid) holds it. Checked and
         claimed under the name's lock in the catalog, so a second start of it, or a forget, waits and sees it."""
-        with lake_names.name_lock(self.cur, LAKE, self.ns, self.name):
+        # (and the lake's write lock, as every write: claiming deletes the name's old row, which a compaction
+        # merging beside it would bring back)
+        with (
+            lake_names.name_lock(self.cur, LAKE, self.ns, self.name),
+            lake_compaction.lake_lock(self.cur, LAKE, exclusive=False),
+        ):
             self._retry(lambda: lake_names.claim(self.cur, LAKE, self.name, self.ns))
         self.beat_at = time.time()
 

@@ -6,9 +6,10 @@ lake, 4 writers deleting their own rows beside a merge every 0.5 s for 40 s: 4,4
 when whole files were deleted, 9 of 21,240 when some rows of a file were; at 4 x 250 live runs, 409 of the 1,000
 rows of `runs` twice after one compaction). A collector deletes by the rows it knows it wrote, so a row brought
 back stayed, twice, until it restarted. So every write of a collector's (`lake_lock(shared)`: a batch, a stop
-or an ack carried out) and a compaction (`lake_lock(exclusive)`) hold one lock of the lake's Postgres catalog:
-a compaction waits for the writes in flight, and the writes wait for it (Postgres queues a shared request behind
-a waiting exclusive one, so the batches never starve it).
+or an ack carried out, its name claimed at start; `collector forget` too) and a compaction
+(`lake_lock(exclusive)`) hold one lock of the lake's Postgres catalog: a compaction waits for the writes in
+flight, and the writes wait for it (Postgres queues a shared request behind a waiting exclusive one, so the
+batches never starve it).
 """
 
 from __future__ import annotations

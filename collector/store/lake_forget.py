@@ -5,7 +5,8 @@ and acks asked of it, its name) in one lake transaction, so a reader shows all o
 a role that may only read the lake and while a collector of that name is live (`team_collectors`: it would
 publish everything again from its file), checked in that transaction under the name's lock
 (`lake_names.name_lock`): a collector of that name starting meanwhile waits, then publishes everything again.
-The Parquet files the rows were in go when a collector next compacts the lake (`LakePublisher.compact`:
+Under the lake's write lock too (`lake_compaction.lake_lock`), as a collector's writes: a compaction waits for it. The
+Parquet files the rows were in go when a collector next compacts the lake (`LakePublisher.compact`:
 snapshots older than a minute expired, their files removed).
 """
 
@@ -16,7 +17,7 @@ import time
 
 import duckdb
 
-from collector.store import lake_access, lake_names
+from collector.store import lake_access, lake_compaction, lake_names
 from collector.store.lake import (
     LAKE,
     NAME_RE,
@@ -64,8 +65,12 @@ def _forget(con: duckdb.DuckDBPyConnection, spec: LakeSpec, name: str) -> dict[s
     con.execute(f"DETACH {LAKE}")
     attach(con, spec)
     # Under the name's lock: a collector of that name starting now waits until this is done (then publishes
-    # everything again from its file); one that started first is live by then, and this is refused.
-    with lake_names.name_lock(con, LAKE, namespace(name), name):
+    # everything again from its file); one that started first is live by then, and this is refused. And under
+    # the lake's write lock, as a collector's writes: a compaction merging beside these deletes brings rows back.
+    with (
+        lake_names.name_lock(con, LAKE, namespace(name), name),
+        lake_compaction.lake_lock(con, LAKE, exclusive=False),
+    ):
         for attempt in range(TRIES - 1):
             try:
                 return _delete(con, name)

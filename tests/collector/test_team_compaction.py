@@ -67,3 +67,48 @@ def test_a_compaction_waits_for_a_write_in_flight_and_its_deleted_rows_stay_dele
     ]  # without the lock the merge ended first, 2 s before the commit
     assert rows == [1, 3]
     assert files == 1  # merged: the three inserts' files are one
+
+
+# `collector forget` and a collector's start (claiming its name) delete rows too: each holds its transaction open
+# for a while (after its live check), and a compaction asked meanwhile ends only after it committed.
+FORGET_OR_CLAIM_THEN_COMPACT = """
+import json, sys, threading, time
+from collector.store import lake_forget, lake_names
+from collector.store.db import Store
+from collector.store.lake import LakePublisher, LakeSpec
+spec, db = LakeSpec.parse(sys.argv[1], sys.argv[2]), sys.argv[3]
+LakePublisher(Store(db + ".carol"), spec, "carol")  # registered: a row of team_collectors to forget
+other = LakePublisher(Store(db), spec, "probe")
+events, holding = [], threading.Event()
+checked = lake_names.live_holder
+def slow(*args):  # forget's and claim's live check, inside their lake transaction
+    found = checked(*args)
+    holding.set()
+    time.sleep(2.0)
+    return found
+lake_names.live_holder = slow
+def write():
+    if sys.argv[4] == "forget":
+        lake_forget.forget_collector(spec, "carol")
+    else:
+        LakePublisher(Store(db + ".dave"), spec, "dave")
+    events.append("committed")
+thread = threading.Thread(target=write)
+thread.start()
+holding.wait(60)
+events.append("compacted" if other.compact(0.0) else "passed")
+thread.join()
+print(json.dumps(events))
+"""
+
+
+@pytest.mark.parametrize("writer", ["forget", "claim"])
+def test_a_compaction_waits_for_a_forget_or_a_start_in_flight(pg, tmp_path, writer):
+    dsn, data = pg.new_database(f"compact{writer}"), tmp_path / "lake"
+    done = subprocess.run(
+        [str(TEAM_PYTHON), "-c", FORGET_OR_CLAIM_THEN_COMPACT, f"ducklake:postgres:{dsn}", str(data),
+         str(tmp_path / "p.duckdb"), writer],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == ["committed", "compacted"]  # without the lock the merge ended first
