@@ -12,7 +12,9 @@ venv) and makes an S3 secret from the usual AWS variables, `AWS_ENDPOINT_URL` na
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import duckdb
@@ -42,6 +44,30 @@ def catalog_is_postgres(con: duckdb.DuckDBPyConnection, lake: str) -> bool:
         "SELECT type FROM duckdb_databases() WHERE database_name = ?", [METADATA.format(lake=lake)]
     ).fetchall()
     return bool(kind) and kind[0][0] == "postgres"
+
+
+@contextlib.contextmanager
+def lock_holder(
+    con: duckdb.DuckDBPyConnection, lake: str, wait_s: int
+) -> Iterator[tuple[duckdb.DuckDBPyConnection, str] | None]:
+    """For holding a Postgres advisory transaction lock of the lake's catalog while the block runs: a transaction
+    of its own, on a cursor of its own (the holder), whose lock waits give up after `wait_s` (`lock timeout`).
+    Yields (holder, the catalog's name for postgres_query/postgres_execute), or None when the catalog is not
+    Postgres (no locks there: one process). The transaction ends (and Postgres frees its locks) after the
+    block, whose own lake transaction must begin inside it (a DuckLake transaction reads the snapshot it began
+    with), or when this process dies."""
+    if not catalog_is_postgres(con, lake):
+        yield None
+        return
+    holder, metadata = con.cursor(), METADATA.format(lake=lake)
+    try:
+        holder.execute("BEGIN TRANSACTION")
+        holder.execute(f"CALL postgres_execute('{metadata}', 'SET LOCAL lock_timeout = ''{int(wait_s)}s''')")
+        yield holder, metadata
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            holder.execute("ROLLBACK")
+        holder.close()
 
 
 def role_may_write(con: duckdb.DuckDBPyConnection, lake: str) -> bool:

@@ -34,22 +34,13 @@ LOCK_WAIT_S = 60  # a write or a compaction waiting longer fails (tried again ne
 def lake_lock(con: duckdb.DuckDBPyConnection, lake: str, exclusive: bool) -> Iterator[None]:
     """Hold the lake's write lock, shared (a collector's write) or exclusive (a compaction), while the block
     runs; its lake transaction must begin inside it. A catalog that is not Postgres has none (one process)."""
-    if not lake_access.catalog_is_postgres(con, lake):
+    # (held to the block's end: after its lake transaction committed)
+    with lake_access.lock_holder(con, lake, LOCK_WAIT_S) as held:
+        if held is not None:
+            holder, metadata = held
+            how = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+            holder.execute(f"CALL postgres_execute('{metadata}', 'SELECT {how}({LAKE_LOCK})')")
         yield
-        return
-    # A transaction of its own, on a cursor of its own, holds it: it ends (and Postgres frees the lock) after
-    # the block's lake transaction committed, or when this process dies.
-    holder, metadata = con.cursor(), lake_access.METADATA.format(lake=lake)
-    try:
-        holder.execute("BEGIN TRANSACTION")
-        holder.execute(f"CALL postgres_execute('{metadata}', 'SET LOCAL lock_timeout = ''{LOCK_WAIT_S}s''')")
-        how = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        holder.execute(f"CALL postgres_execute('{metadata}', 'SELECT {how}({LAKE_LOCK})')")
-        yield
-    finally:
-        with contextlib.suppress(duckdb.Error):
-            holder.execute("ROLLBACK")
-        holder.close()
 
 
 def compact(con: duckdb.DuckDBPyConnection, lake: str, keep_s: int) -> list[str]:

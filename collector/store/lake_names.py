@@ -38,17 +38,12 @@ def name_lock(con: duckdb.DuckDBPyConnection, lake: str, ns: int, name: str) -> 
     runs; the block's lake transaction must begin inside it (a DuckLake transaction reads the snapshot it
     began with: measured, a lock taken after its first read leaves it reading the older snapshot). StoreError
     when another process held the lock for NAME_LOCK_WAIT_S. A catalog that is not Postgres has none."""
-    if not lake_access.catalog_is_postgres(con, lake):
-        yield
-        return
-    # A transaction of its own, on a cursor of its own, holds the lock: it ends (and Postgres frees the lock)
-    # only after the block's lake transaction committed, or when this process dies.
-    holder, metadata = con.cursor(), lake_access.METADATA.format(lake=lake)
-    try:
-        holder.execute("BEGIN TRANSACTION")
-        holder.execute(
-            f"CALL postgres_execute('{metadata}', 'SET LOCAL lock_timeout = ''{NAME_LOCK_WAIT_S}s''')"
-        )
+    # (held to the block's end: after its lake transaction committed)
+    with lake_access.lock_holder(con, lake, NAME_LOCK_WAIT_S) as held:
+        if held is None:
+            yield
+            return
+        holder, metadata = held
         key = f"{NAME_LOCKS}, {int(ns)}"
         (free,) = holder.execute(
             f"SELECT * FROM postgres_query('{metadata}', 'SELECT pg_try_advisory_xact_lock({key})')"
@@ -70,10 +65,6 @@ def name_lock(con: duckdb.DuckDBPyConnection, lake: str, ns: int, name: str) -> 
                 "try again"
             ) from None
         yield
-    finally:
-        with contextlib.suppress(duckdb.Error):
-            holder.execute("ROLLBACK")
-        holder.close()
 
 
 def live_holder(cur: duckdb.DuckDBPyConnection, lake: str, name: str) -> str | None:
