@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -53,14 +54,19 @@ print(json.dumps([events, rows, files]))
 """
 
 
-def test_a_compaction_waits_for_a_write_in_flight_and_its_deleted_rows_stay_deleted(pg, tmp_path):
-    dsn, data = pg.new_database("compactlock"), tmp_path / "lake"
+def probe(script: str, dsn: str, tmp_path: Path, *args: str) -> object:
+    """What `script` prints (JSON), run in the team venv on the lake `dsn` (data under tmp_path/lake)."""
     done = subprocess.run(
-        [str(TEAM_PYTHON), "-c", WRITE_THEN_COMPACT, f"ducklake:postgres:{dsn}", str(data), str(tmp_path / "p.duckdb")],
+        [str(TEAM_PYTHON), "-c", script, f"ducklake:postgres:{dsn}", str(tmp_path / "lake"),
+         str(tmp_path / "p.duckdb"), *args],
         cwd=REPO, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    events, rows, files = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_a_compaction_waits_for_a_write_in_flight_and_its_deleted_rows_stay_deleted(pg, tmp_path):
+    events, rows, files = probe(WRITE_THEN_COMPACT, pg.new_database("compactlock"), tmp_path)
     assert events == [
         "committed",
         "compacted",
@@ -104,11 +110,5 @@ print(json.dumps(events))
 
 @pytest.mark.parametrize("writer", ["forget", "claim"])
 def test_a_compaction_waits_for_a_forget_or_a_start_in_flight(pg, tmp_path, writer):
-    dsn, data = pg.new_database(f"compact{writer}"), tmp_path / "lake"
-    done = subprocess.run(
-        [str(TEAM_PYTHON), "-c", FORGET_OR_CLAIM_THEN_COMPACT, f"ducklake:postgres:{dsn}", str(data),
-         str(tmp_path / "p.duckdb"), writer],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == ["committed", "compacted"]  # without the lock the merge ended first
+    events = probe(FORGET_OR_CLAIM_THEN_COMPACT, pg.new_database(f"compact{writer}"), tmp_path, writer)
+    assert events == ["committed", "compacted"]  # without the lock the merge ended first
