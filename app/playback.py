@@ -58,16 +58,21 @@ def play(
     caption, bar = st.empty(), st.progress(0.0)
     columns = st.columns(2)
     slots = [columns[i % 2].empty() for i in range(len(panels))]
-    step, drawn_at = start, 0.0
+    step, drawn_at, draws = start, 0.0, 0
 
     def draw() -> None:
+        nonlocal draws
+        # Each draw replaces its slot's chart in the same script run, so each needs a key of its own: Streamlit
+        # refuses two charts with the same parameters (the last progress and the completion draw the same
+        # figure when every point has arrived) as one element, and the error stops the playback.
+        draws += 1
         series = {m: from_api(raw_points(m, s["steps"], s["values"])) for m, s in held.items()}
         # An alert shows from the step it was raised up to the step played so far, not its final extent.
         shown = [a.model_copy(update={"last_step": min(a.last_step, step)}) for a in alerts]
-        for panel, slot in zip(panels, slots, strict=True):
+        for i, (panel, slot) in enumerate(zip(panels, slots, strict=True)):
             fig = figure_for(panel, series, shown)
             fig.update_layout(title=f"Playback: {panel.title}")
-            slot.plotly_chart(fig, config={"displaylogo": False})
+            slot.plotly_chart(fig, config={"displaylogo": False}, key=f"playback:{i}:{draws}")
 
     for event in api.playback(run, metrics, start, end, speed):
         kind = event["event"]

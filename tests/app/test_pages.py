@@ -556,3 +556,41 @@ def test_the_run_page_says_what_became_of_a_stop_beside_its_button(tmp_path, mon
         assert [c.value for c in again.caption if c.value.startswith("Stop asked ")], again.caption
     finally:
         stop_process(collector.proc)
+
+
+def test_playback_draws_to_its_end_when_its_last_draws_are_the_same_figure(tmp_path, monkeypatch):
+    """Playback redraws its charts as the stream goes; once every point has arrived, the last progress and the
+    completion draw the very same figure into the same slot. Streamlit took those as one element twice
+    (StreamlitDuplicateElementId) and stopped the playback before "Played ...": test_browser's playback test
+    failed so at random under load. A redraw at every progress event (REDRAW_S 0) makes it certain."""
+    import app.playback
+
+    root, db = tmp_path / "root", tmp_path / "pb.duckdb"
+    (root / "done").mkdir(parents=True)
+    rows = [
+        {"step": s, "data": {"train/loss": 3.0 - s * 0.01}} for s in range(1, 21)
+    ]  # no wall_time: steps/s
+    (root / "done" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "done" / "status.json").write_text(
+        json.dumps({"state": "completed", "step": 20, "total_steps": 20})
+    )
+    monkeypatch.setenv("RUNWATCH_DB", str(db))
+    monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+    monkeypatch.setattr(app.playback, "REDRAW_S", 0.0)
+    collector = start_collector(db, [root], tmp_path / "collector.log")
+    try:
+        client = collector.client()
+
+        def read_to_its_end() -> bool:
+            if client.get("/api/runs/done")["last_step"] != 20:
+                raise LookupError("not read to step 20 yet")
+            return True
+
+        wait_for(read_to_its_end, "run done read to step 20", 120, proc=collector.proc)
+        at = open_page("run", "done")
+        at.select_slider(key="play_speed").set_value(10.0)
+        at.button(key="play").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert any(c.value.startswith("Played 20 steps") for c in at.caption), [c.value for c in at.caption]
+    finally:
+        stop_process(collector.proc)
