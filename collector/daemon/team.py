@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -52,6 +53,9 @@ class TeamPublishing:
         self._stored = threading.Event()  # the ingest loop committed new rows since the last batch began
         self._thread = threading.Thread(target=self._loop, name="lake", daemon=True)
         self._failing_since: float | None = None
+        self._failing_why = (
+            ""  # the failure last said, its numbers aside (a heartbeat's age changes each time)
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -76,16 +80,19 @@ class TeamPublishing:
             self._carry_out_stops(stops)
             self._carry_out_alert_changes(alert_changes)
         except Exception as e:  # Postgres restarting, a network drop: the file keeps everything meanwhile
+            why = lake.masked(str(e))
+            said, self._failing_why = self._failing_why, re.sub(r"\d+", "N", why)
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
                 log.warning(
-                    "team lake: publishing failed (%s); the collector keeps its file and retries",
-                    lake.masked(str(e)),
+                    "team lake: publishing failed (%s); the collector keeps its file and retries", why
                 )
+            elif self._failing_why != said:  # another reason (a name lost, then refused): said too
+                log.warning("team lake: publishing still fails, now: %s", why)
             return False
         if self._failing_since is not None:
             log.info("team lake: publishing again after %.0f s", time.monotonic() - self._failing_since)
-            self._failing_since = None
+            self._failing_since, self._failing_why = None, ""
         if written["points"] or written["rows"] or written["deleted"]:
             log.debug("team lake: published %s", written)
         return True

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,3 +287,46 @@ def test_a_collector_forgotten_while_not_seen_registers_and_publishes_again(pg, 
         wait_for(lambda: carols_points(dsn, data) == every_step(40), "carol's later lines in the lake")
     finally:
         carol.ensure_stopped()
+
+
+def test_a_collector_whose_name_was_taken_while_it_was_stopped_says_each_reason_it_cannot_publish(
+    pg, tmp_path
+):
+    """carol, stopped (SIGSTOP: a laptop asleep), is forgotten and another carol starts in her name. Woken, the
+    first finds its registration gone, then is refused while the other is live, and its log says both. Before,
+    it said only the first ('registering it again') and then nothing while every batch was refused."""
+    dsn, data = pg.new_database("taken"), tmp_path / "lake"
+    write_steps(tmp_path / "carol" / "test" / "a" / "metrics.jsonl", 1, 10)
+    write_steps(tmp_path / "other" / "test" / "z" / "metrics.jsonl", 1, 5)
+    first = TeamDaemon(tmp_path / "first.duckdb", [tmp_path / "carol"], *lake_args(dsn, data, "carol"))
+    second = TeamDaemon(tmp_path / "second.duckdb", [tmp_path / "other"], *lake_args(dsn, data, "carol"))
+    holder = "SELECT pid FROM lake.team_collectors WHERE name = 'carol'"
+    try:
+        first.start()
+        wait_for(
+            lambda: lake_sql(dsn, data, "SELECT count(*) FROM lake.runs") == [[1]], "the first carol's run"
+        )
+        os.kill(first.proc.pid, signal.SIGSTOP)
+        forgot = subprocess.run(
+            [str(TEAM_PYTHON), "-c", UNSEEN_FORGET, *lake_args(dsn, data), "--collector", "carol"],
+            cwd=REPO, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert forgot.returncode == 0, forgot.stderr
+        second.start()
+        wait_for(lambda: lake_sql(dsn, data, holder) == [[second.proc.pid]], "the second carol registered")
+        os.kill(first.proc.pid, signal.SIGCONT)
+        wait_for(
+            lambda: "publishing still fails, now: a collector named 'carol' is live" in first.log.read_text(),
+            "the first carol saying it is refused",
+            proc=first.proc,
+            log=first.log,
+        )
+        said = first.log.read_text()
+        assert "collector 'carol' is no longer registered in the lake" in said, said[-2000:]
+        assert f"pid {second.proc.pid}" in said.split("publishing still fails, now:")[1], said[-2000:]
+        assert lake_sql(dsn, data, holder) == [[second.proc.pid]]  # the name stays the live one's
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(first.proc.pid, signal.SIGCONT)
+        first.ensure_stopped()
+        second.ensure_stopped()
