@@ -17,6 +17,7 @@ Stable interface:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -402,11 +403,21 @@ def _damaged_save(usable: list[dict], direction: str) -> str | None:
     """Why not the newest of `usable` (the save just before a spike), or None: its own evaluation is worse than
     the evaluation saved before it by more than `DAMAGE_NOISES` times the earlier evaluations' own noise, so the
     update that set the spike off was saved in it (a loss logged at step N was computed before step N's update;
-    step N's save and evaluation come after it). Needs an earlier usable checkpoint to go back to instead."""
+    step N's save and evaluation come after it), or is not finite. Needs an earlier usable checkpoint to go back
+    to instead. Only finite evaluations make the noise (a NaN among them made it NaN, and every save damaged)."""
     pick = usable[-1] if len(usable) > 1 else None
     if pick is None or pick.get("value") is None or pick.get("evaluated_at") != pick["step"]:
         return None
-    before = [c for c in usable[:-1] if c.get("value") is not None and c.get("evaluated_at") == c["step"]]
+    if not math.isfinite(pick["value"]):
+        return (
+            f" Not step {pick['step']}: its own evaluation, {fmt(pick['value'])}, already shows the damage: the "
+            "update that set the spike off was saved in it."
+        )
+    before = [
+        c
+        for c in usable[:-1]
+        if c.get("value") is not None and math.isfinite(c["value"]) and c.get("evaluated_at") == c["step"]
+    ]
     noise = eval_noise([c["value"] for c in before])
     if noise <= 0:
         return None

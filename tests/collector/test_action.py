@@ -4,6 +4,7 @@ command for the run's trainer, told from what the run's files say; one voice wit
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
@@ -189,6 +190,14 @@ def test_a_spike_does_not_go_back_to_a_save_whose_own_evaluation_shows_its_damag
         spike, {**advice(scores, 40), "direction": "max"}, Trainer("runwatch", "x", "demo"), "/runs/a", []
     )
     assert fell["restart_step"] == 50
+    # a NaN among the earlier evaluations is no noise figure (it made the noise NaN and every such save damaged,
+    # "nanx the evaluations' own noise"); a NaN evaluation of the save itself is damage
+    nan_before = demo_saves(((10, 4.268), (20, math.nan), *DEMO_EVALS[2:5], (60, 2.95)))
+    kept = action_for_alert(spike, advice(nan_before, 40), Trainer("runwatch", "x", "demo"), "/runs/a", [])
+    assert kept["restart_step"] == 60 and "nan" not in kept["text"].lower(), kept["text"]
+    nan_save = demo_saves((*DEMO_EVALS[:5], (60, math.nan)))
+    act = action_for_alert(spike, advice(nan_save, 40), Trainer("runwatch", "x", "demo"), "/runs/a", [])
+    assert act["restart_step"] == 50 and "Not step 60: its own evaluation, NaN, already shows" in act["why"]
     # a save whose value was carried from an earlier evaluation is not judged by it
     carried = [*demo_saves()[:-1], {**ckpt(60), "value": 4.391, "evaluated_at": 55}]
     assert action_for_alert(spike, advice(carried, 40), VERL, "/runs/a", [])["restart_step"] == 60
