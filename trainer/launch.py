@@ -210,10 +210,8 @@ def worker_env(args: argparse.Namespace, preset_faults: list[dict], extra: dict)
 EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*)")
 
 
-def worker_error(tail: list[str], fallback: bool = True) -> list[str]:
-    """The worker's exception line and the traceback lines before it, out of torchrun's output tail; without
-    one, its last lines (none without `fallback`: a run stopped by a signal has no cause to quote, and its last
-    lines are torchrun's report of the signal).
+def worker_error(tail: list[str]) -> list[str]:
+    """The worker's exception line and the traceback lines before it, out of torchrun's output tail.
 
     torchrun ends with its own summary (ChildFailedError...), which says nothing about the cause.
     """
@@ -222,7 +220,7 @@ def worker_error(tail: list[str], fallback: bool = True) -> list[str]:
         if match and "ChildFailedError" not in tail[index] and "SignalException" not in tail[index]:
             context = [re.sub(r"^\[rank\d+\]:\s?", "", line) for line in tail[max(0, index - 6) : index]]
             return [match.group(2), *[line for line in context if line.strip()]]
-    return [line for line in tail if line.strip()][-8:] if fallback else []
+    return [line for line in tail if line.strip()][-8:]
 
 
 def finish_status(
@@ -240,7 +238,9 @@ def finish_status(
         return doc["state"]
     trainer = "torchrun" if PRESETS[preset].trainer == "sft" else "verl.trainer.main_ppo"
     reason = f"stopped by {stopped_by}" if stopped_by else f"{trainer} exited with code {rc}"
-    error_lines = worker_error(tail, fallback=not stopped_by)
+    # stopped by a signal: that is the cause; what the output ends with is torchrun's report of it, or a
+    # worker's exception the signal raised where it came (an interrupted logging call's KeyError)
+    error_lines = [] if stopped_by else worker_error(tail)
     doc.update(
         state="failed",
         step=doc.get("step", latest_checkpoint(out)),
