@@ -44,6 +44,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_taken(port: int) -> bool:
+    """Whether something already listens on 127.0.0.1:`port` (another dashboard, a demo left running)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def wait_for_dashboard(port: int, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """Until the dashboard answers on `port`: exits naming its log when it stopped instead (a port taken
+    between the check and its start), so the address printed is never someone else's page."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"demo: the dashboard exited with code {proc.returncode}; see {log}")
+        try:
+            with opener.open(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    print(f"demo: the dashboard does not answer yet after {timeout:.0f} s (see {log})", file=sys.stderr)
+
+
 def start(cmd: list[str], log: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start a child in its own process group so Ctrl-C can stop it and everything it spawned."""
     out = open(log, "ab") if log else None  # noqa: SIM115 - the child owns the file for its lifetime
@@ -235,6 +263,10 @@ def main() -> None:
             from collector.core.runtime import DASHBOARD_ENV  # (on the path: read_marker put it there)
 
             port = args.port or free_port()
+            if port_taken(port):
+                taken, port = port, free_port()
+                print(f"demo: port {taken} is taken (another dashboard?): the dashboard uses {port} instead")
+            dashboard_log = state / "logs" / "dashboard.log"
             procs.append(
                 start(
                     [
@@ -257,11 +289,12 @@ def main() -> None:
                         "--root",
                         str(root),
                     ],
-                    log=state / "logs" / "dashboard.log",
+                    log=dashboard_log,
                     # a collector this dashboard starts (the demo's own gone) names the demo: stopped with it
                     env=os.environ | {DASHBOARD_ENV: str(os.getpid())},
                 )
             )
+            wait_for_dashboard(port, procs[-1], dashboard_log)
             print(
                 f"\n  runwatch dashboard: http://127.0.0.1:{port}\n  (Ctrl-C stops the trainer, the collector and the dashboard)\n"
             )

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -168,6 +170,52 @@ def test_the_demo_stops_the_collector_its_dashboard_started_after_its_own_was_ki
     assert f"demo: stopped the collector its dashboard started (pid {second['pid']})" in said, said[-3000:]
     assert "Traceback" not in said, said[-3000:]
     assert not _running(second["pid"]) and read_marker(db) is None
+    assert not _left_running(tmp_path), _left_running(tmp_path)
+
+
+def test_the_demo_never_prints_an_address_it_does_not_serve(tmp_path):
+    """The default port taken (another dashboard, a demo left running): the demo printed
+    http://127.0.0.1:8501 and said the dashboard stayed up while its own had exited ('Port 8501 is not
+    available'), sending people to the other program's page."""
+    root, db, out = tmp_path / "runs", tmp_path / "state" / "runwatch.duckdb", tmp_path / "demo.out"
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        with open(out, "wb") as sink:
+            demo = subprocess.Popen(
+                [
+                    sys.executable,
+                    "scripts/demo.py",
+                    "--root",
+                    str(root),
+                    "--db",
+                    str(db),
+                    "--port",
+                    str(taken),
+                ],
+                cwd=REPO,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            said = wait_for(
+                lambda: re.search(r"runwatch dashboard: http://127\.0\.0\.1:(\d+)", out.read_text()),
+                "the dashboard's address",
+                180,
+                proc=demo,
+                log=out,
+            )
+            port = int(said.group(1))
+            assert port != taken and f"demo: port {taken} is taken" in out.read_text()
+            with urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=10) as answer:
+                assert answer.status == 200  # the address printed is the demo's dashboard, already up
+            _signal_twice(demo, out)
+            demo.wait(timeout=120)
+        finally:
+            stop_process(demo)
+    assert "demo: everything it started has stopped" in out.read_text()
     assert not _left_running(tmp_path), _left_running(tmp_path)
 
 
