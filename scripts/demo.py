@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -87,14 +88,27 @@ def ignore_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def stop(procs: list[subprocess.Popen], interrupt: tuple[subprocess.Popen, ...] = ()) -> None:
-    """Stop each child's process group (SIGTERM, then SIGKILL after 20 s), the last started first; those in
-    `interrupt` (the trainer) get SIGINT instead: a person's Ctrl-C passed on, so its run says it was stopped
-    (a warning), not that it failed by SIGTERM (an error: a scheduler's limit, a kill)."""
-    for p in reversed(procs):
+def stop(
+    procs: list[subprocess.Popen],
+    interrupt: tuple[subprocess.Popen, ...] = (),
+    settle: Callable[[], None] = lambda: None,
+) -> None:
+    """Stop each child's process group (SIGTERM, then SIGKILL after 20 s), the last started first. Those in
+    `interrupt` (the trainer) go first, with SIGINT: a person's Ctrl-C passed on, so its run says it was stopped
+    (a warning), not that it failed by SIGTERM (an error: a scheduler's limit, a kill); then `settle` (the
+    collector takes in the run's last state, else it keeps it `running` until it next starts), then the rest."""
+    first = [p for p in procs if p in interrupt]
+    _stop_groups(first, signal.SIGINT)
+    if first:
+        settle()
+    _stop_groups([p for p in reversed(procs) if p not in interrupt], signal.SIGTERM)
+
+
+def _stop_groups(procs: list[subprocess.Popen], sig: int) -> None:
+    for p in procs:
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGINT if p in interrupt else signal.SIGTERM)
+                os.killpg(p.pid, sig)
     deadline = time.time() + 20
     for p in procs:
         try:
@@ -102,6 +116,17 @@ def stop(procs: list[subprocess.Popen], interrupt: tuple[subprocess.Popen, ...] 
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def wait_for_final_state(db: Path, run: str, timeout: float = 15) -> None:
+    """Until the collector serving `db` no longer says `run` is running (its trainer has stopped and written
+    so), for at most `timeout` seconds; at once when no collector serves it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and read_marker(db) is not None:
+        runs = cli_json(db, "runs") or []
+        if any(r.get("id") == run and r.get("status") != "running" for r in runs):
+            return
+        time.sleep(0.5)
 
 
 def stop_dashboards_collector(db: Path) -> None:
@@ -315,7 +340,7 @@ def main() -> None:
         print("\ndemo: stopping")
     finally:
         ignore_signals()
-        stop(procs, tuple(trainers))
+        stop(procs, tuple(trainers), settle=lambda: wait_for_final_state(db, run_id))
         if not args.headless:
             stop_dashboards_collector(db)
         print("demo: everything it started has stopped")

@@ -95,6 +95,15 @@ def test_the_demo_stops_everything_it_started_on_repeated_sigterm(tmp_path):
     (run_dir,) = root.iterdir()
     status = json.loads((run_dir / "status.json").read_text())
     assert status["error"] == "stopped by SIGINT" and stopped_by_person(status["error"]), status
+    # and the collector took that in before it stopped: the database says so, not `running`
+    runs = subprocess.run(
+        [sys.executable, "-m", "collector", "runs", "--db", str(db), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert [r["status"] for r in json.loads(runs.stdout)] == ["stopped"], runs.stdout + runs.stderr
 
 
 def test_the_demo_stops_on_sigint_even_when_started_with_sigint_ignored(tmp_path):
