@@ -28,6 +28,10 @@ LAKE_LOCK = (
     "1920401410, 1"  # pg_advisory_xact_lock(runwatch's key 0x72770002, 1): the lake's writes and merges
 )
 LOCK_WAIT_S = 60  # a write or a compaction waiting longer fails (tried again next time; nothing is lost)
+# A table of fewer live files is not merged: those every batch rewrites (`metric_stats`, `runs`, `sources`) keep
+# 4-8 (a file whose rows were all deleted goes), and merging them put several collectors' rows in one file,
+# whose next deletes by two collectors conflict (DuckLake refuses the later: at 4 x 250 a batch failed 5 tries).
+MERGE_FROM_FILES = 16
 
 
 @contextlib.contextmanager
@@ -45,15 +49,14 @@ def lake_lock(con: duckdb.DuckDBPyConnection, lake: str, exclusive: bool) -> Ite
 
 def compact(con: duckdb.DuckDBPyConnection, lake: str, keep_s: int) -> list[str]:
     """Merge each table's small Parquet files (a batch writes a file per table it touches; a reader opens every
-    one), then drop snapshots and files older than `keep_s` (a reader's query in flight still finds its
+    one) where it has `MERGE_FROM_FILES` or more, then drop snapshots and files older than `keep_s` (a reader's query in flight still finds its
     files), under the exclusive `lake_lock`; returns the tables whose merge conflicted (merged next time).
     Each table is merged in a transaction of its own: one merge of the whole lake failed whenever any table
     conflicted."""
     left = []
     with lake_lock(con, lake, exclusive=True):
-        tables = [
-            t for (t,) in con.execute(f"SELECT table_name FROM ducklake_table_info('{lake}')").fetchall()
-        ]
+        info = con.execute(f"SELECT table_name, file_count FROM ducklake_table_info('{lake}')").fetchall()
+        tables = [t for t, files in info if files >= MERGE_FROM_FILES]
         for table in tables:
             try:
                 con.execute(f"CALL ducklake_merge_adjacent_files('{lake}', '{table}')")

@@ -270,10 +270,11 @@ import json, sys, time
 import duckdb
 from collector.store.db import Store
 from collector.store.lake import LAKE, LakePublisher, LakeSpec
+from collector.store.lake_compaction import MERGE_FROM_FILES
 pub = LakePublisher(Store(sys.argv[3]), LakeSpec.parse(sys.argv[1], sys.argv[2]), "probe")
 pub._connect()
 pub.cur.execute(f"CREATE TABLE {LAKE}.compact_probe(a INTEGER)")
-for a in (1, 2, 3):  # three commits, three small files: a merge has something to record
+for a in range(MERGE_FROM_FILES):  # a commit, a small file each: a merge has something to record
     pub.cur.execute(f"INSERT INTO {LAKE}.compact_probe VALUES (?)", [a])
 def compact(every_s):
     for _ in range(30):  # a collector's commit racing the merge: tried again, as the publishing thread does
