@@ -48,7 +48,7 @@ def stop_section(
         if said:  # (it replaces the stored state's line: the same trouble, said once)
             st.error(said, icon=":material/block:")
         elif state is not None:
-            _line(state)
+            _line(state, live=offered)
 
     button_and_line()
 
@@ -105,12 +105,16 @@ def _confirm(api: DashboardApi, run: str, refused_now: str) -> None:
             st.rerun()
 
 
-def _line(state: StopState) -> None:
+def _line(state: StopState, live: bool) -> None:
+    """The state's line: refused in red, asked in blue; written (or found already there) in green while the run
+    runs on (it stops at its next step), and small once it has ended (its status says it stopped)."""
     said = state.said(time.time())
     said = said[:1].upper() + said[1:]
     if state.state == "refused":
         st.error(said, icon=":material/block:")
     elif state.state == "asked":
         st.info(said, icon=":material/hourglass_top:")
+    elif live:
+        st.success(said, icon=":material/stop_circle:")
     else:
         st.caption(said)

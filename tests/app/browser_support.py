@@ -188,3 +188,16 @@ def screenshot_whole_page(page, path: Path) -> None:
     page.set_viewport_size({"width": width, "height": min(max(int(height) + 40, 800), 12000)})
     wait_idle(page)
     page.screenshot(path=str(path), full_page=True)
+
+
+def wait_stop_button(page, disabled: bool, or_gone: bool = False) -> None:
+    """Wait until the page shows one "Stop run" button, disabled or not as asked (`or_gone`: or none). Only the
+    visible ones count: while it redraws, Streamlit may keep a hidden copy of an element."""
+    want = f"(b.length === 1 && b[0].disabled === {str(disabled).lower()})" + (
+        " || b.length === 0" if or_gone else ""
+    )
+    page.wait_for_function(
+        "() => { const b = [...document.querySelectorAll('button')]"
+        ".filter(b => b.innerText.trim() === 'Stop run' && b.checkVisibility());"
+        f" return {want}; }}"
+    )

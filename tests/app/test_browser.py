@@ -27,6 +27,7 @@ from tests.app.browser_support import (
     streamlit_app,
     wait_for_charts,
     wait_idle,
+    wait_stop_button,
 )
 from tests.app.conftest import SMOKE_RUN, remote_beside_local, start_collector, stop_process, wait_for
 from tests.conftest import REPO
@@ -251,6 +252,39 @@ def test_playback_redraws_a_finished_run_as_it_happened(tmp_path: Path):
         stop_process(collector.proc)
 
 
+def test_a_stop_refused_on_the_spot_is_said_once_and_the_button_asks_again(tmp_path: Path):
+    """A run whose stop file is a link: its page says why no stop can be written; pressing Stop anyway meets the
+    API's refusal (409), said in that one line (the confirmation closed, nothing else beside it), and the
+    button stays to ask again once the link is removed. Nothing is written through the link."""
+    chromium_or_skip()
+    root = tmp_path / "root"
+    (root / "linked").mkdir(parents=True)
+    (root / "linked" / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "data": {"train/loss": 1.0 / s}}) + "\n" for s in range(1, 31))
+    )
+    (root / "linked" / "status.json").write_text('{"state": "running"}')
+    (tmp_path / "outside.txt").write_text("not a stop request")
+    (root / "linked" / "runwatch.stop").symlink_to(tmp_path / "outside.txt")
+    collector = start_collector(tmp_path / "linked.duckdb", [root], tmp_path / "collector.log")
+    try:
+        client = collector.client()
+        wait_for(lambda: client.get("/api/runs/linked")["last_step"] == 30, "the run's 30 steps", 120)
+        with run_page(collector, root, tmp_path, "linked") as page:
+            refused = page.get_by_text("Stop refused: ", exact=False)
+            refused.wait_for()
+            page.get_by_role("button", name="Stop run").click()
+            page.get_by_role("button", name="Yes, stop the run").click()
+            page.get_by_role("button", name="Yes, stop the run").wait_for(state="detached")
+            wait_idle(page)
+            assert refused.count() == 1 and "runwatch.stop is a symbolic link" in refused.inner_text()
+            assert page.get_by_text("Asked the run", exact=False).count() == 0
+            wait_stop_button(page, disabled=False)
+            screenshot_whole_page(page, screenshots_dir(tmp_path) / "run-stop-refused.png")
+        assert (tmp_path / "outside.txt").read_text() == "not a stop request"
+    finally:
+        stop_process(collector.proc)
+
+
 @pytest.mark.slow  # a real verl run on CPU, stopped from the run page
 def test_stop_button_stops_a_live_run(tmp_path: Path):
     chromium_or_skip()
@@ -280,8 +314,10 @@ def test_stop_button_stops_a_live_run(tmp_path: Path):
             page.get_by_role("button", name="Yes, stop the run").click()
             page.get_by_text("by person (stopped from the dashboard); written:", exact=False).wait_for()
             # the confirmation closed, the one line says the stop, and the button waits on it (it stands)
-            assert page.get_by_role("button", name="Yes, stop the run").count() == 0
-            assert page.get_by_role("button", name="Stop run").is_disabled()
+            page.get_by_role("button", name="Yes, stop the run").wait_for(state="detached")
+            # (gone instead once the page was drawn after the trainer stopped: a stopped run offers no stop)
+            wait_stop_button(page, disabled=True, or_gone=True)
+            wait_idle(page)
             screenshot_whole_page(page, screenshots_dir(tmp_path) / "run-stop-written.png")
             assert trainer.wait(timeout=300) == 0, (tmp_path / "trainer.log").read_text()[-3000:]
         status = json.loads((root / "live" / "status.json").read_text())

@@ -535,14 +535,12 @@ def test_the_run_page_says_what_became_of_a_stop_beside_its_button(tmp_path, mon
             assert not at.exception, [e.value for e in at.exception]
             # the confirmation closed: one line says what became of the stop, no other box beside it
             assert not [b for b in at.button if b.key in ("stop_run_confirmed", "stop_run_cancelled")]
-            assert not at.success, [s.value for s in at.success]
             assert not [w for w in at.warning if w.value.startswith("Stop ")], [w.value for w in at.warning]
-            said[run] = (
-                [c.value for c in at.caption] + [e.value for e in at.error] + [i.value for i in at.info]
-            )
+            said[run] = [e.value for e in [*at.success, *at.error, *at.info, *at.caption]]
             buttons[run] = at.button(key="stop_run")
         written = [s for s in said["live"] if "by person (stopped from the dashboard); written: " in s]
         assert len(written) == 1 and written[0].startswith("Stop asked "), said["live"]
+        assert not [s for s in said["live"] if s.startswith("Asked the")], said["live"]  # that one line alone
         assert buttons["live"].disabled and "asking again would change nothing" in buttons["live"].help
         assert (root / "live" / "runwatch.stop").is_file()
         refused = [s for s in said["linked"] if s.startswith("Stop refused: ")]
@@ -553,7 +551,8 @@ def test_the_run_page_says_what_became_of_a_stop_beside_its_button(tmp_path, mon
         # asked again after the page is opened anew: the stop stands, and the button says so
         again = open_page("run", run="live")
         assert again.button(key="stop_run").disabled
-        assert [c.value for c in again.caption if c.value.startswith("Stop asked ")], again.caption
+        assert [c.value for c in again.success if c.value.startswith("Stop asked ")], again.success
+        assert not [c.value for c in again.caption if c.value.startswith("Stop asked ")], again.caption
     finally:
         stop_process(collector.proc)
 

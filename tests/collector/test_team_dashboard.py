@@ -23,6 +23,7 @@ from tests.app.browser_support import (
     streamlit_app,
     wait_for_charts,
     wait_idle,
+    wait_stop_button,
 )
 from tests.collector.test_daemon_support import REPO, wait_for
 from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, exactly, lake_args, write_steps
@@ -99,7 +100,7 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             # (the confirmation goes once the page is drawn again)
             page.get_by_role("button", name="Yes, stop the run").wait_for(state="detached")
             assert page.get_by_text("Asked the collector", exact=False).count() == 0
-            assert page.get_by_role("button", name="Stop run").is_disabled()  # the stop stands
+            wait_stop_button(page, disabled=True)  # the stop stands
             wait_idle(page)
             screenshot_whole_page(page, shots / "team-run-stop-written.png")
             # bob refuses a stop through its link, and the page says why in the owner's words, once.
@@ -111,7 +112,7 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
             # (the confirmation goes once the page is drawn again)
             page.get_by_role("button", name="Yes, stop the run").wait_for(state="detached")
             assert page.get_by_text("Asked the collector", exact=False).count() == 0
-            assert page.get_by_role("button", name="Stop run").is_enabled()  # it asks again
+            wait_stop_button(page, disabled=False)  # it asks again
             wait_idle(page)
             screenshot_whole_page(page, shots / "team-run-stop-refused.png")
             assert (tmp_path / "outside.txt").read_text() == "not a stop request"
@@ -149,7 +150,7 @@ def test_the_dashboard_on_a_team_reader_shows_every_collectors_runs(pg, tmp_path
                 "(stopped from the dashboard); not yet written: collector bob", exact=False
             ).wait_for()
             assert page.get_by_text("refused by collector bob", exact=False).count() == 0
-            assert page.get_by_role("button", name="Stop run").is_disabled()
+            wait_stop_button(page, disabled=True)
             wait_idle(page)
             screenshot_whole_page(page, shots / "team-run-stop-waiting.png")
         assert reader.proc.poll() is None, "stopping the dashboard stopped the team API it did not start"
