@@ -179,9 +179,19 @@ def fmt_number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def alert_counts_text(counts: OpenAlerts, none: str = "none") -> str:
-    """A run's open alerts as `2 error, 1 warn` (`none` when none is open)."""
+# What the Alerts page says of an open incident whose alerts all cleared; the run page and the overview say it too.
+CLEARED_OPEN = (
+    "Every alert of this incident has cleared; it stays open until the run goes on past it without the "
+    "trouble coming back."
+)
+
+
+def alert_counts_text(counts: OpenAlerts, none: str = "none", cleared_open: int = 0) -> str:
+    """A run's open alerts as `2 error, 1 warn` (`none` when none is open and no incident is), then its
+    incidents still open though their alerts cleared (`cleared_open`): `1 incident cleared, still open`."""
     parts = [f"{n} {s}" for s, n in counts.by_severity() if n]
+    if cleared_open:
+        parts.append(f"{cleared_open} incident{'s' if cleared_open > 1 else ''} cleared, still open")
     return ", ".join(parts) if parts else none
 
 

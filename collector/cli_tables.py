@@ -35,7 +35,7 @@ MIN_NAME = 9
 KEEP_NAME = 30
 INDENT = "    "
 # Columns never shortened: numbers, and step counts written as text ("33/3252", "100-200").
-FIXED = {"steps", "alerts"}
+FIXED = {"steps", "alerts", "train_loss", "val_loss"}
 
 
 def width() -> int:
@@ -141,27 +141,59 @@ def steps(first: Any, last: Any) -> str:
     return cell(first) if first == last else f"{cell(first)}-{cell(last)}"
 
 
+# What the Alerts queue says of an open incident whose alerts all cleared (`runs` and `run` say it too).
+CLEARED_OPEN = (
+    "cleared: an incident whose alerts all cleared stays open until the run goes on past it without the "
+    "trouble coming back (`alerts` lists it)."
+)
+# An RL run is judged by its reward and validation score, not a loss: its loss columns show them, marked.
+RL_JUDGED = "r: an RL run's latest reward, s: its latest validation score (what it is judged by, not a loss)."
+
+
 def runs_table(runs: list[RunSummary]) -> str:
+    """One row per run; an RL run shows what it is judged by in the loss columns, its reward (`r:`) and its
+    validation score (`s:`), where it logs them; notes under the table say what the marks mean when used."""
     rows = [
         {
             "id": r.id,
             "status": r.status,
             "steps": cell(r.last_step) + (f"/{r.total_steps}" if r.total_steps else ""),
-            "train_loss": r.train_loss,
-            "val_loss": r.val_loss,
-            "alerts": " ".join(f"{s}:{n}" for s, n in r.open_alerts.by_severity() if n),
+            "train_loss": _judged(r.train_loss, r, r.reward, "r"),
+            "val_loss": _judged(r.val_loss, r, r.val_score, "s"),
+            "alerts": " ".join(
+                [f"{s}:{n}" for s, n in r.open_alerts.by_severity() if n]
+                + ([f"cleared:{r.cleared_open_incidents}"] if r.cleared_open_incidents else [])
+            ),
             "format": r.format,
         }
         for r in runs
     ]
-    return table(rows, ["id", "status", "steps", "train_loss", "val_loss", "alerts", "format"], keep="id")
+    body = table(rows, ["id", "status", "steps", "train_loss", "val_loss", "alerts", "format"], keep="id")
+    notes = (
+        [RL_JUDGED]
+        if any(isinstance(row[c], str) for row in rows for c in ("train_loss", "val_loss"))
+        else []
+    )
+    notes += [CLEARED_OPEN] if any(r.cleared_open_incidents for r in runs) else []
+    return "\n".join([body, *(line for note in notes for line in wrap(note))])
+
+
+def _judged(loss: float | None, r: RunSummary, score: float | None, mark: str) -> float | str | None:
+    """The loss; for an RL run, what it is judged by instead where it logs it: `score` marked (`r:0.42`)."""
+    if r.kind != "rl" or score is None:
+        return loss
+    return f"{mark}:{cell(score)}"
 
 
 def run_lines(r: RunDetail) -> str:
     """One run's state in a line, then what became of its last stop request (`StopState.said`)."""
     steps = cell(r.last_step) + (f"/{r.total_steps}" if r.total_steps else "")
-    alerts = ", ".join(f"{n} {s}" for s, n in r.open_alerts.by_severity() if n) or "none"
-    lines = wrap(f"run {r.id}: {r.status}, step {steps}, open alerts: {alerts}")
+    parts = [f"{n} {s}" for s, n in r.open_alerts.by_severity() if n]
+    if r.cleared_open_incidents:
+        parts.append(f"{r.cleared_open_incidents} incident(s) cleared, still open")
+    lines = wrap(f"run {r.id}: {r.status}, step {steps}, open alerts: {', '.join(parts) or 'none'}")
+    if r.cleared_open_incidents:
+        lines += wrap(CLEARED_OPEN, indent=INDENT)
     if r.anomaly_reason:
         lines += wrap(f"anomaly: {r.anomaly_reason}", indent=INDENT)
     said = r.stop.said(time.time()) if r.stop else "no stop asked"

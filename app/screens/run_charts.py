@@ -34,7 +34,12 @@ facts = {m.metric: m for m in detail.metrics}
 top = st.columns(4)
 top[0].metric("Status", status)
 top[1].metric("Step", f"{last:,} / {total:,}" if last is not None and total else f"{last or 0:,}")
-top[2].metric("Open alerts", ui.alert_counts_text(detail.open_alerts))
+cleared = detail.cleared_open_incidents
+top[2].metric(
+    "Open alerts",
+    ui.alert_counts_text(detail.open_alerts, cleared_open=cleared),
+    help=f"{ui.CLEARED_OPEN} The Alerts page lists it as open." if cleared else None,
+)
 rec = detail.recommended_step
 top[3].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")
 # What this kind of run is judged by, each the last value of its first metric in that role (the API says

@@ -98,7 +98,7 @@ def _row(run: RunSummary) -> dict:
         "train loss": number(run.train_loss),
         "val loss": number(run.val_loss),
         "severity": alerts.worst or "none",
-        "alerts": ui.alert_counts_text(alerts, none=NONE),
+        "alerts": ui.alert_counts_text(alerts, none=NONE, cleared_open=run.cleared_open_incidents),
         "errors": alerts.error,
         "warnings": alerts.warn,
         "info": alerts.info,
@@ -187,7 +187,10 @@ event = st.dataframe(
             "progress", help="Last step over planned steps; a completed run is done", width="small"
         ),
         "step": st.column_config.TextColumn("step", help="Last step / planned steps"),
-        "alerts": st.column_config.TextColumn("open alerts", help="Open alerts by severity"),
+        "alerts": st.column_config.TextColumn(
+            "open alerts",
+            help=f"Open alerts by severity, then incidents cleared, still open: {ui.CLEARED_OPEN}",
+        ),
         "keep step": st.column_config.TextColumn("keep step", help="The recommended checkpoint's step"),
         "anomaly": st.column_config.TextColumn(
             "anomaly",

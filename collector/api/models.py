@@ -140,6 +140,12 @@ class RunSummary(Answer):
     judged_to: int | None
     anomaly_detected: bool
     anomaly_reason: str | None
+    # incidents still open though every alert of them cleared: each waits out its keep-firing window while the
+    # run goes on (the Alerts queue lists them as open; `open_alerts` counts none of their alerts)
+    cleared_open_incidents: int = 0
+    kind: str | None = None  # "rl" (a metric of an RL-only role), "sft", or None (no metric yet)
+    reward: float | None = None  # the latest reward (an RL run has no loss: it is judged by this)
+    val_score: float | None = None  # the latest validation score (higher is better)
 
     @property
     def progress(self) -> float | None:
@@ -219,7 +225,6 @@ class PanelInfo(Answer):
 class RunDetail(RunSummary):
     """`GET /api/runs/{run}`."""
 
-    kind: str | None = None  # "rl" (a metric of an RL-only role), "sft", or None (no metric yet)
     config: dict[str, Any] | None
     status_info: dict[str, Any] | None
     metrics: list[MetricInfo]

@@ -22,6 +22,7 @@ from collector.core.roles import RL_ROLES, real_units_name, role_of, value_scale
 from collector.detect import registry
 from collector.detect.runlevel import STALLED
 from collector.ingest.fs import hosts, root_state
+from collector.runs.incidents import cleared_open
 from collector.runs.inputs import is_evaluation
 from collector.runs.lookup import find_run
 from collector.runs.service import BAD_RULES, RunService
@@ -209,14 +210,16 @@ def _summaries(service: RunService, only: list[str] | None) -> Iterator[tuple[di
     # (by metric name once, not per run's metric: 10,000 runs log the same few names)
     evaluations = {m for m in {s["metric"] for s in all_stats} if is_evaluation(m)}
     with_evaluations = {s["run"] for s in all_stats if s["metric"] in evaluations}
-    for r in store_read.runs(store, runs=only):
+    stored = store_read.runs(store, runs=only)
+    cleared = cleared_open(store, stored, all_stats)
+    for r in stored:
         signature = signatures.get(r["id"])
         has_checkpoints = signature is not None and signature[0] is not None  # (its checkpoints' part)
         reads_advice = _reads_advice(r, has_checkpoints, r["id"] in with_evaluations)
         advised = (r["path"], service.thresholds_of(r["path"])) if reads_advice else None
         summary = _run_summary(
             service, r, stats_by_run.get(r["id"], []), alerts.get(r["id"]), reads_advice, signature
-        )
+        ) | {"cleared_open_incidents": cleared.get(r["id"], 0)}
         yield r, summary | anomaly(alerts.get(r["id"])), advised
 
 
@@ -285,6 +288,10 @@ def _run_summary(
         "last_point_at": r["last_point_at"],
         "train_loss": _latest_by_role(stats, "loss"),
         "val_loss": _latest_by_role(stats, "val_loss"),
+        # what an RL run (PPO/GRPO: no loss to read) is judged by: its reward and its validation score
+        "kind": "rl" if any(role_of(s["metric"]) in RL_ROLES for s in stats) else "sft" if stats else None,
+        "reward": _latest_by_role(stats, "reward"),
+        "val_score": _latest_by_role(stats, "val_score"),
         "open_alerts": open_alerts["counts"] if open_alerts else {"error": 0, "warn": 0, "info": 0},
         "recommended_step": recommended,
         "judged_to": r["detected_to"],  # a stored backlog being judged: the step alerts are up to; else None
@@ -301,6 +308,7 @@ def run(service: RunService, run_id: str) -> dict:
     reads_advice = _reads_advice(r, has_checkpoints, any(is_evaluation(s["metric"]) for s in stats))
     alerts = store_read.open_alerts(store, STALLED, [run_id]).get(run_id)
     out = _run_summary(service, r, stats, alerts, reads_advice, signature) | anomaly(alerts)
+    out["cleared_open_incidents"] = cleared_open(store, [r], stats).get(run_id, 0)
     out["config"] = store_read.parse_json(r["config"])
     out["status_info"] = store_read.parse_json(r["status_info"])
     shapes = store_read.metric_shapes(store, run_id)
@@ -326,7 +334,6 @@ def run(service: RunService, run_id: str) -> dict:
         }
         for s in stats
     ]
-    out["kind"] = "rl" if any(m["role"] in RL_ROLES for m in out["metrics"]) else "sft" if stats else None
     out["sources"], out["skipped_files"] = run_files.files_of(store, run_id)
     out["failing_files"] = run_files.failing_of(store, run_id)
     out["decorations"] = panel_decorations(service.thresholds_of(r["path"]))

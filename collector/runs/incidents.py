@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collector.detect import registry
+from collector.detect.base import Rule
 from collector.detect.incidents import Incident, RunSteps, incidents, run_steps
 from collector.store import alerts as store_alerts
 from collector.store import read as store_read
@@ -24,6 +26,33 @@ def stored_incidents(
 
 def _steps(store: Store, run: str | None) -> dict[str, RunSteps]:
     return run_steps(store_read.run_progress(store, run), store_read.metric_stats(store, run))
+
+
+def cleared_open(store: Store, runs: list[dict], stats: list[dict]) -> dict[str, int]:
+    """Per run of `runs` (store rows: `id`, `last_step`, `status`; `stats`: their `metric_stats`) with one: how
+    many of its incidents are still open though every alert of them cleared (a running run's incident waits out
+    its keep-firing window: the Alerts queue lists it as open). Only runs still going with an alert resolved
+    within the widest window of their last step are grouped (the overview asks for every run)."""
+    steps = run_steps(runs, stats)
+    going = {r["id"] for r in runs if steps[r["id"]].running and r.get("last_step") is not None}
+    if not going:
+        return {}
+    widest = max([Rule.keep_firing_points, *(cls.keep_firing_points for cls in registry.by_id().values())])
+    last = {r["id"]: int(r["last_step"]) for r in runs if r["id"] in going}
+    out: dict[str, int] = {}
+    for run, cleared in store_read.last_cleared_steps(store, sorted(going)).items():
+        if last[run] - int(cleared) > widest * steps[run].log_interval:
+            continue
+        alerts = store_alerts.list_alerts(store, run=run)
+        state = {a["id"]: a["state"] for a in alerts}
+        n = sum(
+            1
+            for i in incidents(alerts, {run: steps[run]})
+            if i.state == "open" and all(state[a] == "resolved" for a in i.alert_ids)
+        )
+        if n:
+            out[run] = n
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,19 @@ def open_alerts(store: Store, rule: str, runs: list[str] | None = None) -> dict[
     return out
 
 
+def last_cleared_steps(store: Store, runs: list[str]) -> dict[str, int]:
+    """Per run of `runs` with a resolved alert: the last step any of them reached (a run gone further than its
+    keep-firing window past it has no cleared incident left open)."""
+    among, params = of_runs("run_id", runs)
+    return dict(
+        store.rows(
+            f"""SELECT run_id, max(coalesce(last_step, first_step)) FROM alerts
+                WHERE state = 'resolved' AND {among} GROUP BY run_id""",
+            params,
+        )
+    )
+
+
 def advice_signatures(
     store: Store, alert_rules: tuple[str, ...], run: str | None = None, runs: list[str] | None = None
 ) -> dict[str, tuple]:

@@ -593,3 +593,63 @@ def test_playback_draws_to_its_end_when_its_last_draws_are_the_same_figure(tmp_p
         assert any(c.value.startswith("Played 20 steps") for c in at.caption), [c.value for c in at.caption]
     finally:
         stop_process(collector.proc)
+
+
+def _human_cli(collector, *args: str) -> str:
+    """`collector ARGS` as a person reads it (no --json), 100 columns wide."""
+    out = subprocess.run(
+        [sys.executable, "-m", "collector", *args, "--db", str(collector.db)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_a_cleared_incident_still_open_is_said_alike_on_every_page(tmp_path, monkeypatch):
+    """While a run goes on, an incident whose alerts all cleared stays open for its keep-firing window: the
+    Alerts queue lists it as open, so the run page, the overview and the CLI's `runs`/`run` say so too (they
+    said "none" and "—": no alert is open), and `open_alerts` still counts open alerts only."""
+    root, db = tmp_path / "root", tmp_path / "own.duckdb"
+    (root / "live").mkdir(parents=True)
+    losses = [float("nan") if s == 30 else 1.0 / s for s in range(1, 41)]  # a NaN loss at step 30 of 40
+    (root / "live" / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "data": {"train/loss": v}}) + "\n" for s, v in enumerate(losses, 1))
+    )
+    (root / "live" / "status.json").write_text('{"state": "running"}')
+    collector = start_collector(db, [root], tmp_path / "collector.log")
+    try:
+        monkeypatch.setenv("RUNWATCH_DB", str(db))
+        monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+        client = collector.client()
+        [incident] = wait_for(
+            lambda: [i for i in client.get("/api/incidents?run=live") if i["first_step"] == 30],
+            "live's NaN at step 30 told as an incident",
+        )
+        client.post(f"/api/incidents/{incident['id']}/resolve", {"note": "a bad batch"})
+        [after] = client.get("/api/incidents?run=live&state=open")  # the queue still lists it as open
+        assert after["id"] == incident["id"]
+        detail = client.get("/api/runs/live")
+        assert detail["open_alerts"] == {
+            "error": 0,
+            "warn": 0,
+            "info": 0,
+        }  # the contract: alerts not resolved
+        assert detail["cleared_open_incidents"] == 1
+        [row] = client.get("/api/runs")
+        assert row["cleared_open_incidents"] == 1 and row["open_alerts"] == detail["open_alerts"]
+        at = open_page("run", run="live")
+        [tile] = [m for m in at.metric if m.label == "Open alerts"]
+        assert tile.value == "1 incident cleared, still open", tile.value
+        assert "stays open until the run goes on past it" in tile.proto.help
+        overview = open_page()
+        assert list(overview.dataframe[0].value["alerts"]) == ["1 incident cleared, still open"]
+        said = _human_cli(collector, "run", "live")
+        assert "open alerts: 1 incident(s) cleared, still open" in said, said
+        assert "stays open until the run goes on past it" in " ".join(said.split()), said
+        table = _human_cli(collector, "runs")
+        assert "cleared:1" in table and "stays open until the run goes on past it" in " ".join(table.split())
+    finally:
+        stop_process(collector.proc)

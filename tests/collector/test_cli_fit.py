@@ -128,3 +128,30 @@ def test_db_defaults_to_the_environment_then_the_project_folder(tmp_path, wild_d
     missing = _run("runs", cwd=tmp_path)
     assert missing.returncode == 1
     assert f"no database at {tmp_path / '.runwatch' / 'runwatch.duckdb'}" in missing.stderr
+
+
+def test_runs_says_what_an_rl_run_is_judged_by_in_its_loss_columns(wild_db):
+    """An RL run (verl consoles, TRL GRPO trainer states) logs a reward and a validation score, seldom a loss:
+    `runs` shows them in the loss columns, marked and said under the table (the columns read "-" for a verl
+    run: nothing said how it was doing); `--json` keeps `train_loss`/`val_loss` as they were."""
+    listed = json.loads(_run("runs", "--db", str(wild_db), "--json").stdout)
+    rl = [r for r in listed if r["kind"] == "rl"]
+    verl = [r for r in rl if "verl" in r["id"] and r["reward"] is not None and r["val_score"] is not None]
+    grpo = [r for r in rl if r["format"] == "hf_trainer_state" and r["reward"] is not None]
+    assert verl and grpo, sorted({r["format"] for r in rl})
+    assert all(r["train_loss"] is None for r in verl)  # the JSON's losses: still the losses alone
+    for columns in (100, 60):
+        out = _run("runs", "--db", str(wild_db), columns=columns)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert not [line for line in lines if len(line) > columns]
+        assert "r: an RL run's latest reward, s: its latest validation" in " ".join(out.stdout.split())
+    table = _run("runs", "--db", str(wild_db), columns=400).stdout.splitlines()  # whole ids
+    for r in verl + grpo:
+        [row] = [line for line in table if line.startswith(r["id"] + " ")]
+        assert f"r:{r['reward']:.6g}" in row, row
+        if r["val_score"] is not None:
+            assert f"s:{r['val_score']:.6g}" in row, row
+    sft = next(r for r in listed if r["kind"] == "sft" and r["train_loss"] is not None)
+    [row] = [line for line in table if line.startswith(sft["id"] + " ")]
+    assert f"{sft['train_loss']:.6g}" in row and "r:" not in row
