@@ -180,10 +180,7 @@ if not drawn:
 open_ids = [a.id for a in evidence if a.state == "open"]
 unresolved = [a.id for a in evidence if a.state != "resolved"]
 if incident.state == "open" and not unresolved:
-    st.caption(
-        "Every alert of this incident has cleared; it stays open until the run goes on past it without the "
-        "trouble coming back."
-    )
+    st.caption(ui.CLEARED_OPEN)  # (the run page and the overview say it in the same words)
 note = st.text_input("Note (stored with each of its alerts)", key=f"note-{incident.id}")
 act = st.columns([1, 1, 4])
 read_only = ui.read_only_why()  # (a read-only team API: a click would only meet its 403)
