@@ -39,19 +39,19 @@ def cleared_open(store: Store, runs: list[dict], stats: list[dict]) -> dict[str,
         return {}
     widest = max([Rule.keep_firing_points, *(cls.keep_firing_points for cls in registry.by_id().values())])
     last = {r["id"]: int(r["last_step"]) for r in runs if r["id"] in going}
+    near = sorted(
+        run
+        for run, cleared in store_read.last_cleared_steps(store, sorted(going)).items()
+        if last[run] - int(cleared) <= widest * steps[run].log_interval
+    )
+    if not near:
+        return {}
+    alerts = store_alerts.list_alerts(store, runs=near)  # one read for them all
+    state = {a["id"]: a["state"] for a in alerts}
     out: dict[str, int] = {}
-    for run, cleared in store_read.last_cleared_steps(store, sorted(going)).items():
-        if last[run] - int(cleared) > widest * steps[run].log_interval:
-            continue
-        alerts = store_alerts.list_alerts(store, run=run)
-        state = {a["id"]: a["state"] for a in alerts}
-        n = sum(
-            1
-            for i in incidents(alerts, {run: steps[run]})
-            if i.state == "open" and all(state[a] == "resolved" for a in i.alert_ids)
-        )
-        if n:
-            out[run] = n
+    for i in incidents(alerts, {run: steps[run] for run in near}):
+        if i.state == "open" and all(state[a] == "resolved" for a in i.alert_ids):
+            out[i.run] = out.get(i.run, 0) + 1
     return out
 
 

@@ -123,9 +123,13 @@ def list_alerts(
     severity: str | None = None,
     state: str = "all",
     ids: list[int] | None = None,
+    runs: list[str] | None = None,
 ) -> list[dict]:
-    """Alerts matching the filters, newest first."""
+    """Alerts matching the filters (`runs`: of one of these runs), newest first."""
     clauses, params = [], []
+    if runs is not None:
+        clauses.append("a.run_id IN (SELECT unnest(?::VARCHAR[]))")  # (one list parameter, as store_read's)
+        params.append(list(runs))
     for column, value in (("a.run_id", run), ("a.rule", rule), ("a.severity", severity)):
         if value:
             clauses.append(f"{column} = ?")
