@@ -93,6 +93,9 @@ class RunInfo:
     """What a file's `info` says about its run, in the store's terms (None: the file does not say)."""
 
     status: str | None = None  # running / completed / failed, as the trainer wrote it
+    # The end a log itself shows (the HF Trainer's summary record: "completed"): the run's status only while
+    # nothing else gave one, as a trainer_state's global_step at max_steps is; a status file's word wins.
+    ended: str | None = None
     status_info: dict | None = None  # the whole status document (progress, pid, host, error)
     total_steps: int | None = None
     config: dict | None = None  # the training config (run.json) or the trainer's run facts

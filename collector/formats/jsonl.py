@@ -17,7 +17,7 @@ import re
 import numpy as np
 import orjson
 
-from collector.core.model import BadLine, Format, ParseResult
+from collector.core.model import BadLine, Format, ParseResult, RunInfo
 from collector.formats._common import (
     STEP_KEYS,
     STEP_MAX,
@@ -38,6 +38,9 @@ STEP_KEY = "step"
 METRICS_KEY = "data"
 _QUOTE, _COLON, _NEWLINE = ord('"'), ord(":"), ord("\n")
 _JSON_NAME = re.compile(rb'"([^"]*)":')
+# The Hugging Face Trainer's end-of-training summary (`train_runtime`, `train_loss`, `total_flos`, ...), which
+# a flat history written by a callback (`{"step": 778, "train_runtime": 6406.1, ...}`) ends with: the run ended.
+SUMMARY_KEY = "train_runtime"
 
 _INT = int
 _PLAIN_NUMBER = frozenset((float, int, bool))
@@ -57,7 +60,8 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     `NaN`, `Infinity`, `-Infinity` are kept as non-finite floats; strings (even numeric ones, "1.5") and
     lists are skipped and counted in `skipped`; booleans become 0/1. A step outside the 64-bit range, or a
     number Python will not read (an integer of 4,300+ digits), makes its line bad.
-    `path` and `state` are unused (the common signature).
+    `info["completed"]` is True when a flat record holds the HF Trainer's end-of-training summary
+    (`train_runtime`): the training loop returned. `path` and `state` are unused (the common signature).
     """
     lines, consumed = complete_lines(data)
     counted = len(lines)
@@ -171,6 +175,8 @@ def _parse_general(raw: bytes, line_no: int, result: ParseResult) -> None:
         flatten_numbers(record[METRICS_KEY], "", names, numbers, null_is_nan=True, skipped=result.skipped)
     else:
         flatten_numbers(record, "", names, numbers, skip=(step_key, *WALL_TIME_KEYS), skipped=result.skipped)
+        if SUMMARY_KEY in record:
+            result.info["completed"] = True
     if not names:
         return
     if (reason := bad_name(names)) is not None:
@@ -232,4 +238,11 @@ def verl_names_in(data: bytes) -> set[str]:
     return {k.decode("utf-8", "replace") for k in found} - {STEP_KEY, METRICS_KEY}
 
 
-FORMAT = Format(name="jsonl", parse=parse, names=("*.jsonl", "*.ndjson"))
+def run_info(info: dict) -> RunInfo:
+    """`completed` as the end the log shows once the file held the HF Trainer's end-of-training summary (a
+    status file beside it still has the last word: a stopped run logs that summary too); otherwise nothing
+    about the run's state (a verl file logger writes no end record)."""
+    return RunInfo(ended="completed" if info.get("completed") else None)
+
+
+FORMAT = Format(name="jsonl", parse=parse, names=("*.jsonl", "*.ndjson"), run_info=run_info)

@@ -198,6 +198,7 @@ def _store_info(cur, store: Store, run: str, facts: RunInfo) -> None:
         cur,
         run,
         status=facts.status,
+        ended=facts.ended,
         total_steps=facts.total_steps,
         config=json.dumps(facts.config, default=str) if facts.config is not None else None,
         status_info=json.dumps(facts.status_info, default=str) if facts.status_info is not None else None,

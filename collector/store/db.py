@@ -233,14 +233,17 @@ class Store:
         status_info: str | None = None,
         last_step: int | None = None,
         last_point_at: float | None = None,
+        ended: str | None = None,
     ) -> None:
-        """Set the given run fields (None leaves a field as it is), inside the caller's transaction."""
+        """Set the given run fields (None leaves a field as it is), inside the caller's transaction; `ended`
+        (the end a log shows) is the status only while the run's is unknown."""
         cur.execute(
-            """UPDATE runs SET status = coalesce(?, status), total_steps = coalesce(?, total_steps),
+            """UPDATE runs SET status = coalesce(?, CASE WHEN coalesce(status, 'unknown') = 'unknown' THEN ? END,
+               status), total_steps = coalesce(?, total_steps),
                config = coalesce(?, config), status_info = coalesce(?, status_info),
                last_step = coalesce(?, last_step), last_point_at = coalesce(?, last_point_at), updated_at = ?
                WHERE id = ?""",
-            [status, total_steps, config, status_info, last_step, last_point_at, time.time(), run_id],
+            [status, ended, total_steps, config, status_info, last_step, last_point_at, time.time(), run_id],
         )
 
     def mark_detection_behind(self, cur: duckdb.DuckDBPyConnection, run_id: str, judged_to: int) -> None:

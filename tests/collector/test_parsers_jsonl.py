@@ -150,6 +150,25 @@ def test_a_whole_last_record_without_a_newline_is_read_and_a_cut_one_waits():
     assert jsonl.parse(verl).points.step == [1, 2]
 
 
+def test_the_hf_trainers_end_of_training_summary_says_the_run_completed():
+    # A flat history written by a Trainer callback (satyamshivam13/LoRA_Medical_QA_Finetune's logs/metrics.jsonl)
+    # ends with the Trainer's summary record: the training loop returned.
+    train = b'{"step": 770, "epoch": 1.98, "loss": 1.05, "learning_rate": 7e-08}\n'
+    evaluation = b'{"step": 778, "epoch": 2.0, "eval_loss": 1.1095}\n'
+    summary = b'{"step": 778, "epoch": 2.0, "train_runtime": 6406.1, "train_loss": 1.1679}\n'
+    assert jsonl.run_info(jsonl.parse(train + evaluation).info).ended is None
+    ended = jsonl.parse(train + evaluation + summary)
+    assert ended.info == {"completed": True}
+    facts = jsonl.run_info(ended.info)
+    assert facts.ended == "completed" and facts.status is None  # a status file beside it has the last word
+    assert (778, "train_runtime") in zip(ended.points.step, ended.points.metric, strict=True)
+    # read in two pieces, the summary alone in the second
+    assert jsonl.parse(summary, first_line=3).info == {"completed": True}
+    # verl's file logger writes no summary; a verl record never says the run ended
+    verl = b'{"step": 9, "data": {"train/loss": 0.5, "train_runtime": 3.0}}\n'
+    assert jsonl.parse(verl).info == {}
+
+
 def test_crlf_line_endings_are_read():
     data = b'{"step":1,"data":{"a":1}}\r\n{"step":2,"data":{"a":NaN}}\r\n'
     result = jsonl.parse(data)

@@ -62,3 +62,31 @@ def test_an_hf_run_is_completed_when_global_step_reaches_max_steps(tmp_path, rea
     assert paths["Dheena731__tinyLlama-finetune__root"] == str(
         (real_runs / "Dheena731__tinyLlama-finetune__root.json").resolve()
     )
+
+
+def test_a_flat_jsonl_ending_in_the_hf_trainers_summary_is_completed_unless_a_status_file_says_otherwise(
+    tmp_path,
+):
+    # satyamshivam13/LoRA_Medical_QA_Finetune's logs/metrics.jsonl: a Trainer callback's flat history, a record
+    # every 10 steps, evaluations, and the Trainer's summary at the last step (778). A file of that shape.
+    root = tmp_path / "runs"
+    lines = [
+        {"step": s, "epoch": s / 389, "loss": 2.0 - s / 1000, "learning_rate": 1e-4}
+        for s in range(10, 771, 10)
+    ]
+    lines += [{"step": 778, "epoch": 2.0, "eval_loss": 1.1095}]
+    summary = {"step": 778, "epoch": 2.0, "train_runtime": 6406.1, "train_loss": 1.1679}
+    for name, records in (("ended", [*lines, summary]), ("cut", lines), ("stopped", [*lines, summary])):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    # a stopped HF run logs the summary too; the status file beside it is the trainer's own word
+    (root / "stopped" / "status.json").write_text(json.dumps({"state": "stopped", "step": 778}))
+    collector = Collector(Settings(db=tmp_path / "rw.duckdb", roots=[root]), sinks=[])
+    try:
+        collector.ingest_once()
+        runs = api_runs.runs(collector.detection.runs)
+        assert _status_of(runs, "ended") == "completed"
+        assert _status_of(runs, "cut") == "unknown"
+        assert _status_of(runs, "stopped") == "stopped"
+    finally:
+        collector.close()
