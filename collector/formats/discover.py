@@ -105,6 +105,8 @@ def find_runs(roots: list[Path], unlisted: list[tuple[str, str]] | None = None) 
                 ]  # read as the run's files
             if HF_LOGGING_DIR in dirnames and layouts.is_hf_output_folder(dirpath):
                 dirnames.remove(HF_LOGGING_DIR)  # its TensorBoard files are sources of this folder's run
+            if layouts.CONSOLE_DIR in dirnames and layouts.console_logs(dirpath, layouts.real(root)):
+                dirnames.remove(layouts.CONSOLE_DIR)  # its console logs are files of this folder's run
             runs = _runs_in_dir(dirpath, root)
             found.extend(runs)
             if has_wandb:
@@ -149,6 +151,14 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
         for run in _runs_in_dir(output_dir, root):
             if run.dir == output_dir and any(source.path == path for source in run.sources):
                 return _with_unique_id(run, roots)
+    if len(rel_parts) >= 2 and rel_parts[-2] == layouts.CONSOLE_DIR:
+        # Maybe a console log in an HF output folder's logs/: a file of that folder's run.
+        output_dir = root.joinpath(*rel_parts[:-2])
+        if any(p == path for p, _ in layouts.console_logs(output_dir, layouts.real(root))):
+            run = next(
+                (r for r in _runs_in_dir(output_dir, root) if r.dir == output_dir and r.file is None), None
+            )
+            return _with_unique_id(run, roots) if run is not None else None
     # Find the folder that would be the run: the file's own folder, or the folder above a checkpoint folder
     # (or above an MLflow run's metrics/, params/, tags/).
     run_dir = path.parent
@@ -309,6 +319,8 @@ def _runs_in_dir(folder: Path, root: Path) -> list[Run]:
             (hf_lineage.latest([(path, step) for step, path in hf_checkpoints]), "hf_trainer_state")
         )
 
+    # An HF output folder's logs/ of console logs: the run's console (a copy of its states' metrics).
+    folder_files += layouts.console_logs(folder, real_root)
     if any(fmt != "checkpoint_marker" for _, fmt in folder_files) or (claimed and not runs) or split:
         run = _folder_run(folder, root, folder_files, claimed)
         if split:

@@ -1,5 +1,6 @@
 """Trainers' folder layouts that discovery recognises: the HF Trainer's output folder (its `runs/` TensorBoard
-logging belongs to it), MLflow's file-store run folders, and links that must not lead out of a watched root."""
+logging and a `logs/` folder of console logs belong to it), MLflow's file-store run folders, and links that
+must not lead out of a watched root."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from collector.formats import peek
 
 HF_STATE_NAME = "trainer_state.json"
 HF_LOGGING_DIR = "runs"
+# Where people send an HF training script's console (`> outputs/logs/train.log`): a folder of console logs
+# only, beside the output folder's states, is the run's console, not a run of its own.
+CONSOLE_DIR = "logs"
 _HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 # An MLflow file-store run folder (`mlruns/<experiment>/<run>/`): its `meta.yaml` and these folders.
 MLFLOW_PARTS = ("metrics", "params", "tags")
@@ -58,6 +62,21 @@ def hf_logging_files(output_dir: Path, real_root: Path) -> list[Path]:
         for p in output_dir.glob(f"{HF_LOGGING_DIR}/*/events.out.tfevents.*")
         if p.is_file() and stays_inside(p, real_root)
     )
+
+
+def console_logs(output_dir: Path, real_root: Path) -> list[tuple[Path, str]]:
+    """The console logs in `<output_dir>/logs/` of an HF output folder, with their formats, when that folder
+    holds nothing else (a file of another kind, a subfolder: the folder is what it looks like by itself)."""
+    folder = output_dir / CONSOLE_DIR
+    if not folder.is_dir() or not stays_inside(folder, real_root) or not is_hf_output_folder(output_dir):
+        return []
+    found = []
+    for path in sorted(folder.glob("*")):
+        fmt = peek.classify(path) if path.is_file() and stays_inside(path, real_root) else None
+        if fmt is None or not formats.get(fmt).copy or formats.get(fmt).lines is False:
+            return []
+        found.append((path, fmt))
+    return found
 
 
 def is_mlflow_run(folder: Path) -> bool:

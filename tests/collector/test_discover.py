@@ -208,6 +208,29 @@ def test_hf_tensorboard_logging_is_read_into_the_output_folder_run(tmp_path):
     assert run_for_path(tb_only, [tmp_path]).id == "tb-only/runs/x"
 
 
+def test_a_logs_folder_of_console_logs_in_an_hf_output_folder_is_that_runs_console_not_a_run(tmp_path):
+    # yevvonlim/CAS4133-hw2's outputs/: 19 checkpoint states and logs/training.log, one banner line
+    # ("=== STARTING OPTIMIZED SFT AND DPO RUN ===") that was an EMPTY run of its own, `outputs/logs`.
+    out = tmp_path / "outputs"
+    write(out / "checkpoint-100" / "trainer_state.json", HF_STATE)
+    banner = write(out / "logs" / "training.log", "=== STARTING OPTIMIZED SFT AND DPO RUN ===\n")
+    [run] = find_runs([tmp_path])
+    assert run.id == "outputs"
+    assert roles(run) == {
+        "checkpoint-100/trainer_state.json": ("hf_trainer_state", "metrics"),
+        "logs/training.log": ("console", "ignored"),
+    }
+    assert [(p, unread.is_copy(why)) for p, why in run.skipped] == [(banner, True)]  # listed, with why
+    assert run_for_path(banner, [tmp_path]).id == "outputs"
+    # a logs/ folder holding anything but console logs is what it looks like by itself, as before
+    write(out / "logs" / "metrics.jsonl", '{"step": 1, "loss": 1.0}\n')
+    assert sorted(r.id for r in find_runs([tmp_path])) == ["outputs", "outputs/logs"]
+    assert run_for_path(banner, [tmp_path]).id == "outputs/logs"
+    # and a logs/ folder of consoles beside no HF state is a run of its own
+    alone = write(tmp_path / "verl" / "logs" / "train.log", "step:1 - loss:1.0\n")
+    assert run_for_path(alone, [tmp_path]).id == "verl/logs"
+
+
 def test_run_for_path_maps_changed_files_to_their_run(tmp_path):
     run_dir = tmp_path / "r"
     metrics = write(run_dir / "metrics.jsonl")
@@ -250,7 +273,8 @@ def test_run_for_path_agrees_with_find_runs_on_generated_trees(tmp_path, seed):
     roots = [tmp_path / "a", tmp_path / "b" / "a2"]
     for _ in range(60):
         root = rng.choice(roots)
-        folder = root.joinpath(*rng.sample(["x", "y", "runs", "runs", "checkpoint-3"], rng.randint(0, 3)))
+        parts = ["x", "y", "runs", "runs", "checkpoint-3", "logs"]
+        folder = root.joinpath(*rng.sample(parts, rng.randint(0, 3)))
         name = rng.choice(names)
         text = "{}" if name in ("status.json", "run.json") else contents.get(Path(name).suffix, "")
         write(folder / name, text)
