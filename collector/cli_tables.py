@@ -146,20 +146,20 @@ CLEARED_OPEN = (
     "cleared: an incident whose alerts all cleared stays open until the run goes on past it without the "
     "trouble coming back (`alerts` lists it)."
 )
-# An RL run is judged by its reward and validation score, not a loss: its loss columns show them, marked.
-RL_JUDGED = "r: an RL run's latest reward, s: its latest validation score (what it is judged by, not a loss)."
 
 
 def runs_table(runs: list[RunSummary]) -> str:
     """One row per run; an RL run shows what it is judged by in the loss columns, its reward (`r:`) and its
-    validation score (`s:`), where it logs them; notes under the table say what the marks mean when used."""
+    validation score (`s:`), where it logs them (`RunSummary.loss_cells`, as the dashboard's overview does);
+    notes under the table say what the marks mean when used."""
+    from collector.api.models import RL_JUDGED  # (pydantic: loaded already, `runs` are parsed answers)
+
     rows = [
         {
             "id": r.id,
             "status": r.status,
             "steps": cell(r.last_step) + (f"/{r.total_steps}" if r.total_steps else ""),
-            "train_loss": _judged(r.train_loss, r, r.reward, "r"),
-            "val_loss": _judged(r.val_loss, r, r.val_score, "s"),
+            **dict(zip(("train_loss", "val_loss"), r.loss_cells(cell), strict=True)),
             "alerts": " ".join(
                 [f"{s}:{n}" for s, n in r.open_alerts.by_severity() if n]
                 + ([f"cleared:{r.cleared_open_incidents}"] if r.cleared_open_incidents else [])
@@ -169,20 +169,9 @@ def runs_table(runs: list[RunSummary]) -> str:
         for r in runs
     ]
     body = table(rows, ["id", "status", "steps", "train_loss", "val_loss", "alerts", "format"], keep="id")
-    notes = (
-        [RL_JUDGED]
-        if any(isinstance(row[c], str) for row in rows for c in ("train_loss", "val_loss"))
-        else []
-    )
+    notes = [RL_JUDGED] if any(r.judged_by_score for r in runs) else []
     notes += [CLEARED_OPEN] if any(r.cleared_open_incidents for r in runs) else []
     return "\n".join([body, *(line for note in notes for line in wrap(note))])
-
-
-def _judged(loss: float | None, r: RunSummary, score: float | None, mark: str) -> float | str | None:
-    """The loss; for an RL run, what it is judged by instead where it logs it: `score` marked (`r:0.42`)."""
-    if r.kind != "rl" or score is None:
-        return loss
-    return f"{mark}:{cell(score)}"
 
 
 def run_lines(r: RunDetail) -> str:

@@ -1,4 +1,5 @@
-"""Runs overview: every run with its status, progress, latest losses, open alerts and recommended checkpoint.
+"""Runs overview: every run with its status, progress, latest losses (an RL run's reward and validation score
+in their place, marked as `collector runs` marks them), open alerts and recommended checkpoint.
 
 Built for a hundred runs and more: names shortened in the middle (where runs of one sweep differ at both ends),
 sorted by what needs a look unless asked otherwise, filtered by status, severity and name; no cell says "None".
@@ -13,7 +14,7 @@ import streamlit as st
 
 from app import ui
 from app.name_hover import ROW_PX, full_names_on_hover
-from collector.api.models import RunSummary
+from collector.api.models import RL_JUDGED, RunSummary
 from collector.core.printable import middle
 
 api = ui.api()
@@ -90,13 +91,14 @@ def _row(run: RunSummary) -> dict:
     last, total = run.last_step, run.total_steps
     updated = ui.parse_time(run.updated_at or run.last_point_at)
     keep = run.recommended_step
+    train_loss, val_loss = run.loss_cells(number)  # an RL run: `r:` its reward, `s:` its validation score
     return {
         "run": run.id,
         "status": run.status or "unknown",
         "progress": bar(run.progress),
         "step": (NONE if last is None else f"{last:,}") + (f" / {total:,}" if total else ""),
-        "train loss": number(run.train_loss),
-        "val loss": number(run.val_loss),
+        "train loss": train_loss,
+        "val loss": val_loss,
         "severity": alerts.worst or "none",
         "alerts": ui.alert_counts_text(alerts, none=NONE, cleared_open=run.cleared_open_incidents),
         "errors": alerts.error,
@@ -187,6 +189,10 @@ event = st.dataframe(
             "progress", help="Last step over planned steps; a completed run is done", width="small"
         ),
         "step": st.column_config.TextColumn("step", help="Last step / planned steps"),
+        "train loss": st.column_config.TextColumn(
+            "train loss", help=f"The latest training loss. {RL_JUDGED}"
+        ),
+        "val loss": st.column_config.TextColumn("val loss", help=f"The latest validation loss. {RL_JUDGED}"),
         "alerts": st.column_config.TextColumn(
             "open alerts",
             help=f"Open alerts by severity, then incidents cleared, still open: {ui.CLEARED_OPEN}",
@@ -200,6 +206,9 @@ event = st.dataframe(
         "updated": st.column_config.TextColumn("last update"),
     },
 )
+in_view = set(shown["run"])
+if any(r.judged_by_score for r in runs if r.id in in_view):
+    st.caption(RL_JUDGED)  # (the legend `collector runs` prints under its table)
 st.caption(
     f"{len(shown)} of {len(runs)} runs shown. Hover a shortened name for all of it; click a row to open the "
     "run (its page is titled with the full name); the name filter matches any part of a full name."

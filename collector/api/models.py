@@ -11,6 +11,7 @@ Imports pydantic only: the app may import this module (tests/test_layout.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field
@@ -121,6 +122,11 @@ class OpenAlerts(Answer):
         return next((s for s, n in self.by_severity() if n), None)
 
 
+# An RL run has no loss: the overview (`collector runs`, the dashboard's Runs page) shows what it is judged by in
+# its loss columns, marked (`RunSummary.loss_cells`), and says this under the table.
+RL_JUDGED = "r: an RL run's latest reward, s: its latest validation score (what it is judged by, not a loss)."
+
+
 class RunSummary(Answer):
     """One run of `GET /api/runs`."""
 
@@ -156,6 +162,21 @@ class RunSummary(Answer):
         if self.last_step is None or not self.total_steps:
             return None
         return max(0.0, min(1.0, self.last_step / self.total_steps))
+
+    @property
+    def judged_by_score(self) -> bool:
+        """Whether `loss_cells` shows this run's reward or validation score (an RL run that logs one)."""
+        return self.kind == "rl" and (self.reward is not None or self.val_score is not None)
+
+    def loss_cells(self, number: Callable[[float | None], str]) -> tuple[str, str]:
+        """The overview's train-loss and val-loss cells, each value written by `number` (None too): the
+        losses; for an RL run, in each column where it logs it, what it is judged by instead, marked: its
+        reward (`r:0.42`) and its validation score (`s:0.61`). `RL_JUDGED` says so under the table."""
+        rl = self.kind == "rl"
+        return (
+            f"r:{number(self.reward)}" if rl and self.reward is not None else number(self.train_loss),
+            f"s:{number(self.val_score)}" if rl and self.val_score is not None else number(self.val_loss),
+        )
 
 
 class MetricInfo(Answer):

@@ -93,6 +93,23 @@ def copy_real_runs(root: Path) -> None:
         shutil.copyfile(path, root / "real" / path.name)
 
 
+def write_rl_and_sft_runs(root: Path) -> None:
+    """Two runs of 20 steps in verl's file-logger JSONL under `root`: `grpo`, an RL run that logs a reward
+    (`critic/score/mean`, 0.1 + step/97) and a validation score every 10 steps (`val-core/...`, 0.3 +
+    step/331) and no loss, and `sft`, which logs `train/loss` (2/step) and `val/loss` every 10 (2.5/step)."""
+    rl, sft = [], []
+    for s in range(1, 21):
+        data = {"critic/score/mean": 0.1 + s / 97, "actor/entropy": 1.0 - s / 50}
+        if s % 10 == 0:
+            data["val-core/sums/reward/mean@1"] = 0.3 + s / 331
+        rl.append(json.dumps({"step": s, "data": data}) + "\n")
+        loss = {"train/loss": 2.0 / s} | ({"val/loss": 2.5 / s} if s % 10 == 0 else {})
+        sft.append(json.dumps({"step": s, "data": loss}) + "\n")
+    for name, lines in (("grpo", rl), ("sft", sft)):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.jsonl").write_text("".join(lines))
+
+
 def serve_when_ingested(root: Path, state: Path, expected: set[str]) -> Iterator[Collector]:
     """A real collector over `root`, yielded once it lists every `expected` run with points; stopped after."""
     running = start_collector(state / "runwatch.duckdb", [root], state / "collector.log")

@@ -1,5 +1,5 @@
 """The overview and the addresses people type, in Chromium: `/runs` and other natural paths lead to their page,
-and the compare page's legend sits under its plot."""
+the compare page's legend sits under its plot, and an RL run's loss columns say what it is judged by."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from app.chart_code import plotly_file
 from app.name_hover import ROW_PX
+from collector.api.models import RL_JUDGED, RunSummary
 from tests.app.browser_support import (
     chromium_or_skip,
     chromium_page,
@@ -20,7 +21,7 @@ from tests.app.browser_support import (
     streamlit_app,
     wait_idle,
 )
-from tests.app.conftest import real_run_ids, start_collector, stop_process
+from tests.app.conftest import real_run_ids, start_collector, stop_process, write_rl_and_sft_runs
 from tests.waiting import wait_for
 
 
@@ -124,5 +125,45 @@ def test_hovering_a_shortened_name_shows_it_in_full(tmp_path: Path):
             assert hover(1) == LONG_NAMES[0]
             assert hover(1, x=600) is None  # over the status column, not the name
             assert hover(-1) is None  # the header
+    finally:
+        stop_process(collector.proc)
+
+
+def test_an_rl_runs_reward_and_validation_score_show_in_the_loss_columns(tmp_path: Path):
+    """What a person sees in the overview for an RL run (no loss logged): its reward and validation score in the
+    loss columns, marked `r:`/`s:` as `collector runs` marks them, and the legend under the table; the SFT run
+    beside it shows its losses. (Its loss columns read "—" before.)"""
+    chromium_or_skip()
+    root = tmp_path / "root"
+    write_rl_and_sft_runs(root)
+    collector = start_collector(tmp_path / "rl.duckdb", [root], tmp_path / "collector.log")
+    try:
+        client = collector.client()
+
+        def read_to_their_ends() -> dict[str, RunSummary]:
+            found = {r.id: r for r in client.get("/api/runs", model=list[RunSummary])}
+            if any(found[k].last_step != 20 for k in ("grpo", "sft")):
+                raise LookupError("not read to step 20 yet")
+            return found
+
+        runs = wait_for(read_to_their_ends, "both runs read to step 20", proc=collector.proc)
+        rl, sft = runs["grpo"], runs["sft"]
+        with (
+            streamlit_app(collector.db, [root], tmp_path / "home", tmp_path / "st.log") as url,
+            chromium_page() as page,
+        ):
+            assert open_page(page, url + "/") == "Runs"
+            page.wait_for_selector(".st-key-runs_table tr td", state="attached")  # (drawn offscreen)
+            # the table's accessible copy: the text the canvas draws, row by row
+            cells = page.evaluate(
+                """() => [...document.querySelectorAll('.st-key-runs_table tr')]
+                    .map(tr => [...tr.querySelectorAll('td')].map(td => td.textContent))"""
+            )
+            rows = {next(c for c in row if c in runs): row for row in cells if set(row) & set(runs)}
+            assert f"r:{rl.reward:.4g}" in rows["grpo"] and f"s:{rl.val_score:.4g}" in rows["grpo"], rows
+            assert f"{sft.train_loss:.4g}" in rows["sft"] and f"{sft.val_loss:.4g}" in rows["sft"], rows
+            assert not [c for c in rows["sft"] if c.startswith(("r:", "s:"))], rows
+            assert page.get_by_text(RL_JUDGED, exact=True).is_visible()
+            screenshot_whole_page(page, screenshots_dir(tmp_path) / "overview-rl.png")
     finally:
         stop_process(collector.proc)

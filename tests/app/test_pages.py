@@ -21,7 +21,16 @@ from streamlit.testing.v1 import AppTest
 
 from app.api import DashboardApi
 from app.connection import read_marker
-from tests.app.conftest import REPO, SMOKE_RUN, real_run_ids, start_collector, stop_process, wait_for
+from collector.api.models import RL_JUDGED
+from tests.app.conftest import (
+    REPO,
+    SMOKE_RUN,
+    real_run_ids,
+    start_collector,
+    stop_process,
+    wait_for,
+    write_rl_and_sft_runs,
+)
 
 APP = str(REPO / "app" / "streamlit_app.py")
 PAGE_FILES = {
@@ -651,5 +660,50 @@ def test_a_cleared_incident_still_open_is_said_alike_on_every_page(tmp_path, mon
         assert "stays open until the run goes on past it" in " ".join(said.split()), said
         table = _human_cli(collector, "runs")
         assert "cleared:1" in table and "stays open until the run goes on past it" in " ".join(table.split())
+    finally:
+        stop_process(collector.proc)
+
+
+def test_the_overview_says_what_an_rl_run_is_judged_by_as_collector_runs_does(tmp_path, monkeypatch):
+    """An RL run logs no loss: the overview's loss columns said "—" for it while `collector runs` showed its
+    reward (`r:`) and validation score (`s:`) with a legend under the table. The overview now shows the same
+    values, marked the same, with the same legend (only while an RL run is in view); an SFT run is unchanged."""
+    root, db = tmp_path / "root", tmp_path / "own.duckdb"
+    write_rl_and_sft_runs(root)
+    collector = start_collector(db, [root], tmp_path / "collector.log")
+    try:
+        monkeypatch.setenv("RUNWATCH_DB", str(db))
+        monkeypatch.setenv("RUNWATCH_ROOTS", str(root))
+        client = collector.client()
+
+        def read_to_their_ends() -> dict:
+            found = {r["id"]: r for r in client.get("/api/runs")}
+            if any(found[k]["last_step"] != 20 for k in ("grpo", "sft")):
+                raise LookupError("not read to step 20 yet")
+            return found
+
+        rows = wait_for(read_to_their_ends, "both runs read to step 20", proc=collector.proc)
+        rl, sft = rows["grpo"], rows["sft"]
+        assert rl["kind"] == "rl" and rl["train_loss"] is None and rl["val_loss"] is None
+        assert math.isclose(rl["reward"], 0.1 + 20 / 97) and math.isclose(rl["val_score"], 0.3 + 20 / 331)
+        assert sft["kind"] == "sft" and math.isclose(sft["val_loss"], 2.5 / 20)
+
+        overview = open_page()
+        table = overview.dataframe[0].value.set_index("run")
+        # the dashboard's digits (4, as for its losses); the CLI's are 6: the same values
+        assert table.loc["grpo", "train loss"] == f"r:{rl['reward']:.4g}"
+        assert table.loc["grpo", "val loss"] == f"s:{rl['val_score']:.4g}"
+        assert table.loc["sft", "train loss"] == f"{sft['train_loss']:.4g}"
+        assert table.loc["sft", "val loss"] == f"{sft['val_loss']:.4g}"
+        captions = [c.value for c in overview.caption]
+        assert RL_JUDGED in captions, captions
+        cli = _human_cli(collector, "runs")
+        [cli_rl] = [line for line in cli.splitlines() if line.startswith("grpo ")]
+        assert f"r:{rl['reward']:.6g}" in cli_rl and f"s:{rl['val_score']:.6g}" in cli_rl, cli_rl
+        assert RL_JUDGED in " ".join(cli.split()), cli  # one legend, word for word
+
+        overview.text_input[0].input("sft").run()  # no RL run in view: no legend
+        assert list(overview.dataframe[0].value["run"]) == ["sft"]
+        assert RL_JUDGED not in [c.value for c in overview.caption]
     finally:
         stop_process(collector.proc)
