@@ -190,13 +190,16 @@ def action_for_alert(
         basis = (
             f"by {advice.get('metric')}" if scored else "as the latest good one, with no evaluation to go by"
         )
-        parts.append(
-            f"(This is where to resume from before the trouble; the checkpoint advice, which checkpoint to keep "
-            f"at the end, picks step {advice_step} {basis}.)"
-        )
         # the short lines are read beside the Checkpoints page, which keeps the advice's step and may list this
-        # one as safe to delete: say why they differ there too, not only in the paragraph
-        reason += f" It is where to resume from; the checkpoint advice keeps step {advice_step} at the end ({basis})."
+        # one as safe to delete: the Keep line itself says what this one is for and defers to the advice, in
+        # the paragraph's words (`check` prints the paragraph, the dashboard the lines)
+        resume_only = (
+            f"to resume from before the trouble; at the end, the checkpoint advice keeps step {advice_step} "
+            f"({basis})"
+        )
+        parts.append(f"(This is where {resume_only}.)")
+    else:
+        resume_only = None
     return {
         "checkpoint": chosen,
         "trainer": trainer.kind,
@@ -212,6 +215,7 @@ def action_for_alert(
             skip,
             reason,
             never_learned=bool(advice.get("never_learned")),
+            resume_only=resume_only,
             # none seen before the trouble: the advice's own step (no folder of it seen) is where to go back to
             advice_before=advice_step if advice_step is not None and advice_step <= first else None,
         ),
@@ -225,12 +229,17 @@ def _lines(
     reason: str,
     never_learned: bool,
     advice_before: int | None,
+    resume_only: str | None = None,
 ) -> dict:
-    """`keep`, `run`, `why`: the action in three short lines (the command itself is `command`, said once)."""
+    """`keep`, `run`, `why`: the action in three short lines (the command itself is `command`, said once).
+    `resume_only`: the chosen checkpoint is where to resume from, not the one the checkpoint advice keeps;
+    said on the `keep` line (read as "Keep step 50 ..."), which then names the advice's step."""
     if chosen is not None:
         keep = f"step {chosen['step']}" + (f" ({chosen['path']})" if chosen.get("path") else "")
         if chosen.get("inferred"):
             keep += ", implied by the run's files: check it exists"
+        if resume_only:
+            keep += f", {resume_only}"
         run = resume[2] if resume is not None else "resume from it with your trainer's resume option"
     elif never_learned:
         keep, run = (

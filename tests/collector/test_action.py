@@ -80,7 +80,7 @@ def test_a_spike_restarts_from_a_checkpoint_100_steps_before_and_skips_its_batch
     assert (
         act["command"] == "trainer.resume_mode=resume_path trainer.resume_from_path=/runs/a/global_step_200"
     )
-    assert "steps 300-303" in act["text"] and "picks step 400" in act["text"]
+    assert "steps 300-303" in act["text"] and "the checkpoint advice keeps step 400" in act["text"]
     # none 100 steps before: the last one before the spike, and the text says how close it is
     close = action_for_alert(
         {**alert, "first_step": 270}, advice([ckpt(100), ckpt(250)]), VERL, "/runs/a", [], restart_before=100
@@ -149,21 +149,32 @@ def demo_saves(evals=DEMO_EVALS) -> list[dict]:
 def test_a_spike_resume_point_other_than_the_advices_says_so_in_its_short_lines():
     # the demo (make demo): a grad spike at 61 goes back to a save before it, while the checkpoint advice keeps
     # step 40 and the Checkpoints page lists the other as safe to delete; the dashboard shows Keep / Run / Why,
-    # not the paragraph, so the why says the two differ, and the Run line reads after its label
+    # not the paragraph, so the Keep line itself says the step is where to resume from and names the advice's
+    # (it read "Keep step 60" beside "Keep step 40" on the Checkpoints page), and the Run line reads after its label
     spike = {"rule": "grad_spike", "severity": "error", "metric": "train/grad_norm", "first_step": 61,
              "last_step": 64}  # fmt: skip
     ours = Trainer("runwatch", "x", "demo")
     act = action_for_alert(spike, advice(demo_saves(DEMO_EVALS[3:]), 40), ours, "/runs/a", [(61, 64)])
-    assert (
-        act["keep"] == "step 60 (/runs/a/global_step_60)"
-    )  # two evaluations before it: no noise to judge by
-    assert act["why"].endswith(
-        "It is where to resume from; the checkpoint advice keeps step 40 at the end (by val/loss)."
+    # (two evaluations before it: no noise to judge by, so step 60 is not known to be damaged)
+    assert act["keep"] == (
+        "step 60 (/runs/a/global_step_60), to resume from before the trouble; at the end, the checkpoint advice "
+        "keeps step 40 (by val/loss)"
     )
+    assert act["restart_step"] == 60 and act["advice_step"] == 40  # the fields keep their meaning
+    assert "checkpoint advice" not in act["why"]  # said once, on the Keep line
     assert act["run"] == "this command; when replaying, skip the batches of steps 61-64"
-    assert "picks step 40 by val/loss" in act["text"]
+    assert (
+        "(This is where to resume from before the trouble; at the end, the checkpoint advice keeps step 40 (by val/loss).)"
+        in act["text"]
+    )
     same = action_for_alert(spike, advice(demo_saves(DEMO_EVALS[3:]), 60), ours, "/runs/a", [(61, 64)])
-    assert "checkpoint advice" not in same["why"]
+    assert same["keep"] == "step 60 (/runs/a/global_step_60)" and "checkpoint advice" not in same["why"]
+    unscored = action_for_alert(
+        spike, advice([ckpt(40), ckpt(60)], 40), ours, "/runs/a", [(61, 64)]
+    )  # no evaluation: the advice keeps its latest good one
+    assert unscored["keep"].endswith(
+        "at the end, the checkpoint advice keeps step 40 (as the latest good one, with no evaluation to go by)"
+    )
 
 
 def test_a_spike_does_not_go_back_to_a_save_whose_own_evaluation_shows_its_damage():
