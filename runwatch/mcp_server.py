@@ -123,10 +123,20 @@ def build(source: Runwatch) -> MCPServer:
     def list_runs() -> dict[str, Any]:
         """Every run with its verdict (OK, WARN, ERROR from its open alerts), status, last and total steps,
         latest train/val loss, open alert counts, the anomaly (first unresolved error) and the checkpoint step
-        the advice keeps."""
+        the advice keeps; its kind (rl or sft) and, what an RL run is judged by instead of a loss, its latest
+        reward and validation score."""
         runs = source.ask("GET", "/api/runs", None, lambda s: api_runs.runs(RunService(s)))
         keep = ("id", "status", "last_step", "total_steps", "train_loss", "val_loss", "open_alerts")
-        more = ("anomaly_detected", "anomaly_reason", "recommended_step", "path", "format")
+        more = (
+            "anomaly_detected",
+            "anomaly_reason",
+            "recommended_step",
+            "path",
+            "format",
+            "kind",
+            "reward",
+            "val_score",
+        )
         return strict({"runs": [{k: r.get(k) for k in keep + more} | {"verdict": verdict(r)} for r in runs]})
 
     @server.tool()

@@ -23,6 +23,7 @@ from tests.conftest import REAL_RUNS, REPO
 OVERFIT = "yongshuaiy__LLMs-final__output-checkpoint-669"  # eval_loss best at 200, then rises
 SPIKE = "Miguel-Alessio__qwen-chess-lora__logs"  # grad_norm burst to ~131 at step 2680
 LIVE = "live-run"
+RL = "grpo-run"  # verl's file logger: a reward and a validation score, no loss
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,16 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (live / "status.json").write_text(
         json.dumps({"state": "running", "step": 10, "total_steps": 100, "pid": 1, "updated_at": time.time()})
+    )
+    (root / RL).mkdir()
+    (root / RL / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {"step": s, "data": {"critic/score/mean": s / 10, "val-core/sums/reward/mean@1": s / 20}}
+            )
+            + "\n"
+            for s in range(1, 6)
+        )
     )
     db = base / "state" / "runwatch.duckdb"
     out = subprocess.run(
@@ -97,7 +108,11 @@ def test_an_agent_reads_the_runs_and_asks_for_a_stop_from_the_database(db: Path)
         "run_incidents",
     ]
     runs = {r["id"]: r for r in listed["runs"]}
-    assert set(runs) == {OVERFIT, SPIKE, LIVE}
+    assert set(runs) == {OVERFIT, SPIKE, LIVE, RL}
+    # what an RL run is judged by, as the dashboard's overview and `collector runs` show it
+    assert runs[RL]["kind"] == "rl" and runs[RL]["train_loss"] is None
+    assert runs[RL]["reward"] == 0.5 and runs[RL]["val_score"] == 0.25
+    assert runs[OVERFIT]["kind"] == "sft" and runs[OVERFIT]["reward"] is None
     assert runs[OVERFIT]["verdict"] == "WARN" and runs[OVERFIT]["recommended_step"] == 200
     assert runs[LIVE]["verdict"] == "OK" and runs[LIVE]["status"] == "running"
 
@@ -138,7 +153,7 @@ def test_through_a_running_collector(db: Path):
     finally:
         daemon.stop()
     # (the daemon holds the database: an answer at all came through its API)
-    assert {r["id"] for r in listed["runs"]} == {OVERFIT, SPIKE, LIVE}
+    assert {r["id"] for r in listed["runs"]} == {OVERFIT, SPIKE, LIVE, RL}
     # the first request stands: a second one is not written
     assert stop["written"] is (not asked_before)
     assert stop["request"] == json.loads(stop_file.read_text())
