@@ -6,7 +6,7 @@ kill -9 included) and publishes it into the lake every few seconds, one lake tra
 on it: the lake holds the same tables (`runs`, `series`, `point_rows`, the `points` view, `metric_stats`,
 `alerts`, ...) as the file, with every collector's rows in them.
 
-Ownership: a collector has a unique name (`--collector`, registered in `team_collectors`; a second live one
+Ownership: a collector has a unique name (`--collector`, registered in `team_names`; a second live one
 of that name is refused). In the lake its runs are `NAME/RUN` and its numeric ids (sources, series, alerts)
 are moved into its own 2^32 block (`namespace(name) << 32 | id`), so two collectors never write the same
 run or row. Exactly once: what was published is read back from the lake at start (per series of points, how
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import duckdb
 
-from collector.store import lake_access, lake_compaction, lake_names
+from collector.store import lake_access, lake_compaction, lake_format, lake_names
+from collector.store.lake_format import TEAM_TABLES
 from collector.store.lake_names import LIVE_S
 from collector.store.schema import StoreError
 
@@ -40,15 +41,6 @@ KEEP_SNAPSHOTS_S = 60  # compaction keeps older snapshots (and their files) this
 ASK_EVERY_S = 0.9  # a batch reads the stops and acks asked through the lake at most this often
 SKIP_TABLES = {"schema_version"}
 POINTS_TABLE = "point_rows"
-# Lake tables of team mode itself (not copies of the collector's tables).
-TEAM_TABLES = [
-    """CREATE TABLE IF NOT EXISTS {lake}.team_collectors (name VARCHAR, ns BIGINT, host VARCHAR, pid BIGINT,
-       started_at DOUBLE, heartbeat_at DOUBLE)""",
-    """CREATE TABLE IF NOT EXISTS {lake}.team_stops (run_id VARCHAR, reason VARCHAR, asked_at DOUBLE,
-       asked_by VARCHAR, done_at DOUBLE, outcome VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS {lake}.team_alert_changes (alert_id BIGINT, state VARCHAR, note VARCHAR,
-       asked_at DOUBLE, done_at DOUBLE, outcome VARCHAR)""",
-]
 
 
 @dataclass(frozen=True)
@@ -142,6 +134,13 @@ def _attach_failure(error: str) -> str:
         return f"Postgres refused the password ({reason}): {PASSWORD_HOW}"
     if "no password supplied" in first:
         return f"Postgres asks for a password and none was given ({reason}): {PASSWORD_HOW}"
+    held = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", first)
+    if held:  # a DuckDB-file catalog, open in another process (measured: a second serve, or a team API)
+        return (
+            f"its catalog is a DuckDB file, which one process at a time may open, and process {held[2]} "
+            f"({held[1]}) has it open: a DuckDB-file catalog serves one collector (or one team API) alone; for "
+            "several collectors, or a team API beside a collector, use a Postgres catalog (README, team mode)"
+        )
     return first
 
 
@@ -272,6 +271,7 @@ class LakePublisher:
                 f"the lake's Postgres role {role!r} may only read it: a collector needs a role that may write "
                 "the lake's catalog (README, team mode: roles)"
             )
+        self._retry(lambda: lake_format.ensure(self.cur, LAKE, self.spec.shown))
         self._retry(lambda: ensure_schema(self.cur, self.tables))
 
     def _drop_connection(self) -> None:
@@ -354,6 +354,7 @@ class LakePublisher:
             marks = self._publish_points(tables[POINTS_TABLE], written)
             beat = time.time()
             if beat - self.beat_at >= LIVE_S / 3:  # an UPDATE writes two files in the lake: not every batch
+                lake_format.refuse_newer(cur, LAKE, self.spec.shown)  # (upgraded by a newer collector since)
                 lake_names.beat(cur, LAKE, self.name, beat)
             ask = time.monotonic() - self.asked_at >= self.ask_every_s
             # Read here: no lake transaction of their own.
@@ -404,7 +405,8 @@ class LakePublisher:
             self.published[table] = {h for (h,) in self.cur.execute(q).fetchall()}
         # The marks are counted from the lake's own points and replaced values, so they cannot disagree with
         # them (a mark that does not match the file's counts only replaces that series whole). They were rows of
-        # `team_marks` (a lake made before still has the table), rewritten every batch: ~16 % of a batch's CPU.
+        # `team_marks`, rewritten every batch: ~16 % of a batch's CPU (lake_format: a collector reading them
+        # would publish every point again, so format 2 refuses it).
         rows = self.cur.execute(
             f"""SELECT p.series & 4294967295, count(*), max(p.step), any_value(coalesce(r.n, 0))
                 FROM {LAKE}.point_rows p JOIN {LAKE}.series s ON s.id = p.series

@@ -1,8 +1,8 @@
 """Retiring a collector from a team's lake: `collector forget --store ... --data-path ... --collector NAME`.
 
-Deletes every row the collector published (its runs `NAME/RUN`, the rows of its id block, its marks, the stops
+Deletes every row the collector published (its runs `NAME/RUN`, the rows of its id block, the stops
 and acks asked of it, its name) in one lake transaction, so a reader shows all of it or none of it. Refused for
-a role that may only read the lake and while a collector of that name is live (`team_collectors`: it would
+a role that may only read the lake and while a collector of that name is live (`team_names`: it would
 publish everything again from its file), checked in that transaction under the name's lock
 (`lake_names.name_lock`): a collector of that name starting meanwhile waits, then publishes everything again.
 Under the lake's write lock too (`lake_compaction.lake_lock`), as a collector's writes: a compaction waits for it. The
@@ -17,7 +17,7 @@ import time
 
 import duckdb
 
-from collector.store import lake_access, lake_compaction, lake_names
+from collector.store import lake_access, lake_compaction, lake_format, lake_names
 from collector.store.lake import (
     LAKE,
     NAME_RE,
@@ -64,6 +64,11 @@ def _forget(con: duckdb.DuckDBPyConnection, spec: LakeSpec, name: str) -> dict[s
         )
     con.execute(f"DETACH {LAKE}")
     attach(con, spec)
+    if not lake_format.refuse_newer(con, LAKE, spec.shown):
+        raise StoreError(f"no collector has published into this lake: nothing to forget of {name!r}")
+    lake_format.ensure(
+        con, LAKE, spec.shown
+    )  # a lake of older collectors: its names where this code reads them
     # Under the name's lock: a collector of that name starting now waits until this is done (then publishes
     # everything again from its file); one that started first is live by then, and this is refused. And under
     # the lake's write lock, as a collector's writes: a compaction merging beside these deletes brings rows back.
@@ -83,12 +88,6 @@ def _forget(con: duckdb.DuckDBPyConnection, spec: LakeSpec, name: str) -> dict[s
 
 def _refuse_live(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """StoreError while a collector of `name` is live, as a collector's start judges a name taken."""
-    (team,) = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'team_collectors'",
-        [LAKE],
-    ).fetchone()
-    if not team:  # a DuckLake no runwatch collector has published into
-        raise StoreError(f"no collector has published into this lake: nothing to forget of {name!r}")
     holder = lake_names.live_holder(con, LAKE, name)
     if holder:
         raise StoreError(
@@ -102,7 +101,7 @@ def _refuse_live(con: duckdb.DuckDBPyConnection, name: str) -> None:
 def _delete(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, int]:
     """In one lake transaction: refused while `name` is live, else every row of it deleted."""
     ns = namespace(name)
-    special = {"team_collectors": f"name = '{name}'", "team_marks": f"ns = {ns}"}
+    special = {"team_names": f"name = '{name}'"}
     deleted: dict[str, int] = {}
     con.execute("BEGIN TRANSACTION")
     try:

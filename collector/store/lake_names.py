@@ -1,4 +1,4 @@
-"""Team mode's collector names: who holds a name in the lake (`team_collectors`), and claiming one.
+"""Team mode's collector names: who holds a name in the lake (`team_names`), and claiming one.
 
 A name is held by the collector that registered it last, while its heartbeat is younger than LIVE_S (on the
 same host, only while its pid lives). Claiming a name (a collector's start) and `collector forget` each check
@@ -37,7 +37,9 @@ def name_lock(con: duckdb.DuckDBPyConnection, lake: str, ns: int, name: str) -> 
     """Hold collector `name`'s lock (by its id block `ns`) in the lake's Postgres catalog while the block
     runs; the block's lake transaction must begin inside it (a DuckLake transaction reads the snapshot it
     began with: measured, a lock taken after its first read leaves it reading the older snapshot). StoreError
-    when another process held the lock for NAME_LOCK_WAIT_S. A catalog that is not Postgres has none."""
+    when another process held the lock for NAME_LOCK_WAIT_S. A catalog that is not Postgres has none and needs
+    none: a DuckDB-file catalog is open in one process at a time (DuckDB locks the file; measured: a second
+    collector or a team API is refused at attach, `lake._attach_failure` says so)."""
     # (held to the block's end: after its lake transaction committed)
     with lake_access.lock_holder(con, lake, NAME_LOCK_WAIT_S) as held:
         if held is None:
@@ -70,7 +72,7 @@ def name_lock(con: duckdb.DuckDBPyConnection, lake: str, ns: int, name: str) -> 
 def live_holder(cur: duckdb.DuckDBPyConnection, lake: str, name: str) -> str | None:
     """Which live collector other than this process holds `name` ("host H, pid P, seen N s ago"), or None."""
     now, host, pid = time.time(), HOST, os.getpid()
-    rows = cur.execute(f"SELECT host, pid, heartbeat_at FROM {lake}.team_collectors WHERE name = ?", [name])
+    rows = cur.execute(f"SELECT host, pid, heartbeat_at FROM {lake}.team_names WHERE name = ?", [name])
     for other_host, other_pid, beat in rows.fetchall():
         if (other_host, other_pid) == (host, pid) or beat is None or now - beat >= LIVE_S:
             continue
@@ -91,16 +93,16 @@ def claim(cur: duckdb.DuckDBPyConnection, lake: str, name: str, ns: int) -> None
                 f"a collector named {name!r} is live ({holder}): give this one another --collector name"
             )
         clash = cur.execute(
-            f"SELECT name FROM {lake}.team_collectors WHERE ns = ? AND name <> ?", [ns, name]
+            f"SELECT name FROM {lake}.team_names WHERE ns = ? AND name <> ?", [ns, name]
         ).fetchall()
         if clash:
             raise StoreError(
                 f"--collector {name!r} shares its id block with {clash[0][0]!r}: pick another name"
             )
         now = time.time()
-        cur.execute(f"DELETE FROM {lake}.team_collectors WHERE name = ?", [name])
+        cur.execute(f"DELETE FROM {lake}.team_names WHERE name = ?", [name])
         cur.execute(
-            f"INSERT INTO {lake}.team_collectors VALUES (?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO {lake}.team_names VALUES (?, ?, ?, ?, ?, ?)",
             [name, ns, HOST, os.getpid(), now, now],
         )
         cur.execute("COMMIT")
@@ -120,7 +122,7 @@ def beat(cur: duckdb.DuckDBPyConnection, lake: str, name: str, at: float) -> Non
     """Write this process's heartbeat as collector `name` (in the caller's lake transaction); NameLost when the
     lake no longer registers this process under that name."""
     (written,) = cur.execute(
-        f"UPDATE {lake}.team_collectors SET heartbeat_at = ? WHERE name = ? AND host = ? AND pid = ?",
+        f"UPDATE {lake}.team_names SET heartbeat_at = ? WHERE name = ? AND host = ? AND pid = ?",
         [at, name, HOST, os.getpid()],
     ).fetchone()
     if not written:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import duckdb
 
-from collector.store import lake_access
+from collector.store import lake_access, lake_format
 from collector.store.lake import LAKE, LIVE_S, TEAM_TABLES, LakeSpec, attach, load_extensions, masked
 from collector.store.schema import StoreError, migrate
 
@@ -68,6 +68,11 @@ class LakeReader:
                 if _NOT_CREATED in str(e):
                     return False
                 raise
+            try:
+                lake_format.refuse_newer(self.con, LAKE, self.spec.shown)
+            except StoreError:
+                self.con.execute(f"DETACH {LAKE}")
+                raise
             if lake_access.role_may_write(self.con, LAKE):  # it may take stops, acks and resolves
                 self.con.execute(f"DETACH {LAKE}")
                 attach(self.con, self.spec)
@@ -105,16 +110,23 @@ class LakeReader:
         """What `/api/health` says of the lake: `collectors` that have published into it, `read_only`, and a
         `message` while there is none, and `error`: why the lake awaited cannot be attached (a `--data-path`
         other than the one its first collector gave, Postgres gone), while it cannot."""
-        (collectors,) = cur.execute("SELECT count(DISTINCT name) FROM team_collectors").fetchone()
+        (collectors,) = cur.execute("SELECT count(DISTINCT name) FROM team_names").fetchone()
         out = {"collectors": collectors, "read_only": self.read_only}
         failing = self.failing
         if failing is not None:  # (then whether a collector published is not known here)
             out["error"] = f"{failing.rstrip('.')}; this team API tries again every second"
+        elif not collectors and self.attached and lake_format.found(cur, LAKE) == 1:
+            out["message"] = OLDER_COLLECTORS
         elif not collectors:
             out["message"] = NO_COLLECTOR_YET
         return out
 
 
+OLDER_COLLECTORS = (
+    "this team lake was written by collectors of an older runwatch (lake format 1): their runs show, but not "
+    "which collectors are live; upgrade them all (the first collector of this runwatch to start upgrades the "
+    "lake, and older ones then refuse it)"
+)
 NO_COLLECTOR_YET = (
     "no collector has published into this team lake yet: its runs show here once one does (each collector: "
     "serve --store ... --data-path ... --collector NAME ROOT)"
@@ -317,9 +329,7 @@ def owner(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     """The collector that owns `run_id` (`collector`: the run id's first part) and whether it is publishing
     (`collector_live`: a heartbeat within `LIVE_S`; False when it never registered)."""
     collector = run_id.split("/", 1)[0]
-    (seen,) = cur.execute(
-        "SELECT max(heartbeat_at) FROM team_collectors WHERE name = ?", [collector]
-    ).fetchone()
+    (seen,) = cur.execute("SELECT max(heartbeat_at) FROM team_names WHERE name = ?", [collector]).fetchone()
     return {"collector": collector, "collector_live": seen is not None and time.time() - seen < LIVE_S}
 
 

@@ -465,19 +465,21 @@ def test_forget_says_why_it_cannot_and_deletes_all_or_nothing(pg, tmp_path):
     assert bare.returncode == 1 and "no collector has published into this lake" in bare.stderr, bare.stderr
     assert "Traceback" not in bare.stderr
     # carol's name row goes first (tables by name), then a table whose run_id cannot be matched fails
+    lake_sql(dsn, data, "CREATE TABLE lake.team_format (format BIGINT, upgraded_at DOUBLE)")
+    lake_sql(dsn, data, "INSERT INTO lake.team_format VALUES (2, 0)")  # (a lake this code wrote)
     lake_sql(
         dsn,
         data,
-        "CREATE TABLE lake.team_collectors (name VARCHAR, host VARCHAR, pid INTEGER, heartbeat_at DOUBLE)",
+        "CREATE TABLE lake.team_names (name VARCHAR, host VARCHAR, pid INTEGER, heartbeat_at DOUBLE)",
     )
-    lake_sql(dsn, data, "INSERT INTO lake.team_collectors VALUES ('carol', 'elsewhere', 1, 0)")
+    lake_sql(dsn, data, "INSERT INTO lake.team_names VALUES ('carol', 'elsewhere', 1, 0)")
     lake_sql(dsn, data, "CREATE TABLE lake.zz_odd (run_id INTEGER)")
     failed = forget(dsn, data, "carol")
     assert failed.returncode == 1 and "collector 'carol' not forgotten from the lake" in failed.stderr, (
         failed.stderr[-2000:]
     )
     assert "Traceback" not in failed.stderr and "forget again" in failed.stderr
-    assert lake_sql(dsn, data, "SELECT name FROM lake.team_collectors") == [["carol"]]
+    assert lake_sql(dsn, data, "SELECT name FROM lake.team_names") == [["carol"]]
     # A COMMIT refused (here: a role that may not record delete files) is said as the catalog said it, not
     # hidden by the ROLLBACK after it, and nothing is gone.
     lake_sql(dsn, data, "DROP TABLE lake.zz_odd")
@@ -490,7 +492,7 @@ def test_forget_says_why_it_cannot_and_deletes_all_or_nothing(pg, tmp_path):
     refused = forget(as_role(dsn, "forgetter"), data, "carol")
     assert refused.returncode == 1 and "ducklake_delete_file" in refused.stderr, refused.stderr[-2000:]
     assert "cannot rollback" not in refused.stderr, refused.stderr[-2000:]
-    assert lake_sql(dsn, data, "SELECT name FROM lake.team_collectors") == [["carol"]]
+    assert lake_sql(dsn, data, "SELECT name FROM lake.team_names") == [["carol"]]
     assert lake_sql(dsn, data, "SELECT run_id FROM lake.zz_runs ORDER BY 1") == [["alice/b"], ["carol/a"]]
 
 

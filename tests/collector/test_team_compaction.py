@@ -83,7 +83,7 @@ from collector.store import lake_forget, lake_names
 from collector.store.db import Store
 from collector.store.lake import LakePublisher, LakeSpec
 spec, db = LakeSpec.parse(sys.argv[1], sys.argv[2]), sys.argv[3]
-LakePublisher(Store(db + ".carol"), spec, "carol")  # registered: a row of team_collectors to forget
+LakePublisher(Store(db + ".carol"), spec, "carol")  # registered: a row of team_names to forget
 other = LakePublisher(Store(db), spec, "probe")
 events, holding = [], threading.Event()
 checked = lake_names.live_holder

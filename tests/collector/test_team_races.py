@@ -17,7 +17,7 @@ import pytest
 from collector.store import lake_names
 from collector.store.lake import namespace
 from tests.collector.test_daemon_support import REPO, marker_path, wait_for
-from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, lake_args, lake_sql, write_steps
+from tests.collector.test_team import LAKE_SQL, TEAM_PYTHON, TeamDaemon, lake_args, lake_sql, write_steps
 from tests.pg_support import BIN, PgServer, _quote, team_cluster
 
 
@@ -156,7 +156,7 @@ def test_forget_meeting_a_collector_of_that_name_as_it_starts(pg, tmp_path):
             "every carol point in the lake once, published again after forget",
             timeout=60,
         )
-        registered = lake_sql(dsn, data, "SELECT pid FROM lake.team_collectors WHERE name = 'carol'")
+        registered = lake_sql(dsn, data, "SELECT pid FROM lake.team_names WHERE name = 'carol'")
         assert registered == [[carol.proc.pid]], registered
         said = carol.log.read_text()  # why it waited at start
         assert "collector 'carol': another process holds its name in the lake" in said, said[-2000:]
@@ -198,7 +198,7 @@ def test_two_collectors_of_one_name_starting_at_once(pg, tmp_path):
         said = stopped[0].log.read_text()
         assert stopped[0].proc.returncode != 0 and "a collector named 'carol' is live" in said, said[-2000:]
         (running,) = [t for t in twins if t is not stopped[0]]
-        registered = lake_sql(dsn, data, "SELECT pid FROM lake.team_collectors WHERE name = 'carol'")
+        registered = lake_sql(dsn, data, "SELECT pid FROM lake.team_names WHERE name = 'carol'")
         assert registered == [[running.proc.pid]], registered
     finally:
         for twin in twins:
@@ -239,7 +239,7 @@ def test_forget_while_another_process_holds_the_name_says_so_and_deletes_nothing
     )
     assert "nothing was done" in waited.stderr and "Traceback" not in waited.stderr, waited.stderr[-2000:]
     assert carols_points(dsn, data) == every_step(10)
-    assert lake_sql(dsn, data, "SELECT count(*) FROM lake.team_collectors WHERE name = 'carol'") == [[1]]
+    assert lake_sql(dsn, data, "SELECT count(*) FROM lake.team_names WHERE name = 'carol'") == [[1]]
 
 
 # `collector forget` that takes every heartbeat for an old one: it sees a running collector as one not seen for
@@ -270,7 +270,7 @@ def test_a_collector_forgotten_while_not_seen_registers_and_publishes_again(pg, 
             cwd=REPO, capture_output=True, text=True, timeout=180,
         )  # fmt: skip
         assert forgot.returncode == 0 and "forgot collector 'carol': deleted" in forgot.stdout, forgot.stderr
-        sql = "SELECT pid FROM lake.team_collectors WHERE name = 'carol'"
+        sql = "SELECT pid FROM lake.team_names WHERE name = 'carol'"
         wait_for(
             lambda: (
                 lake_sql(dsn, data, sql) == [[carol.proc.pid]] and carols_points(dsn, data) == every_step(30)
@@ -300,7 +300,7 @@ def test_a_collector_whose_name_was_taken_while_it_was_stopped_says_each_reason_
     write_steps(tmp_path / "other" / "test" / "z" / "metrics.jsonl", 1, 5)
     first = TeamDaemon(tmp_path / "first.duckdb", [tmp_path / "carol"], *lake_args(dsn, data, "carol"))
     second = TeamDaemon(tmp_path / "second.duckdb", [tmp_path / "other"], *lake_args(dsn, data, "carol"))
-    holder = "SELECT pid FROM lake.team_collectors WHERE name = 'carol'"
+    holder = "SELECT pid FROM lake.team_names WHERE name = 'carol'"
     try:
         first.start()
         wait_for(
@@ -330,3 +330,38 @@ def test_a_collector_whose_name_was_taken_while_it_was_stopped_says_each_reason_
             os.kill(first.proc.pid, signal.SIGCONT)
         first.ensure_stopped()
         second.ensure_stopped()
+
+
+def test_a_duckdb_file_catalog_is_one_processs_and_the_second_says_so(tmp_path):
+    """A lake whose catalog is a DuckDB file (`ducklake:/path/cat.ducklake`) is opened by one process at a time
+    (DuckDB locks the file): with one collector serving it, a second collector (another name, so no name lock
+    could be what refuses it) and a team API each exit 1 at start, saying so and what to use instead; the first
+    one's points are in the lake once."""
+    store = ["--store", f"ducklake:{tmp_path / 'cat.ducklake'}", "--data-path", str(tmp_path / "lake")]
+    write_steps(tmp_path / "alice" / "exp" / "a" / "metrics.jsonl", 1, 20)
+    write_steps(tmp_path / "bob" / "exp" / "b" / "metrics.jsonl", 1, 20)
+    alice = TeamDaemon(tmp_path / "alice.duckdb", [tmp_path / "alice"], *store, "--collector", "alice")
+    try:
+        alice.start()
+        wait_for(lambda: "publishing into" in alice.log.read_text(), "alice publishing into the file catalog")
+        for name, roots, extra in (("bob", [tmp_path / "bob"], ["--collector", "bob"]), ("desk", [], [])):
+            done = subprocess.run(
+                [str(TEAM_PYTHON), "-m", "collector", "serve", "--db", str(tmp_path / f"{name}.duckdb"),
+                 *map(str, roots), "--once", "--port", "0", *store, *extra],
+                cwd=REPO, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            said = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+            assert done.returncode == 1, (name, done.stderr[-3000:])
+            assert (
+                f"its catalog is a DuckDB file, which one process at a time may open, and process {alice.proc.pid}"
+                in said
+            ), said
+            assert "use a Postgres catalog" in said and "Traceback" not in done.stderr, said
+    finally:
+        alice.ensure_stopped()
+    rows = subprocess.run(
+        [str(TEAM_PYTHON), "-c", LAKE_SQL, store[1], store[3],
+         "SELECT run_id, count(*), count(DISTINCT step) FROM lake.points GROUP BY ALL ORDER BY ALL", "[]"],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert json.loads(rows.stdout) == [["alice/exp/a", 40, 20]], rows.stderr[-2000:]
