@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Container
+from collections.abc import Collection
 from statistics import median
 
 from collector.core.roles import eval_metric_direction
@@ -109,7 +109,7 @@ class RunFacts:
     )  # fmt: skip
 
     def __init__(
-        self, train_window: int = 5, open_episodes: Container[tuple[str, str]] = frozenset()
+        self, train_window: int = 5, open_episodes: Collection[tuple[str, str]] = frozenset()
     ) -> None:
         self.settings: dict = {}  # from `run_settings`: a fact is absent when unknown
         self.is_rl = False  # an RL run (PPO/GRPO): its "loss" is a policy loss
@@ -249,3 +249,7 @@ class RunFacts:
 
     def episode_open(self, rule: str, metric: str) -> bool:
         return (rule, metric) in self.open_episodes
+
+    def rule_open(self, rule: str) -> bool:
+        """Whether an episode of `rule` is open now on any metric."""
+        return any(key[0] == rule for key in self.open_episodes)

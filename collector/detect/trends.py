@@ -57,6 +57,9 @@ class NoLearningRule:
     # a loss that has fallen by this fraction from its highest has learned: flat later is a plateau or
     # convergence (a console printing 2 decimals shows a slow fall as flat), not "nothing learned"
     learned_drop: float = 0.1
+    # ...unless it fell to exactly 0 from above this: a trained loss reaches 0 (at the log's rounding) only by
+    # getting small first; one that jumps there is a NaN filter's 0 or masked labels, and nothing is learned
+    zero_jump_from: float = 0.01
     clear_after: int = 3
 
 
@@ -294,7 +297,10 @@ class NoLearningLossScreen(Screen):
         windows = sliding_window_view(np.concatenate([floats(rule.recent), values]), size)[1:]
         spread = windows.max(axis=1) - windows.min(axis=1)
         bound = cfg.flat_rel * np.maximum(np.abs(windows).max(axis=1) * (1 + 1e-9), 1e-12)
-        hot |= ~dropped & (spread <= bound)
+        nonzero = np.where(values != 0, np.abs(values), np.inf)
+        lowest = np.minimum(rule.lowest_nonzero, np.minimum.accumulate(nonzero))
+        jumped_to_zero = (windows == 0).all(axis=1) & (lowest > cfg.zero_jump_from)
+        hot |= (~dropped | jumped_to_zero) & (spread <= bound)
         return first(hot)
 
     def advance(self, rule, steps, values, ctx) -> None:
@@ -304,6 +310,9 @@ class NoLearningLossScreen(Screen):
         rule.recent.extend(values[-size:].tolist())
         rule.recent_steps.extend(steps[-size:].tolist())
         rule.highest = max(rule.highest, float(values.max()))
+        nonzero = np.abs(values[values != 0])
+        if len(nonzero):
+            rule.lowest_nonzero = min(rule.lowest_nonzero, float(nonzero.min()))
         vocab = ctx.facts.settings.get("vocab_size")
         if vocab and vocab > 1:
             rule.at_uniform = 0
@@ -332,6 +341,9 @@ class NoLearningLoss(Rule):
         self.flat_points = 0  # points in a row the loss has not moved
         self.flat_since = 0
         self.highest = 0.0  # the highest loss seen: one flat far below it has converged
+        self.lowest_nonzero = (
+            math.inf
+        )  # ...unless it is exactly 0 and never came near 0 before (zero_jump_from)
 
     def rewind(self, step: int) -> None:
         self.recent.clear()
@@ -365,9 +377,14 @@ class NoLearningLoss(Rule):
                 )
         values = self.recent
         self.highest = max(self.highest, value)
+        if value != 0:
+            self.lowest_nonzero = min(self.lowest_nonzero, abs(value))
         if len(values) < values.maxlen:
             return HOLD
-        if self.highest > 0 and value < (1 - cfg.learned_drop) * self.highest:
+        jumped_to_zero = self.lowest_nonzero > cfg.zero_jump_from and not any(values)
+        if jumped_to_zero and facts.rule_open("nonfinite"):
+            return HOLD  # NaN gradients beside it: the nonfinite alert says the 0 is the NaN filter's
+        if self.highest > 0 and value < (1 - cfg.learned_drop) * self.highest and not jumped_to_zero:
             self.flat_points = 0
             return (
                 HOLD  # it fell from where it started: learning happened (overfitting is val_loss_rise's job)
@@ -387,7 +404,13 @@ class NoLearningLoss(Rule):
         else:
             self.flat_points += 1
         zero = (
-            "; a loss of exactly 0 usually means every label is masked (-100) or the loss is not computed"
+            f"; it jumped to exactly 0 (its lowest value before was {fmt(self.lowest_nonzero)}), which a loss "
+            f"that is learning never does: a trainer's NaN filter logs a window of only NaN/inf losses as 0 (HF's "
+            f"logging_nan_inf_filter, on by default), or every label is masked (-100) or the loss is not "
+            f"computed. If it is the filter, the weights are NaN: restart from a checkpoint saved before step "
+            f"{self.flat_since} with a lower lr"
+            if jumped_to_zero and math.isfinite(self.lowest_nonzero)
+            else "; a loss of exactly 0 usually means every label is masked (-100) or the loss is not computed"
             if value == 0
             else ""
         )

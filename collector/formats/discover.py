@@ -24,8 +24,9 @@ _HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
 HF_STATE_NAME = layouts.HF_STATE_NAME
 HF_LOGGING_DIR = layouts.HF_LOGGING_DIR
-WANDB_DIR = "wandb"  # skipped, except its `offline-run-*` folders (see `_wandb_offline_runs`)
-WANDB_OFFLINE = "offline-run-"
+WANDB_DIR = "wandb"  # skipped, except its run folders (see `_wandb_offline_runs`)
+# W&B's run folders: `offline-run-*`, and `run-*` of an online run, whose `run-*.wandb` is the same local file
+WANDB_RUN_FOLDERS = ("offline-run-", "run-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +116,12 @@ def find_runs(roots: list[Path], unlisted: list[tuple[str, str]] | None = None) 
 
 
 def _wandb_offline_runs(folder: Path, root: Path, runs: list[Run]) -> list[Run]:
-    """The W&B offline runs under `folder/wandb/`: each `offline-run-*` folder is a run, unless `folder` is a
+    """The W&B runs under `folder/wandb/`: each `offline-run-*` or `run-*` folder is a run, unless `folder` is a
     run with metrics files of its own (a trainer mirroring its metrics to W&B, as runwatch's does): then
     its `.wandb` files are a copy, listed on that run as not read."""
-    offline = sorted(p for p in (folder / WANDB_DIR).glob(f"{WANDB_OFFLINE}*") if p.is_dir())
+    offline = sorted(
+        p for p in (folder / WANDB_DIR).glob("*run-*") if p.name.startswith(WANDB_RUN_FOLDERS) and p.is_dir()
+    )
     own = next((r for r in runs if r.dir == folder and r.file is None and r.metrics_sources()), None)
     if own is None:
         return [run for path in offline for run in _runs_in_dir(path, root)]
@@ -168,7 +171,7 @@ def run_for_path(path: Path, roots: list[Path]) -> Run | None:
             break
     in_checkpoint = False
     for i, part in enumerate(rel_parts):
-        if part == WANDB_DIR and i == len(rel_parts) - 3 and rel_parts[i + 1].startswith(WANDB_OFFLINE):
+        if part == WANDB_DIR and i == len(rel_parts) - 3 and rel_parts[i + 1].startswith(WANDB_RUN_FOLDERS):
             # A W&B offline run's file: a run of its own unless the folder above wandb/ is a run (a copy).
             above = root.joinpath(*rel_parts[:i])
             offline = _wandb_offline_runs(above, root, _runs_in_dir(above, root))

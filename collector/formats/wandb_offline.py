@@ -2,7 +2,9 @@
 
 The framing is `collector.formats.wandb_records`; each record is a protobuf `Record` (wandb ships the
 classes, `wandb.proto.wandb_internal_pb2`). `history` records are one `log` call each: its items (keys
-joined with `/` when nested) at its `_step`, `_timestamp` the wall time; `config` and `run` records give the
+joined with `/` when nested) at its `_step`, or at the step metric a `metric` record names for all keys
+(`define_metric("*", step_metric=...)`: the Hugging Face Trainer's `train/global_step`, where `_step` only
+counts `log` calls), `_timestamp` the wall time; `config` and `run` records give the
 run's configuration, `exit` its exit code. Other records (system stats, console output, files) are skipped.
 """
 
@@ -27,10 +29,13 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     number are skipped (`_step`, `_runtime`, `_timestamp` are never points). `info`: `config` (the `run`
     and `config` records' items, decoded), `exit_code` once the run has ended, `project` and `run_name`.
     """
-    offset = state.get("offset", 0) if isinstance(state, dict) else 0
+    state = state if isinstance(state, dict) else {}
+    offset = state.get("offset", 0)
     framed = frame_records(data, offset, first_line)
     result = ParseResult(consumed=framed.consumed, lines=framed.chunks, bad=list(framed.bad))
-    result.state = {"offset": offset + framed.consumed}
+    # the step axis: the step metric (None: `_step`) and its last value, kept across reads
+    axis = {"step_metric": state.get("step_metric"), "axis_step": state.get("axis_step")}
+    result.state = {"offset": offset + framed.consumed, **{k: v for k, v in axis.items() if v is not None}}
     if not framed.records:
         return result
     # protobuf classes: loaded only when a W&B file is read
@@ -47,7 +52,9 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
             continue
         kind = record.WhichOneof("record_type")
         if kind == "history":
-            _history(record.history, result)
+            _history(record.history, result, axis)
+        elif kind == "metric" and record.metric.glob_name == "*" and record.metric.step_metric:
+            axis["step_metric"] = record.metric.step_metric
         elif kind in ("config", "run"):
             items = record.config.update if kind == "config" else record.run.config.update
             config = info.setdefault("config", {})
@@ -61,20 +68,28 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         elif kind == "exit":
             info["exit_code"] = record.exit.exit_code
     result.info = info
+    result.state = {"offset": offset + framed.consumed, **{k: v for k, v in axis.items() if v is not None}}
     return result
 
 
-def _history(history, result: ParseResult) -> None:
+def _history(history, result: ParseResult, axis: dict) -> None:
     values: dict[str, object] = {}
     for item in history.item:
         values[_key(item)] = _decoded(item.value_json)
-    step = as_step(values.get("_step"))
+    step_metric = axis["step_metric"]
+    step = as_step(values.get(step_metric)) if step_metric else None
+    if step is not None:
+        axis["axis_step"] = step
+    elif step_metric:
+        step = axis["axis_step"]  # a log without it: W&B's step_sync carries its last value
+    if step is None:
+        step = as_step(values.get("_step"))
     if step is None:
         step = history.step.num
     wall_time = as_value(values.get("_timestamp"))
     for name, value in values.items():
         number = as_value(value)
-        if number is not None and not name.startswith("_"):
+        if number is not None and not name.startswith("_") and name != step_metric:
             result.points.add(step, name, number, wall_time)
 
 

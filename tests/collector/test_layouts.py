@@ -186,6 +186,24 @@ def test_wandb_offline_runs_are_runs_unless_they_mirror_a_run_folders_metrics(tm
     ]
 
 
+def test_an_online_wandb_run_folder_is_a_run_too(tmp_path):
+    # wandb writes the same `run-*.wandb` file for an online run, in `wandb/run-<time>-<id>/` (found in
+    # yerinNam/Your-Military-Expert-... at 834 KB, HF Trainer history; before, every `run-*` folder was skipped
+    # without a word, and a project folder of online runs showed no run)
+    from tests.collector.test_parsers_wandb_offline import fuzz_sample as wandb_sample
+
+    root = tmp_path / "root"
+    online = root / "proj" / "wandb" / "run-20240804_231327-uojy8xhg"
+    online.mkdir(parents=True)
+    (online / "run-uojy8xhg.wandb").write_bytes(wandb_sample(tmp_path))
+    db = tmp_path / "rw.duckdb"
+    summary = json.loads(cli(db, "ingest", str(root), "--json").stdout)
+    run_id = "proj/wandb/run-20240804_231327-uojy8xhg"
+    assert sorted(summary["runs"]) == [run_id]
+    assert {m["metric"]: m["points"] for m in run_detail(db, run_id)["metrics"]} == {"train/loss": 2}
+    assert run_for_path(online / "run-uojy8xhg.wandb", [root]).id == run_id
+
+
 def test_an_mlflow_file_store_run_is_one_run_with_its_metrics_params_and_tags(tmp_path):
     root = tmp_path / "root"
     run = root / "mlruns" / "0" / "4f1c2e"

@@ -69,6 +69,51 @@ def test_a_file_that_is_not_a_wandb_file_is_one_bad_record():
     assert wandb_offline.sniff(b":W&B\xe1\xbe\x00") and not wandb_offline.sniff(b"{}")
 
 
+# The Hugging Face Trainer's W&B callback: `define_metric("*", step_metric="train/global_step")`, one `log` call
+# per log (its `_step` counts calls: 0, 1, 2 ...), evaluations in calls of their own at the same global step, and
+# a last call with only the step (as yerinNam/Your-Military-Expert-... wandb/run-20240804_231327-uojy8xhg and
+# wisdom-pan/ChatGLM-LoRA wandb/offline-run-20230714_143806-gpiov4nv log them: steps 30..804 and 100..1790).
+HF_WRITER = textwrap.dedent(
+    """
+    import sys, wandb
+    run = wandb.init(project="hf", dir=sys.argv[1])
+    run.define_metric("train/global_step")
+    run.define_metric("*", step_metric="train/global_step", step_sync=True)
+    for step in range(30, 301, 30):
+        run.log({"train/loss": 3.0 - step / 200, "train/global_step": step})
+        if step % 150 == 0:
+            run.log({"eval/loss": 2.0 - step / 1000, "train/global_step": step})
+    run.log({"train/epoch": 3.0})
+    run.finish()
+    """
+)
+
+
+def test_a_step_metric_defined_for_every_key_is_the_step_axis(tmp_path):
+    env = os.environ | {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    subprocess.run([sys.executable, "-c", HF_WRITER, str(tmp_path)], env=env, check=True, timeout=120)
+    (found,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    data = found.read_bytes()
+    result = wandb_offline.parse(data)
+    points = points_as_tuples(result)
+    assert [(s, v) for s, n, v, _ in points if n == "train/loss"] == [
+        (s, 3.0 - s / 200) for s in range(30, 301, 30)
+    ]
+    assert [(s, v) for s, n, v, _ in points if n == "eval/loss"] == [(150, 1.85), (300, 1.7)]
+    # the last call without the step metric stays at its last value; the axis itself is no point
+    assert [s for s, n, _, _ in points if n == "train/epoch"] == [300]
+    assert "train/global_step" not in set(result.points.metric)
+    # read in pieces, the axis carries over in the parser's state
+    whole = comparable(points)
+    for cut in range(0, len(data) + 1, 331):
+        rows, offset, chunk, state = [], 0, 1, None
+        for end in (cut, len(data)):
+            part = wandb_offline.parse(data[offset:end], chunk, state=state)
+            rows += points_as_tuples(part)
+            offset, chunk, state = offset + part.consumed, chunk + part.lines, part.state
+        assert comparable(rows) == whole, cut
+
+
 # What the garbage fuzz (test_parsers_garbage) damages for this format.
 def fuzz_sample(folder: Path) -> bytes:
     """A W&B run file framed by hand as wandb writes it: its header, then two history records, one chunk each."""

@@ -232,3 +232,20 @@ def test_one_reward_logged_under_two_names_collapses_in_one_alert():
     assert len(found) == 1, [(e.metric, e.first_step) for e in found]
     assert sorted(found[0].evidence["metrics"]) == ["reward", "rewards/reward_fn/mean"]
     assert str(found[0].severity) == "error"
+
+
+def test_a_loss_that_jumps_to_exactly_zero_is_nothing_learned_but_one_rounded_to_zero_learned():
+    # LLaMA-Factory's trainer_log.jsonl of AolinGuo/graduate_agent (commit 787eda9c79): a loss of 122.14 at
+    # step 10, then exactly 0.0 at every log 20-370 of a 375-step run (no grad_norm logged). A loss never falls
+    # from 122 to exactly 0: HF's NaN filter logs a window of only NaN losses as 0, or every label is masked.
+    # Before, "it fell from where it started" excused it and the run was called healthy.
+    steps = list(range(10, 380, 10))
+    loss = [122.1416] + [0.0] * (len(steps) - 1)
+    lr = [1e-4 * min(1.0, s / 40) for s in steps]
+    (alert,) = [e for e in detect_series({"loss": (steps, loss), "learning_rate": (steps, lr)})]
+    assert (alert.rule, str(alert.severity), alert.first_step) == ("no_learning", "error", 20)
+    assert "jumped to exactly 0" in alert.message and "logging_nan_inf_filter" in alert.message
+    # a loss that got small first and then prints as 0.0 at 4 decimals has converged: no alert
+    rounded = [round(2.0 * math.exp(-s / 20), 4) for s in steps]
+    assert rounded[-1] == 0.0 and rounded.count(0.0) >= 10
+    assert not [e for e in detect_series({"loss": (steps, rounded)}) if e.rule == "no_learning"]
