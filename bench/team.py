@@ -9,8 +9,11 @@ collector's root. Figures: write-to-API p95 (a line written on any collector unt
 `GET /api/runs/NAME/run-i/metrics?after=step-1` returns it), NaN-to-alert p95 (a NaN loss until the reader's
 `GET /api/alerts?run=NAME/run-i&rule=nonfinite` lists it), catalog commits per second (DuckLake snapshots in
 Postgres over the measured window), Parquet files per run-hour (data files in the lake's folder at the end,
-with DuckLake's defaults: no compaction, inlining off), `GET /api/runs` p50/p95 on the reader (the overview), and
-each collector's CPU. `--overview-runs N` first ingests N more small runs (one extra collector, `--once`) so the
+with DuckLake's defaults: no compaction, inlining off), `GET /api/runs` p50/p95 on the reader (the overview), its
+answers' age (from when the lake was read: `X-Runwatch-As-Of`; the reader may answer the overview it keeps, up to
+2 s old) and the reader's CPU meanwhile, and each collector's CPU. `--phases-every-s S` also times the overview's
+parts in a reader of its own every S seconds (`team_overview_phases.py`: lake queries, rows, encoding; wall and
+CPU time). `--overview-runs N` first ingests N more small runs (one extra collector, `--once`) so the
 overview is timed with that many runs in the lake; with `--collectors 0` the overview is timed alone (no live
 runs). The reader keeps the overview and builds again only the rows of the runs a commit changed
 (`collector.api.runs`), so it is timed three ways: its first call (built whole), in the window (between commits,
@@ -35,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,16 +64,35 @@ def snapshots(pg: PgServer, database: str) -> int:
     return int(res.stdout.strip() or 0)
 
 
+def timed_overview(reader: harness.Daemon) -> tuple[float, float | None]:
+    """`GET /api/runs` as a dashboard asks it: (ms until its body is parsed, its age in ms: from when the lake was
+    read, `X-Runwatch-As-Of`, to when the answer was parsed; None where the reader does not say, the code
+    before 26 Nov: it built each answer in the call, as of the call's start, so its age was about its ms)."""
+    req = urllib.request.Request(reader.url("/api/runs"), headers={"Authorization": f"Bearer {reader.token}"})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        json.loads(resp.read())
+        as_of = resp.headers.get("X-Runwatch-As-Of")
+    ms, now = (time.perf_counter() - t0) * 1000, time.time()
+    return ms, (now - float(as_of)) * 1000 if as_of is not None else None
+
+
 def time_overview(
-    reader: harness.Daemon, pg: PgServer, every_s: float, done: threading.Event, out: list[tuple[float, bool]]
+    reader: harness.Daemon,
+    pg: PgServer,
+    every_s: float,
+    done: threading.Event,
+    out: list[tuple[float, bool, float, float | None]],
 ) -> None:
     """`GET /api/runs` every `every_s` until `done`: (ms, whether the lake's snapshot moved since the call
-    before) each; the snapshot is read just before the call (a commit landing in between counts next time)."""
+    before, the reader process's CPU ms meanwhile: its other requests too, the answer's age ms) each; the
+    snapshot is read just before the call (a commit landing in between counts next time)."""
     last = snapshots(pg, "lake")
     while not done.wait(every_s):
         now = snapshots(pg, "lake")
-        ms, _ = archive.timed_get(reader, "/api/runs")
-        out.append((ms, now != last))
+        cpu = harness.cpu_seconds(reader.proc.pid)
+        ms, age = timed_overview(reader)
+        out.append((ms, now != last, (harness.cpu_seconds(reader.proc.pid) - cpu) * 1000, age))
         last = now
 
 
@@ -102,6 +125,12 @@ def main() -> None:
     ap.add_argument(
         "--overview-every-s", type=float, default=5.0, help="GET /api/runs this often in the window"
     )
+    ap.add_argument(
+        "--phases-every-s",
+        type=float,
+        help="also time the overview's parts in-process over the window this often (team_overview_phases.py)",
+    )
+    ap.add_argument("--phases-alternate", action="store_true", help="with --phases-every-s: its --alternate")
     args = ap.parse_args()
     if args.keep_lake and args.collectors:
         raise SystemExit("--keep-lake: only with --collectors 0 (a kept lake holds the seed's runs only)")
@@ -190,7 +219,7 @@ def main() -> None:
         lat: list = []
         alerts: list = []
         probers: list[threading.Thread] = []
-        runs_ms: list[tuple[float, bool]] = []  # (ms, whether the lake committed since the call before)
+        runs_ms: list[tuple] = []  # (ms, whether the lake committed since, reader CPU ms, age ms or None)
         overview_done = threading.Event()
         poll = args.poll_ms / 1000
         start = time.perf_counter()
@@ -213,6 +242,13 @@ def main() -> None:
                     )
                     overview.start()
                     probers.append(overview)
+                    if args.phases_every_s:  # (a second reader, in-process: its own output, read at the end)
+                        phases = subprocess.Popen(
+                            [sys.executable, str(Path(__file__).parent / "team_overview_phases.py"), store[1], str(data),
+                             "--seconds", str(args.seconds), "--every-s", str(args.phases_every_s),
+                             *(["--alternate"] if args.phases_alternate else [])],
+                            cwd=gen.REPO, stdout=subprocess.PIPE, text=True,
+                        )  # fmt: skip
                 for k, w in enumerate(writers):
                     for i in w.due(tick):
                         run, step, t_write = w.write(i)
@@ -248,18 +284,21 @@ def main() -> None:
             for w in writers:
                 w.close()
         window = time.perf_counter() - wall0
+        if args.phases_every_s:
+            res["overview_phases"] = json.loads(phases.communicate(timeout=600)[0])
         commits = snapshots(pg, "lake") - snaps0
         cold_ms = []
         for _ in range(args.cold_calls):  # a commit of the reader's own, then the overview built anew
             reader.post(
                 f"/api/runs/{any_run}/stop", {"reason": "bench: a lake commit before a cold overview"}
             )
-            cold_ms.append(archive.timed_get(reader, "/api/runs")[0])
+            cold_ms.append(archive.timed_get(reader, "/api/runs", {"max_age_s": 0})[0])  # (built now)
         load1 = os.getloadavg()
         cores = [(harness.cpu_seconds(d.proc.pid) - c) / window for d, c in zip(daemons, cpu0, strict=False)]
         files = sum(1 for _ in data.rglob("*.parquet"))
         run_hours = (args.collectors * args.runs + args.overview_runs) * (time.perf_counter() - start) / 3600
         ok = [ms for ms, _ in lat if ms is not None]
+        ages = [a for *_, a in runs_ms if a is not None]
         ok_alerts = [ms for ms, _ in alerts if ms is not None]
         res |= {
             "samples": len(lat),
@@ -273,14 +312,19 @@ def main() -> None:
             "parquet_files": files,
             "parquet_files_per_run_hour": files / run_hours if run_hours else None,
             "overview_ms": {
-                "p50": gen.percentile([ms for ms, _ in runs_ms], 50),
-                "p95": gen.percentile([ms for ms, _ in runs_ms], 95),
+                "p50": gen.percentile([ms for ms, *_ in runs_ms], 50),
+                "p95": gen.percentile([ms for ms, *_ in runs_ms], 95),
+                "reader_cpu_p50": gen.percentile([cpu for _, _, cpu, _ in runs_ms], 50),
+                "reader_cpu_p95": gen.percentile([cpu for _, _, cpu, _ in runs_ms], 95),
+                # (None: the reader does not say its answer's age; see `timed_overview`)
+                "age_p50": gen.percentile([a for *_, a in runs_ms if a is not None], 50) if ages else None,
+                "age_p95": gen.percentile([a for *_, a in runs_ms if a is not None], 95) if ages else None,
                 "calls": len(runs_ms),
                 "commits_in_window": commits,
-                "after_commit_p50": gen.percentile([ms for ms, moved in runs_ms if moved], 50),
-                "after_commit_p95": gen.percentile([ms for ms, moved in runs_ms if moved], 95),
-                "after_commit_max": max((ms for ms, moved in runs_ms if moved), default=None),
-                "after_commit_calls": sum(1 for _, moved in runs_ms if moved),
+                "after_commit_p50": gen.percentile([ms for ms, moved, *_ in runs_ms if moved], 50),
+                "after_commit_p95": gen.percentile([ms for ms, moved, *_ in runs_ms if moved], 95),
+                "after_commit_max": max((ms for ms, moved, *_ in runs_ms if moved), default=None),
+                "after_commit_calls": sum(1 for _, moved, *_ in runs_ms if moved),
             },
             "overview_cold_ms": {
                 "p50": gen.percentile(cold_ms, 50),
@@ -312,12 +356,23 @@ def main() -> None:
             ["Parquet files (per run-hour)", f"{files} ({res['parquet_files_per_run_hour']:.2f})", ""],
             [f"GET /api/runs p50 / p95 ms, {want} runs, in the window ({commits} commits)", f"{res['overview_ms']['p50']:.0f} / {res['overview_ms']['p95']:.0f} ({len(runs_ms)} calls)", "p95 < 300"],
             ["  of those, after a lake commit p50 / p95 / max ms", _ms3(res["overview_ms"], "after_commit_"), "p95 < 300"],
+            ["  its answers' age p50 / p95 ms (from when the lake was read)", "-" if not ages else f"{res['overview_ms']['age_p50']:.0f} / {res['overview_ms']['age_p95']:.0f}", ""],
+            ["  the reader's CPU during a call p50 / p95 ms (its other requests too)", f"{res['overview_ms']['reader_cpu_p50']:.0f} / {res['overview_ms']['reader_cpu_p95']:.0f}", ""],
             ["the reader's first call (built whole) ms", f"{res['overview_first_ms']:.0f}", ""],
             ["right after a stop's commit p50 / p95 / max ms", f"{res['overview_cold_ms']['p50']:.0f} / {res['overview_cold_ms']['p95']:.0f} / {res['overview_cold_ms']['max']:.0f} ({len(cold_ms)} calls)", ""],
             ["collector cores", " ".join(f"{c:.2f}" for c in cores), ""],
             ["load average (1 min) at start / end", f"{load0[0]:.1f} / {load1[0]:.1f} ({os.cpu_count()} cores)", ""],
         ],
     )  # fmt: skip
+    for kind, of in res.get("overview_phases", {}).get("summary", {}).items():
+        gen.print_table(
+            f"the overview's parts in-process, calls built {kind} ({of['calls']}): wall {of['wall_ms_p50_p95'][0]:.0f} / "
+            f"{of['wall_ms_p50_p95'][1]:.0f} ms p50 / p95, the thread's CPU {of['thread_cpu_ms_p50_p95'][0]:.0f} / "
+            f"{of['thread_cpu_ms_p50_p95'][1]:.0f} ms, the process's CPU {of['process_cpu_ms_p50_p95'][0]:.0f} / "
+            f"{of['process_cpu_ms_p50_p95'][1]:.0f} ms",
+            ["part", "wall ms p50", "thread CPU ms p50"],
+            [[p, f"{w:.1f}", f"{c:.1f}"] for p, (w, c) in of["parts_wall_cpu_ms_p50"].items()],
+        )
     print(f"wrote {gen.write_json(NAME, res)}")
 
 

@@ -5,11 +5,15 @@ or infinite); the CLI's `--json` calls the same functions, so the two never drif
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import NamedTuple
+
+import duckdb
 
 from collector.advice.verl_saves import verl_save_freq
 from collector.api import incidents as api_incidents
@@ -32,6 +36,7 @@ from collector.store import alerts as store_alerts
 from collector.store import lake_reader
 from collector.store import read as store_read
 
+log = logging.getLogger("collector")
 # The lake's tables the overview reads, each with its run column: a row of a run inserted or deleted in any of
 # them is a change of that run's row in the overview (`lake_reader.runs_changed`).
 OVERVIEW_TABLES = {
@@ -52,6 +57,13 @@ WHOLE_FROM = 0.25
 WHOLE_MIN_RUNS = 100
 WHOLE_FOR_S = 10.0
 
+# On a team's lake `GET /api/runs` answers the overview kept while it was read at most this long ago (and a
+# build in the background, one at a time, brings it up to date for the next call): at 4 x 250 live runs a build
+# takes ~0.1 s of CPU and 0.7-2 s of wall time on a loaded 2-core machine (bench/README.md, "Team mode: the
+# overview kept while most runs change"). The answer says as of which snapshot and when (`runs_answer`); a caller
+# asks `max_age_s=0` for one built for it. 2 s: the write target, a line on any collector in the team's API.
+OVERVIEW_MAX_AGE_S = 2.0
+
 
 def runs(service: RunService) -> list[dict]:
     """Every run with its state, latest losses, open alerts and recommended checkpoint step, newest activity
@@ -59,7 +71,7 @@ def runs(service: RunService) -> list[dict]:
     it changed; the list (and its dicts) is then the one kept: not the caller's to change."""
     if not _reads_lake(service):
         return built_whole(service)
-    return _overview(service).rows
+    return _answer(service, 0.0).rows
 
 
 def built_whole(service: RunService) -> list[dict]:
@@ -69,11 +81,27 @@ def built_whole(service: RunService) -> list[dict]:
 
 
 def runs_body(service: RunService) -> bytes:
-    """`runs` as `GET /api/runs` sends it (`http.json_bytes`). On a team's lake each row is kept encoded, and
-    the body is the rows' JSON joined (10,000 runs are ~4 MB: encoding them costs more than the lake's reads)."""
+    """`runs` as `GET /api/runs?max_age_s=0` sends it (`http.json_bytes`). On a team's lake each row is kept
+    encoded, and the body is the rows' JSON joined (10,000 runs are ~4 MB: encoding them costs more than the
+    lake's reads)."""
+    return runs_answer(service, 0.0)[0]
+
+
+def runs_answer(service: RunService, max_age_s: float = OVERVIEW_MAX_AGE_S) -> tuple[bytes, dict[str, str]]:
+    """`GET /api/runs`: the body (`runs_body`) and headers saying as of when. A local file's overview is built
+    now (no headers). On a team's lake it is the overview kept while it was read at most `max_age_s` ago (a
+    build in the background then brings it up to date, unless one is under way), else one built now (after the
+    build under way, if any, when that one read the lake recently enough); its headers: `X-Runwatch-Lake-Snapshot`
+    (the lake snapshot its rows were read at), `X-Runwatch-As-Of` (when, Unix seconds) and `X-Runwatch-Age-S`
+    (how long before this answer)."""
     if not _reads_lake(service):
-        return json_bytes(runs(service))
-    return _overview(service).body
+        return json_bytes(runs(service)), {}
+    overview = _answer(service, max_age_s)
+    return overview.body, {
+        "X-Runwatch-Lake-Snapshot": str(overview.snapshot),
+        "X-Runwatch-As-Of": f"{overview.read_at:.3f}",
+        "X-Runwatch-Age-S": f"{max(0.0, time.time() - overview.read_at):.3f}",
+    }
 
 
 def _reads_lake(service: RunService) -> bool:
@@ -94,8 +122,9 @@ class _Row(NamedTuple):
 class Overview:
     """The overview as last built on a team's lake (`RunService.overview`; replaced whole, never changed):
     where in the lake it was read (`mark`), the host states its rows read, its rows in order (`kept`, each
-    encoded; `rows` and `body` from them), the runs whose rows it built (`built`; None: all of them) and until
-    when (`time.monotonic()`) calls build whole without asking what changed (`whole_until`; `WHOLE_FROM`)."""
+    encoded; `rows` and `body` from them), the runs whose rows it built (`built`; None: all of them), until
+    when (`time.monotonic()`) calls build whole without asking what changed (`whole_until`; `WHOLE_FROM`), and
+    the lake as it stood when (`read_at`, `time.time()`): its snapshot then (`snapshot`; every row read in it)."""
 
     mark: lake_reader.LakeMark | None
     hosts: tuple
@@ -104,6 +133,83 @@ class Overview:
     body: bytes
     built: frozenset[str] | None
     whole_until: float = 0.0
+    snapshot: int | None = None
+    read_at: float = 0.0
+
+
+class _Keeper:
+    """A service's overview builds on a team's lake: one at a time (`lock`), in the caller or in a thread of
+    its own when a call was answered with the kept overview (`refresh`)."""
+
+    def __init__(self, service: RunService) -> None:
+        self.service = service
+        self.lock = threading.Lock()  # held while the overview is built
+        self._wanted = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
+
+    def build(self) -> Overview:
+        """The overview built now (after a build under way), in one read transaction of the lake: every row
+        as of one snapshot (and one snapshot and file list per table read from the catalog, not one per query)."""
+        with self.lock:
+            cur = self.service.store.cursor()
+            return lake_reader.in_one_snapshot(cur, lambda: _overview(self.service), again_on_any_error=True)
+
+    def refresh(self) -> None:
+        """Build again in the background, unless a build is under way (its answer is the next call's)."""
+        if self.lock.locked():
+            return
+        with self._starting:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._refreshing, name="overview", daemon=True)
+                self._thread.start()
+        self._wanted.set()
+
+    def _refreshing(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            try:
+                self.build()
+            except Exception as e:  # the next call that finds the kept one too old builds it, and says why
+                log.warning("team lake: the overview could not be built again in the background: %s", e)
+
+
+_KEEPERS_LOCK = threading.Lock()
+
+
+def _keeper(service: RunService) -> _Keeper:
+    with _KEEPERS_LOCK:
+        keeper = service.overview_keeper
+        if keeper is None:
+            keeper = service.overview_keeper = _Keeper(service)
+        return keeper
+
+
+def _answer(service: RunService, max_age_s: float) -> Overview:
+    """The overview read at most `max_age_s` ago (`runs_answer`); a failed read of the lake (its Postgres
+    gone: the API answers 503) is said in the log too (its message never holds a password: `ReaderCursor`)."""
+    try:
+        return _answer_from(_keeper(service), max_age_s)
+    except duckdb.Error as e:
+        log.info("team lake: the overview could not be read (%s)", e)
+        raise
+
+
+def _answer_from(keeper: _Keeper, max_age_s: float) -> Overview:
+    service = keeper.service
+    kept = service.overview
+    asked = time.time()
+    if kept is not None and asked - kept.read_at <= max_age_s:
+        # (one catalog round trip: a lake out of reach fails this call, as a build would: 503)
+        lake_reader.snapshot_now(service.store.cursor())
+        keeper.refresh()
+        return kept
+    with keeper.lock:  # a build under way: its overview, if it read the lake recently enough
+        kept = service.overview
+        if kept is not None and kept.read_at >= asked - max_age_s:
+            return kept
+    return keeper.build()
 
 
 def _overview(service: RunService) -> Overview:
@@ -113,6 +219,8 @@ def _overview(service: RunService) -> Overview:
     changed, the lake cannot say what changed, or most runs changed: `WHOLE_FROM`)."""
     hosts = _host_states()  # read before the data: a change in between is built again next time
     cur = service.store.cursor()
+    # (the first read of the build's transaction: every query after it reads this snapshot)
+    as_of = {"read_at": time.time(), "snapshot": lake_reader.snapshot_now(cur)}
     old = service.overview
     now = time.monotonic()
     if old is not None and old.hosts == hosts and now < old.whole_until:  # most runs change at every commit
@@ -124,7 +232,7 @@ def _overview(service: RunService) -> Overview:
             if _most_changed(len(old.kept), _changed(old.kept, new.kept))
             else old.whole_until
         )
-        service.overview = replace(new, whole_until=until)
+        service.overview = replace(new, whole_until=until, **as_of)
         return service.overview
     asks = old is not None and old.hosts == hosts and old.mark is not None
     found = lake_reader.runs_changed(cur, old.mark, OVERVIEW_TABLES) if asks else None
@@ -132,7 +240,7 @@ def _overview(service: RunService) -> Overview:
         mark = lake_reader.lake_mark(cur, OVERVIEW_TABLES)
         new = _overview_of(mark, hosts, _rows(service, None), None)
         if mark is None:  # a table the lake has not got yet: nothing to follow, built whole next time too
-            return new
+            return replace(new, **as_of)
     else:
         mark, changed = found
         changed |= {
@@ -140,10 +248,12 @@ def _overview(service: RunService) -> Overview:
             for row in old.kept
             if row.advised is not None and service.thresholds_of(row.advised[0]) != row.advised[1]
         }
-        if not changed:
-            if mark == old.mark:
-                return old
-            new = replace(old, mark=mark, built=frozenset())
+        if not changed:  # (the lake as it stands now: read now)
+            new = (
+                replace(old, built=frozenset())
+                if mark == old.mark
+                else replace(old, mark=mark, built=frozenset())
+            )
         elif _most_changed(len(old.kept), len(changed)):
             new = replace(
                 _overview_of(mark, hosts, _rows(service, None), None), whole_until=now + WHOLE_FOR_S
@@ -151,8 +261,8 @@ def _overview(service: RunService) -> Overview:
         else:
             kept = [row for row in old.kept if row.summary["id"] not in changed]
             new = _overview_of(mark, hosts, kept + _rows(service, sorted(changed)), frozenset(changed))
-    service.overview = new
-    return new
+    service.overview = replace(new, **as_of)
+    return service.overview
 
 
 def _most_changed(runs: int, changed: int) -> bool:

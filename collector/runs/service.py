@@ -38,6 +38,8 @@ class RunService:
         # the overview as last built on a team's lake (`collector.api.runs.Overview`: its rows kept, each
         # encoded, and where in the lake they were read); replaced whole
         self.overview = None
+        # its builds, one at a time, and its refreshes in the background (`collector.api.runs`)
+        self.overview_keeper = None
 
     def thresholds_of(self, run_path: str | None) -> DetectConfig:
         """The thresholds detection uses for the run at `run_path`."""

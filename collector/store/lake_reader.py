@@ -193,19 +193,21 @@ class ReaderCursor:
         return getattr(self._cur, name)
 
 
-def in_one_snapshot(cur: ReaderCursor, read: Callable[[], T]) -> T:
+def in_one_snapshot(cur: ReaderCursor, read: Callable[[], T], again_on_any_error: bool = False) -> T:
     """`read()`, whose queries run on `cur`, in one read transaction of the lake: DuckLake then asks Postgres for
     the snapshot and each table's files once, not once per query (a live poll, `/metrics?after=`, measured
-    243 -> 146 ms p50 in-process at 4 x 250 live runs), and every query sees the same snapshot. A transaction
-    that a dead catalog connection broke (Postgres restarted) is rolled back and `read()` run again without one,
-    where `ReaderCursor` retries each query."""
+    243 -> 146 ms p50 in-process at 4 x 250 live runs), and every query sees the same snapshot (`snapshot_now`
+    is it; `snapshots()` ends there). A transaction that a dead catalog connection broke (Postgres restarted) is
+    rolled back and `read()` run again without one, where `ReaderCursor` retries each query; with
+    `again_on_any_error`, so is one that any DuckDB error broke (a failed read aborts the transaction: a `read`
+    that goes on after one, as the overview does after `runs_changed`'s, needs a fresh one)."""
     cur.execute("BEGIN TRANSACTION")
     try:
         out = read()
     except BaseException as e:
         with contextlib.suppress(duckdb.Error):
             cur.execute("ROLLBACK")
-        if isinstance(e, duckdb.Error) and any(s in str(e) for s in _DEAD_CONNECTION):
+        if isinstance(e, duckdb.Error) and (again_on_any_error or any(s in str(e) for s in _DEAD_CONNECTION)):
             return read()
         raise
     cur.execute("COMMIT")
@@ -230,11 +232,16 @@ _INSERTED = "tables_inserted_into"
 _DELETED = "tables_deleted_from"
 
 
+def snapshot_now(cur: duckdb.DuckDBPyConnection) -> int:
+    """The lake's snapshot id now (in a read transaction, `in_one_snapshot`: the one its reads see)."""
+    return cur.execute("SELECT id FROM current_snapshot()").fetchone()[0]
+
+
 def lake_mark(cur: duckdb.DuckDBPyConnection, tables: dict[str, str]) -> LakeMark | None:
     """The lake now for `tables` (name -> its run column), read before what is built from them: a commit in
     between is found again by the next `runs_changed`, never missed. None while the lake lacks one of them
     (read from `STAND_IN`: nothing to follow yet)."""
-    snapshot = cur.execute("SELECT id FROM current_snapshot()").fetchone()[0]
+    snapshot = snapshot_now(cur)
     ids = dict(cur.execute(f"SELECT table_name, table_id FROM ducklake_table_info('{LAKE}')").fetchall())
     if any(t not in ids for t in tables):
         return None

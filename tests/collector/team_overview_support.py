@@ -7,6 +7,10 @@ stdin and answers one JSON line on stdout:
   snapshot (asked again when a commit landed in between): `equal`, `built` (the runs whose rows the kept one
   built again since the check before: [] when it answered the one it held; None: all), `runs`, and the first
   row that differs.
+- `{"op": "served"}`: `GET /api/runs`'s answer with the kept overview young enough (`api_runs.runs_answer`):
+  `kept` (it is the body and the snapshot of the overview kept before the call), then, once the build that call
+  started in the background is done, that build against one built whole at its snapshot (asked again when a
+  commit landed in between): `equal`, `newer` (its snapshot and time are not older), `runs`.
 - `{"op": "overview"}`: the overview built whole, as a list (what the test waits on).
 - `{"op": "alerts", "run": RUN}`, `{"op": "alert", "alert": ID}`: the run's alerts, one alert, as stored.
 - `{"op": "ack" | "resolve", "alert": ID}`, `{"op": "stop", "run": RUN}`: asked through the lake as the API
@@ -29,6 +33,7 @@ from collector.store import alerts as store_alerts
 from collector.store import lake_compaction, lake_reader
 from collector.store.db import Store
 from collector.store.lake import LAKE, LakeSpec
+from tests.waiting import wait_for
 
 
 def snapshot(store: Store) -> int:
@@ -57,6 +62,28 @@ def check(store: Store, kept: RunService) -> dict:
     raise RuntimeError("the lake never stood still for one check")
 
 
+def served(store: Store, kept: RunService) -> dict:
+    for _ in range(50):
+        held = kept.overview
+        body, headers = api_runs.runs_answer(kept, 3600.0)
+        answered_kept = body == held.body and headers["X-Runwatch-Lake-Snapshot"] == str(held.snapshot)
+        wait_for(lambda h=held: kept.overview is not h, "the overview built again in the background")
+        fresh = kept.overview
+        before = snapshot(store)
+        if before != fresh.snapshot:
+            continue  # a commit landed after it read the lake: the whole one would differ by it
+        whole = json_bytes(api_runs.built_whole(RunService(store)))
+        if snapshot(store) != before:
+            continue
+        return {
+            "kept": answered_kept,
+            "equal": fresh.body == whole,
+            "newer": fresh.snapshot >= held.snapshot and fresh.read_at >= held.read_at,
+            "runs": len(fresh.rows),
+        }
+    raise RuntimeError("the lake never stood still for one check")
+
+
 def compact(cur) -> int:
     """`ducklake_merge_adjacent_files` under the lake's write lock (as a collector compacts: beside a commit
     deleting rows it could bring them back), tried again while a reader's commit conflicts with it; the tries."""
@@ -79,6 +106,8 @@ def main() -> None:
         cur = store.cursor()
         if ask["op"] == "check":
             out = check(store, kept)
+        elif ask["op"] == "served":
+            out = served(store, kept)
         elif ask["op"] == "overview":
             out = api_runs.built_whole(RunService(store))
         elif ask["op"] == "alerts":

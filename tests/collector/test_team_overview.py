@@ -164,10 +164,17 @@ def test_the_kept_overview_equals_the_whole_one_after_every_change(pg, tmp_path)
         wait_for(lambda: (tmp_path / "carol" / "c1" / "runwatch.stop").exists(), "carol's stop file")
         reader.check("a stop", set())
 
+        # Answered with the kept overview (a caller that allows its age): the one kept, saying its snapshot,
+        # while a build in the background brings it up to date: equal to the whole one at its snapshot.
+        write_steps(a2 / "metrics.jsonl", 141, 145)
+        wait_for(lambda: reader.row("alice/exp/a2")["last_step"] == 145, "a2's points")
+        out = reader.ask("served")
+        assert out["kept"] and out["equal"] and out["newer"], out
+
         # Where most runs change at every commit, asking what changed costs more than building whole: past the
         # share, built whole, and the next calls build whole without asking (api_runs.WHOLE_FOR_S).
         reader.ask("whole_from", share=0.0, min_runs=1)
-        write_steps(a2 / "metrics.jsonl", 141, 150)
+        write_steps(a2 / "metrics.jsonl", 146, 150)
         wait_for(lambda: reader.row("alice/exp/a2")["last_step"] == 150, "a2's points")
         reader.check("most runs changed (here: any)", None)
         write_steps(b1 / "metrics.jsonl", 301, 310)

@@ -24,8 +24,19 @@ class StopRequest(BaseModel):
 
 
 @router.get("/api/runs", response_model=list[models.RunSummary])
-def runs(service: RunsDep) -> EncodedJSON:
-    return EncodedJSON(api_runs.runs_body(service))
+def runs(
+    service: RunsDep,
+    max_age_s: Annotated[
+        float,
+        Query(
+            ge=0,
+            description="a team's lake: the overview read at most this long ago will do (0: built now); the "
+            "X-Runwatch-Lake-Snapshot, -As-Of and -Age-S headers say which",
+        ),
+    ] = api_runs.OVERVIEW_MAX_AGE_S,
+) -> EncodedJSON:
+    body, as_of = api_runs.runs_answer(service, max_age_s)
+    return EncodedJSON(body, headers=as_of)
 
 
 @router.get("/api/compare", response_model=models.Compare)
