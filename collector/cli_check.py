@@ -49,8 +49,9 @@ def check(
             reading = argparse.Namespace(db=db, json=True, paths=[target])
             with io.StringIO() as said, contextlib.redirect_stdout(said):
                 ingest(reading)
-                not_read = json.loads(said.getvalue() or "{}").get("not_read", {})
-            run_ids = None
+                read = json.loads(said.getvalue() or "{}")
+            # the runs found under the path, not every run of a --db that holds others too
+            not_read, run_ids = read.get("not_read", {}), read.get("runs", [])
         elif args.db is not None or default_db().exists():
             db, run_ids, not_read = (args.db or default_db()).expanduser().resolve(), [args.target], {}
         else:
@@ -74,14 +75,14 @@ def check(
 def _verdicts(
     db: Path, run_ids: list[str] | None, not_read: dict, query: Callable[[argparse.Namespace], Any]
 ) -> list[Verdict]:
-    """Each run's verdict (of `run_ids`, else of every run in `db`), asking `query` (each answer as its type,
+    """Each run's verdict (of `run_ids`: a run id, or the runs read from a path; else of every run in `db`), asking `query` (each answer as its type,
     `cli.typed`): the runs, then every run's alerts and incidents in one question each, then each run's advice."""
     runs: list[RunSummary] = [
         r for r in query(argparse.Namespace(db=db, command="runs")) if run_ids is None or r.id in run_ids
     ]
-    if run_ids is not None and not runs:
+    if run_ids is not None and len(run_ids) == 1 and not runs:
         raise ValueError(f"{no_run(run_ids[0])} in {db}")
-    one = run_ids[0] if run_ids is not None else None
+    one = run_ids[0] if run_ids is not None and len(run_ids) == 1 else None
     alerts_of = _by_run(query(argparse.Namespace(db=db, command="alerts", run=one, rule=None, severity=None,
                                                  state="all")))  # fmt: skip
     incidents_of = _by_run(query(argparse.Namespace(db=db, command="incidents", run=one, severity=None,

@@ -89,3 +89,20 @@ def test_a_run_of_which_no_point_was_read_is_not_counted_healthy(tmp_path):
         "no_data": 1,
         "exit_code": 0,
     }
+
+
+def test_check_of_a_path_with_db_judges_only_the_runs_under_it(tmp_path):
+    """`check PATH --db DB` reads PATH into a database that holds other runs too: the verdict is PATH's runs'
+    (an error elsewhere in the database neither fails it nor shows in it)."""
+    db = tmp_path / "team.duckdb"
+    bad, good = tmp_path / "elsewhere" / "bad", tmp_path / "mine" / "good"
+    bad.mkdir(parents=True)
+    good.mkdir(parents=True)
+    _state(bad / "trainer_state.json", [2.0 - 0.01 * i for i in range(30)] + [float("nan")] + [1.6] * 5)
+    _state(good / "trainer_state.json", [2.0 * 0.98**i for i in range(40)])
+    assert _check(str(bad.parent), "--db", str(db)).returncode == 2
+    mine = _check(str(good.parent), "--db", str(db), "--json")
+    assert mine.returncode == 0, mine.stdout + mine.stderr
+    assert [r["run"] for r in json.loads(mine.stdout)["runs"]] == ["good"]
+    # the run id form still judges that one run of the database
+    assert _check("bad", "--db", str(db)).returncode == 2
