@@ -5,7 +5,8 @@ classes, `wandb.proto.wandb_internal_pb2`). `history` records are one `log` call
 joined with `/` when nested) at its `_step`, or at the step metric a `metric` record names for all keys
 (`define_metric("*", step_metric=...)`: the Hugging Face Trainer's `train/global_step`, where `_step` only
 counts `log` calls), `_timestamp` the wall time; `config` and `run` records give the
-run's configuration, `exit` its exit code. Other records (system stats, console output, files) are skipped.
+run's configuration, `exit` its exit code, `output_raw` the console output (read only for the error a failed
+run's output ends with, as in a console log). Other records (system stats, files) are skipped.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 
 from collector.core.model import BadLine, Format, ParseResult, RunInfo
 from collector.formats._common import as_step, as_value
+from collector.formats._printed import may_be_error, note_error, reported
 from collector.formats.wandb_records import frame_records
 
 HEAD = b":W&B"
@@ -35,7 +37,9 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
     result = ParseResult(consumed=framed.consumed, lines=framed.chunks, bad=list(framed.bad))
     # the step axis: the step metric (None: `_step`) and its last value, kept across reads
     axis = {"step_metric": state.get("step_metric"), "axis_step": state.get("axis_step")}
-    result.state = {"offset": offset + framed.consumed, **{k: v for k, v in axis.items() if v is not None}}
+    # the console: its lines so far and the error it ends with (a logged history record clears it)
+    console = {"console_lines": state.get("console_lines", 0), "error": state.get("error")}
+    result.state = _state(offset + framed.consumed, axis, console)
     if not framed.records:
         return result
     # protobuf classes: loaded only when a W&B file is read
@@ -53,6 +57,9 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
         kind = record.WhichOneof("record_type")
         if kind == "history":
             _history(record.history, result, axis)
+            console["error"] = None
+        elif kind == "output_raw":
+            _console(record.output_raw.line, console)
         elif kind == "metric" and record.metric.glob_name == "*" and record.metric.step_metric:
             axis["step_metric"] = record.metric.step_metric
         elif kind in ("config", "run"):
@@ -67,9 +74,26 @@ def parse(data: bytes, first_line: int = 1, *, path: str = "", state: object = N
                 info["run_name"] = record.run.display_name or record.run.run_id or None
         elif kind == "exit":
             info["exit_code"] = record.exit.exit_code
+    error = reported(console["error"], f"{path} (its console output)")
+    if error is not None:
+        info["error"] = error
     result.info = info
-    result.state = {"offset": offset + framed.consumed, **{k: v for k, v in axis.items() if v is not None}}
+    result.state = _state(offset + framed.consumed, axis, console)
     return result
+
+
+def _state(offset: int, axis: dict, console: dict) -> dict:
+    return {"offset": offset, **{k: v for k, v in {**axis, **console}.items() if v is not None}}
+
+
+def _console(text: str, console: dict) -> None:
+    """Take one `output_raw` record's text (a line, several, or a tqdm redraw) into the console's error."""
+    for line in text.replace("\r", "\n").split("\n"):
+        if not line.strip():
+            continue
+        console["console_lines"] += 1
+        if may_be_error(line.encode()):
+            console["error"] = note_error(line, console["console_lines"], console["error"])
 
 
 def _history(history, result: ParseResult, axis: dict) -> None:
@@ -112,12 +136,15 @@ def sniff(head: bytes) -> bool:
 
 
 def run_info(info: dict) -> RunInfo:
-    """The configuration; `completed` (exit code 0) or `failed` once the run wrote its exit record."""
+    """The configuration; `completed` (exit code 0) or `failed` once the run wrote its exit record; the error
+    its console output ends with (`error`, as a console log's), unless it exited with 0."""
     code = info.get("exit_code")
     status = None if code is None else "completed" if code == 0 else "failed"
     config = info.get("config")
-    facts = {"exit_code": code} if code is not None else None
-    return RunInfo(status=status, status_info=facts, config=config or None)
+    facts = {"exit_code": code} if code is not None else {}
+    if info.get("error") and code != 0:
+        facts["error"] = info["error"]
+    return RunInfo(status=status, status_info=facts or None, config=config or None)
 
 
 FORMAT = Format(

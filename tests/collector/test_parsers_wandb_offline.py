@@ -114,6 +114,49 @@ def test_a_step_metric_defined_for_every_key_is_the_step_axis(tmp_path):
         assert comparable(rows) == whole, cut
 
 
+# A run that raises: wandb records the console output (`output_raw`) and exit code 1, as in
+# NJUxlj/Travel-Agent-based-on-Qwen2-RLHF wandb/offline-run-20250408_115934-z86teftn (a DPO run's callback raising
+# AttributeError at 0/138: before, "its status file says failed, with no error text"). A traceback printed and
+# followed by more logging is not the error the run ended with.
+CRASH_WRITER = textwrap.dedent(
+    """
+    import sys, traceback, wandb
+    run = wandb.init(project="dpo", dir=sys.argv[1])
+    try:
+        raise ValueError("a warning the script printed and went on from")
+    except ValueError:
+        traceback.print_exc()
+    run.log({"train/loss": 0.69})
+    class Keys:
+        pass
+    print("  0%|          | 0/138 [00:00<?, ?it/s]")
+    Keys().named_parameters()
+    """
+)
+
+
+def test_a_run_that_raised_is_failed_with_the_error_its_console_output_ends_with(tmp_path):
+    env = os.environ | {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    done = subprocess.run(
+        [sys.executable, "-c", CRASH_WRITER, str(tmp_path)], env=env, timeout=120, capture_output=True
+    )
+    assert done.returncode == 1, done.stderr
+    (found,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    data = found.read_bytes()
+    info = wandb_offline.run_info(wandb_offline.parse(data, path=str(found)).info)
+    error = info.status_info["error"]
+    assert (info.status, info.status_info["exit_code"]) == ("failed", 1)
+    assert error["text"] == "AttributeError: 'Keys' object has no attribute 'named_parameters'", error
+    assert error["file"] == f"{found} (its console output)"
+    # read as it grows, the error is the same
+    offset, chunk, state, last = 0, 1, None, None
+    for end in (len(data) // 3, 2 * len(data) // 3, len(data)):
+        part = wandb_offline.parse(data[offset:end], chunk, path=str(found), state=state)
+        offset, chunk, state = offset + part.consumed, chunk + part.lines, part.state
+        last = part.info.get("error", last)
+    assert last == error
+
+
 # What the garbage fuzz (test_parsers_garbage) damages for this format.
 def fuzz_sample(folder: Path) -> bytes:
     """A W&B run file framed by hand as wandb writes it: its header, then two history records, one chunk each."""
