@@ -42,6 +42,9 @@ class RewardCollapseRule:
     enabled: bool = True
     window: int = 10  # rolling median length
     patience: int = 20  # points the rolling median has been falling below its best
+    # ...or, while this share of the run's points is fewer, the points since the decline began (a window at
+    # least): a GRPO run of 40 logs whose reward fell for its last 17 has fallen for good, not dipped
+    patience_share: float = 0.25
     # drop counted only beyond this many noise sigmas (the best of many rolling medians already sits about two
     # of them high by chance: a noisy reward that merely wanders must not look collapsed)
     drop_sigma: float = 5.0
@@ -145,6 +148,7 @@ class RewardCollapseScreen(Screen):
         rule.long.extend(values[-rule.long.maxlen :].tolist())
         keep = rule.seen.maxlen
         rule.seen.extend(zip(steps[-keep:].tolist(), values[-keep:].tolist(), strict=True))
+        rule.fed += len(values)
         rule.falling = 0
 
 
@@ -173,6 +177,9 @@ class RewardCollapse(Rule):
         self.low: float | None = None
         self.falling = 0
         self.first_falling = 0
+        self.fed = (
+            0  # points fed, a rewind's again too (the run's length: a longer one is held to `patience`)
+        )
 
     def rewind(self, step: int) -> None:
         self.recent.clear()
@@ -184,6 +191,7 @@ class RewardCollapse(Rule):
         self.recent.append(value)
         self.long.append(value)
         self.seen.append((step, value))
+        self.fed += 1
         if len(self.recent) < self.recent.maxlen:
             return HOLD
         values = list(self.recent)
@@ -212,7 +220,7 @@ class RewardCollapse(Rule):
         # learning signal is left; said at once, as an error, and first (zero gradients follow from it)
         if max(values) - min(values) <= 1e-9 * max(1.0, abs(self.best)):
             return self._constant(step, value)
-        if self.falling < cfg.patience:
+        if self.falling < cfg.patience and not self._lasted_in_a_short_run():
             return HOLD
         return Finding(
             Severity.WARN,
@@ -230,6 +238,18 @@ class RewardCollapse(Rule):
             first_step=self._decline_start(),
         )
 
+    def _lasted_in_a_short_run(self) -> bool:
+        """While `patience_share` of the run's points is under `patience`, whether the decline has lasted
+        that share of them since it began (`_decline_start`), a window at least. `patience` points past the
+        crossing, which the rolling median reaches half a window late, would be more than half of such a run
+        (Sunshine535's GRPO rho=5: the reward down from step 120 for the run's last 17 of 40 logs, the
+        crossing at 155); a dip shorter than a window barely moves the median and never crosses."""
+        need = max(self.recent.maxlen, math.ceil(self.cfg.patience_share * self.fed))
+        if need >= self.cfg.patience:
+            return False
+        start = self._decline_start()
+        return sum(1 for s, _ in self.seen if s >= start) >= need
+
     def _decline_start(self) -> int:
         """The step the decline began at: the change point of the values since the best (the split whose
         earlier mean stands furthest above its later one, weighed by both sides' lengths), when it comes
@@ -242,7 +262,10 @@ class RewardCollapse(Rule):
         values = np.asarray([v for _, v in since], dtype=np.float64)
         n = len(values)
         sums = np.cumsum(values)
-        k = np.arange(w, n - w + 1)  # the later side starts at index k; each side holds a window at least
+        # the later side starts at index k; each side holds a window at least, or a quarter of a short stretch
+        # (21 points since the best would force the split to their middle)
+        side = min(w, max(3, n // 4))
+        k = np.arange(side, n - side + 1)
         before = sums[k - 1] / k
         after = (sums[-1] - sums[k - 1]) / (n - k)
         score = (before - after) * np.sqrt(k * (n - k) / n)

@@ -91,3 +91,27 @@ def test_zero_variance_groups_are_the_rewards_error_not_frozen_weights():
     assert all(str(e.severity) == "warn" for e in zero) and zero
     assert all("no trainable parameters" not in e.message.split("Only if")[0] for e in zero)
     assert "the same reward" in zero[0].message
+
+
+def _level(rng, mean, spread, n):
+    return [
+        round(min(1.0, max(0.0, rng.gauss(mean, spread))) * 40) / 40 for _ in range(n)
+    ]  # 40 samples a step
+
+
+def test_a_short_grpo_runs_reward_that_stays_down_for_its_last_logs_warns_and_a_short_dip_does_not():
+    # Sunshine535/nips-grpo-dynamics exp1a (TRL GRPO, 200 steps logged every 5: 40 points): rho=5's reward
+    # ~0.82 to step 115, then ~0.55 for its last 17 logs; rho=0.1's one dip of 4 logs that recovers. Series
+    # of those shapes. 20 points below the line (`patience`) is half such a run: a quarter of it will do.
+    rng = random.Random(7)
+    steps = list(range(5, 201, 5))
+    fell = _level(rng, 0.82, 0.09, 23) + _level(rng, 0.55, 0.11, 17)
+    [warn] = _of(detect_series({"reward": (steps, fell)}), "reward_collapse")
+    assert str(warn.severity) == "warn" and 110 <= warn.first_step <= 130
+    dip = _level(rng, 0.85, 0.08, 40)
+    dip[20:24] = [0.625, 0.625, 0.7, 0.65]
+    assert not _of(detect_series({"reward": (steps, dip)}), "reward_collapse")
+    # a long run is held to `patience`: the same 17 low logs after 100 good ones say nothing yet
+    steps = list(range(5, 5 * 118, 5))
+    late = _level(rng, 0.82, 0.09, 100) + fell[23:]
+    assert not _of(detect_series({"reward": (steps, late)}), "reward_collapse")
