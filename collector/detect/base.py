@@ -102,10 +102,16 @@ class Rule:
     one_alert_across_metrics: ClassVar[bool] = False
     # One incident (`collector.detect.incidents`): `recurs`: its episodes come back (spikes, NaN), all of them
     # on one metric are one incident of the run; `caused_by`: rules whose incident explains its alerts
-    # (inhibition); `keep_firing_points`: logged points after which its return is a new incident.
+    # (inhibition); `keep_firing_points`: logged points after which its return is a new incident;
+    # `dated_late_points`: how many logged points its first step can trail the trouble it names (a rule that
+    # waits for a rolling median to fall): a consequence that began up to that much earlier is still its own;
+    # `one_incident_across_metrics`: its alert on another metric while its incident is firing joins it (one
+    # trouble read through several metrics: a reward at its floor, then its spread at zero).
     recurs: ClassVar[bool] = False
     caused_by: ClassVar[tuple[str, ...]] = ()
     keep_firing_points: ClassVar[int] = 20
+    dated_late_points: ClassVar[int] = 0
+    one_incident_across_metrics: ClassVar[bool] = False
     clear_after: int  # verdicts of None in a row that close an open episode
 
     @classmethod

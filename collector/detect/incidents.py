@@ -23,7 +23,11 @@ How alerts group (each rule declares its part as class variables, see `collector
 - inhibition: an alert of a rule whose cause is another rule (`caused_by`: a loss spike after a gradient
   spike, KL spikes during a KL climb, zero gradients of an RL run whose reward collapsed) joins that rule's
   incident when the cause's incident began at or before it and was firing within the window; the incident
-  names the cause first;
+  names the cause first. A cause whose first step trails the trouble (`dated_late_points`: a rolling median
+  that crosses its line late) takes in the incident of a consequence that began up to that many logged
+  points before it and is still firing: the incident keeps its id and first step, and names the cause first;
+- one trouble through several metrics: an alert of a rule that declares `one_incident_across_metrics` joins
+  that rule's incident on another metric when it began at or before it and is firing within the window;
 - an incident's severity is its worst alert's (notice -> warning -> error, each step in `escalations`); it is
   `open` while one of its alerts is open, `acked` once a person acked every open one, `resolved` when every
   alert resolved and the run went on past the keep-firing window (or ended).
@@ -98,6 +102,8 @@ class Grouping:
     recurs: bool = Rule.recurs
     caused_by: tuple[str, ...] = Rule.caused_by
     keep_firing_points: int = Rule.keep_firing_points
+    dated_late_points: int = Rule.dated_late_points
+    one_incident_across_metrics: bool = Rule.one_incident_across_metrics
 
 
 def grouping(rule: str) -> Grouping:
@@ -105,16 +111,24 @@ def grouping(rule: str) -> Grouping:
     cls = registry.get(rule)
     if cls is None:
         return Grouping()
-    return Grouping(cls.recurs, tuple(cls.caused_by), cls.keep_firing_points)
+    return Grouping(
+        cls.recurs,
+        tuple(cls.caused_by),
+        cls.keep_firing_points,
+        cls.dated_late_points,
+        cls.one_incident_across_metrics,
+    )
 
 
 class _Open:
-    """An incident being built: its alerts, and the steps it was firing to."""
+    """An incident being built: its alerts, the steps it was firing to, and its cause (the alert that names
+    it: its first, unless a cause dated late took in this consequence's incident)."""
 
-    __slots__ = ("alerts", "until", "rule", "metric")
+    __slots__ = ("alerts", "until", "rule", "metric", "cause")
 
     def __init__(self, alert: dict) -> None:
         self.alerts = [alert]
+        self.cause = alert
         self.rule, self.metric = str(alert["rule"]), str(alert.get("metric") or "")
         self.until = int(alert["last_step"] if alert.get("last_step") is not None else alert["first_step"])
 
@@ -131,11 +145,15 @@ def _run_incidents(run: str, alerts: list[dict], steps: RunSteps) -> list[Incide
         last = int(alert["last_step"] if alert.get("last_step") is not None else first)
         group = grouping(rule)
         home = _cause_of(alert, group, current, interval)
+        if home is None and (home := _consequence_of(alert, group, current, interval)) is not None:
+            home.cause, home.rule, home.metric = alert, rule, metric
         if home is None:
             mine = current.get((rule, metric))
             window = group.keep_firing_points * interval
             if mine is not None and (group.recurs or first - mine.until <= window):
                 home = mine
+            elif group.one_incident_across_metrics:
+                home = _same_trouble(alert, current, window)
         if home is None:
             home = _Open(alert)
             built.append(home)
@@ -167,12 +185,50 @@ def _cause_of(alert: dict, group, current: dict[tuple[str, str], _Open], interva
     return found
 
 
+def _same_trouble(alert: dict, current: dict[tuple[str, str], _Open], window: int) -> _Open | None:
+    """The incident of this alert's rule on another metric that began at or before it and was firing within
+    `window` steps of it; the most recent such."""
+    first = int(alert["first_step"])
+    found: _Open | None = None
+    for (rule, _metric), incident in current.items():
+        if rule != alert["rule"] or incident.rule != rule:
+            continue
+        began = int(incident.alerts[0]["first_step"])
+        if (
+            began <= first
+            and first - incident.until <= window
+            and (found is None or incident.until > found.until)
+        ):
+            found = incident
+    return found
+
+
+def _consequence_of(alert: dict, group, current: dict[tuple[str, str], _Open], interval: int) -> _Open | None:
+    """The incident of a consequence of this alert's rule that began before it, by no more than the rule's
+    `dated_late_points`, still firing within that rule's keep-firing window and named by none of its causes
+    yet (a cause dated late); the earliest such."""
+    if not group.dated_late_points:
+        return None
+    first = int(alert["first_step"])
+    rule = str(alert["rule"])
+    found: _Open | None = None
+    for incident in current.values():
+        if incident.cause is not incident.alerts[0] or rule not in grouping(incident.rule).caused_by:
+            continue
+        began = int(incident.alerts[0]["first_step"])
+        window = grouping(incident.rule).keep_firing_points * interval
+        near = 0 < first - began <= group.dated_late_points * interval and first - incident.until <= window
+        if near and (found is None or began < int(found.alerts[0]["first_step"])):
+            found = incident
+    return found
+
+
 def _incident(run: str, built: _Open, steps: RunSteps, interval: int) -> Incident:
     alerts = built.alerts
     head = alerts[0]
     rules: list[str] = []
     metrics: list[str] = []
-    for a in alerts:
+    for a in [built.cause, *(a for a in alerts if a is not built.cause)]:
         for r in [a["rule"], *(a.get("evidence") or {}).get("rules", [])]:
             if r not in rules:
                 rules.append(str(r))
@@ -198,7 +254,7 @@ def _incident(run: str, built: _Open, steps: RunSteps, interval: int) -> Inciden
         id=int(head.get("id") or 0),
         run=run,
         rule=rules[0],
-        metric=str(head.get("metric") or ""),
+        metric=str(built.cause.get("metric") or ""),
         severity=str(worst["severity"]),
         state=state,
         first_step=int(head["first_step"]),

@@ -165,6 +165,12 @@ class RewardCollapse(Rule):
     # one reward logged under two names (verl's critic/score/mean and critic/rewards/mean, TRL's reward and
     # rewards/<func>/mean with one reward function) falls at the same steps: one alert names both
     one_alert_across_metrics = True
+    # the rolling median crosses its line up to a window after the reward fell, while the zero gradients the
+    # fall causes show at once (Sunshine535's adabalance: gradients 0 from step 70, the collapse dated 100)
+    dated_late_points = RewardCollapseRule.window
+    # the reward's spread at zero (RewardStdCollapse, this rule's id) during the reward's collapse is the same
+    # trouble, often dated later (a stray non-zero spread restarts its streak)
+    one_incident_across_metrics = True
 
     def __init__(self, metric: str, cfg: RewardCollapseRule) -> None:
         self.metric, self.cfg = metric, cfg

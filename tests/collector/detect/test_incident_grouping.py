@@ -57,6 +57,33 @@ def test_a_cause_names_the_incident_and_its_consequences_join_it():
     assert found["kl_rise"].rules == ["kl_rise", "kl_spike"] and found["kl_rise"].alert_count == 3
 
 
+def test_a_cause_dated_after_the_consequence_it_explains_takes_its_incident_in():
+    # Sunshine535/nips-grpo-dynamics adabalance (TRL GRPO, a log every 5 steps): gradients exactly 0 from step
+    # 70, the reward's collapse to 0 dated 100 (its rolling median crosses its line late), the reward's spread
+    # at 0 from 145 (two stray 0.1 rewards broke its streak): one trouble
+    rl = [alert(1, "no_learning", 70, 200, severity="warn", metric="grad_norm", state="open"),
+          alert(2, "reward_collapse", 100, 200, severity="error", metric="reward", state="open"),
+          alert(3, "no_learning", 150, 200, severity="warn", metric="loss", state="open"),
+          alert(4, "reward_collapse", 145, 195, severity="warn", metric="reward_std")]  # fmt: skip
+    [one] = incidents(rl, {"r": RunSteps(5, 200)})
+    assert one.rules == ["reward_collapse", "no_learning"] and one.metric == "reward"
+    assert one.metrics == ["reward", "grad_norm", "reward_std", "loss"]
+    assert one.id == 1 and one.first_step == 70 and one.severity == "error" and one.alert_count == 4
+    assert one.escalations == [{"step": 70, "severity": "warn"}, {"step": 100, "severity": "error"}]
+    # more than a rolling window (10 logged points) before the cause: apart
+    apart = [rl[0] | {"first_step": 45}, rl[1]]
+    assert [i.rule for i in incidents(apart, {"r": RunSteps(5, 200)})] == ["no_learning", "reward_collapse"]
+    # a rule that does not declare one trouble across metrics keeps one incident per metric
+    two = [
+        alert(1, "val_loss_rise", 100, 200, metric="val/a"),
+        alert(2, "val_loss_rise", 120, 200, metric="val/b"),
+    ]
+    assert len(incidents(two, {"r": RunSteps(5, 200)})) == 2
+    # a cause dated where it happened (a gradient spike) explains nothing before it
+    spikes = [alert(1, "loss_spike", 30, 31, metric="loss"), alert(2, "grad_spike", 32, 33)]
+    assert [i.rule for i in incidents(spikes, {"r": RunSteps(1, 100)})] == ["loss_spike", "grad_spike"]
+
+
 def test_a_consequence_long_after_its_cause_stopped_firing_is_its_own_incident():
     apart = [alert(1, "grad_spike", 30, 31), alert(2, "loss_spike", 500, 501, metric="loss", severity="warn")]
     assert [i.rule for i in incidents(apart, {"r": RunSteps(1, 1000)})] == ["grad_spike", "loss_spike"]
