@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import archive  # noqa: E402
 import gen  # noqa: E402
 import harness  # noqa: E402
+import lake_locks  # noqa: E402
 import scale  # noqa: E402
 
 from tests.pg_support import PgServer  # noqa: E402
@@ -237,6 +238,8 @@ def main() -> None:
                     # A shared machine: every figure goes with the load average it was taken at.
                     load0 = os.getloadavg()
                     cpu0 = [harness.cpu_seconds(d.proc.pid) for d in daemons[: args.collectors]]
+                    compactions = lake_locks.CompactionWatch(pg, "lake")  # (the writes wait meanwhile)
+                    compactions.start()
                     overview = threading.Thread(
                         target=time_overview, args=(reader, pg, args.overview_every_s, overview_done, runs_ms)
                     )
@@ -286,6 +289,7 @@ def main() -> None:
         window = time.perf_counter() - wall0
         if args.phases_every_s:
             res["overview_phases"] = json.loads(phases.communicate(timeout=600)[0])
+        res["compactions"] = compactions.stop()
         commits = snapshots(pg, "lake") - snaps0
         cold_ms = []
         for _ in range(args.cold_calls):  # a commit of the reader's own, then the overview built anew
@@ -354,6 +358,7 @@ def main() -> None:
             ["missed", res["missed"], "0"],
             ["catalog commits per second", f"{res['catalog_commits_per_s']:.2f}", ""],
             ["Parquet files (per run-hour)", f"{files} ({res['parquet_files_per_run_hour']:.2f})", ""],
+            ["compactions: how many, s holding the writes in all / the longest", "{compactions} / {held_s:.2f} / {max_s:.2f}".format(**res["compactions"]), ""],
             [f"GET /api/runs p50 / p95 ms, {want} runs, in the window ({commits} commits)", f"{res['overview_ms']['p50']:.0f} / {res['overview_ms']['p95']:.0f} ({len(runs_ms)} calls)", "p95 < 300"],
             ["  of those, after a lake commit p50 / p95 / max ms", _ms3(res["overview_ms"], "after_commit_"), "p95 < 300"],
             ["  its answers' age p50 / p95 ms (from when the lake was read)", "-" if not ages else f"{res['overview_ms']['age_p50']:.0f} / {res['overview_ms']['age_p95']:.0f}", ""],

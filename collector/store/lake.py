@@ -504,9 +504,17 @@ class LakePublisher:
         self._connect()
         if lake_compaction.compacted_within(self.cur, LAKE, every_s):
             return False
-        left = lake_compaction.compact(self.cur, LAKE, keep_s)
-        if left:
-            log.debug("team lake: merging %s conflicted with a commit: next time", ", ".join(left))
+        done = lake_compaction.compact(self.cur, LAKE, keep_s)
+        if done.left:
+            log.debug("team lake: merging %s conflicted with a commit: next time", ", ".join(done.left))
+        if done.merged:  # (the team's writes waited that long: said, one line a compaction at most)
+            merged = ", ".join(f"{t} ({n} files)" for t, n in done.merged.items())
+            log.info(
+                "team lake: compacted %s in %.2f s, old files removed in %.2f s",
+                merged,
+                done.merge_s,
+                done.cleanup_s,
+            )
         return True
 
     # ---- stops asked anywhere -----------------------------------------------------------------------

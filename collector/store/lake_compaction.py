@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import duckdb
 
@@ -32,6 +34,22 @@ LOCK_WAIT_S = 60  # a write or a compaction waiting longer fails (tried again ne
 # 4-8 (a file whose rows were all deleted goes), and merging them put several collectors' rows in one file,
 # whose next deletes by two collectors conflict (DuckLake refuses the later: at 4 x 250 a batch failed 5 tries).
 MERGE_FROM_FILES = 16
+# Files of this size or more are left out of a merge (DuckLake's `max_file_size`): by default every merge rewrote
+# the table's largest file with the new small ones, so its cost grew with the lake (`point_rows`: ~7 M rows an
+# hour at 4 x 250 live runs; beside 10 M rows a merge wrote 84 MB, bench/lake_merge.py) while every write waited.
+MERGE_UP_TO_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class Compaction:
+    """What a compaction did: the tables merged (with their live files before), those whose merge conflicted
+    with a commit (merged next time), and its seconds: merging, under the exclusive lock (the collectors' writes
+    wait meanwhile), and dropping old snapshots and files after it."""
+
+    merged: dict[str, int] = field(default_factory=dict)
+    left: list[str] = field(default_factory=list)
+    merge_s: float = 0.0
+    cleanup_s: float = 0.0
 
 
 @contextlib.contextmanager
@@ -47,27 +65,34 @@ def lake_lock(con: duckdb.DuckDBPyConnection, lake: str, exclusive: bool) -> Ite
         yield
 
 
-def compact(con: duckdb.DuckDBPyConnection, lake: str, keep_s: int) -> list[str]:
+def compact(con: duckdb.DuckDBPyConnection, lake: str, keep_s: int) -> Compaction:
     """Merge each table's small Parquet files (a batch writes a file per table it touches; a reader opens every
-    one) where it has `MERGE_FROM_FILES` or more, then drop snapshots and files older than `keep_s` (a reader's query in flight still finds its
-    files), under the exclusive `lake_lock`; returns the tables whose merge conflicted (merged next time).
-    Each table is merged in a transaction of its own: one merge of the whole lake failed whenever any table
-    conflicted."""
-    left = []
+    one) where it has `MERGE_FROM_FILES` or more, then drop snapshots and files older than `keep_s` (a reader's
+    query in flight still finds its files), under the exclusive `lake_lock`. Each table is merged in a
+    transaction of its own: one merge of the whole lake failed whenever any table conflicted."""
+    done = Compaction()
     with lake_lock(con, lake, exclusive=True):
+        started = time.monotonic()
         info = con.execute(f"SELECT table_name, file_count FROM ducklake_table_info('{lake}')").fetchall()
-        tables = [t for t, files in info if files >= MERGE_FROM_FILES]
-        for table in tables:
+        for table, files in info:
+            if files < MERGE_FROM_FILES:
+                continue
             try:
-                con.execute(f"CALL ducklake_merge_adjacent_files('{lake}', '{table}')")
+                con.execute(
+                    f"CALL ducklake_merge_adjacent_files('{lake}', '{table}', max_file_size => {MERGE_UP_TO_BYTES})"
+                )
+                done.merged[table] = files
             except duckdb.TransactionException:  # (a reader's stop or ack inserted meanwhile)
-                left.append(table)
+                done.left.append(table)
+        done.merge_s = time.monotonic() - started
+    started = time.monotonic()
     # In FROM, not CALL: their timestamp results would need pytz in Python.
     for fn in ("ducklake_expire_snapshots", "ducklake_cleanup_old_files"):
         con.execute(
             f"SELECT count(*) FROM {fn}('{lake}', older_than => now() - INTERVAL {int(keep_s)} SECOND)"
         ).fetchall()
-    return left
+    done.cleanup_s = time.monotonic() - started
+    return done
 
 
 def compacted_within(con: duckdb.DuckDBPyConnection, lake: str, seconds: float) -> bool:
