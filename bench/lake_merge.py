@@ -1,5 +1,6 @@
 """Team mode's compaction as the lake grows (issue 26): what one merge of `point_rows` costs beside a large table,
-DuckLake 0.3's default against the cap a collector now gives it (`lake_compaction.MERGE_UP_TO_BYTES`). Runs
+DuckLake 0.3's default against the cap a collector now gives it (`lake_compaction.MERGE_UP_TO_BYTES`, the merge's
+`max_file_size`) and against the lake option `target_file_size` of the same size. Runs
 under the team venv (DuckDB 1.4.4 + DuckLake), on a throwaway Postgres catalog (`tests/pg_support.py`):
 
     .venv-team/bin/python bench/lake_merge.py [--rows 10000000] [--merges 3]
@@ -29,7 +30,8 @@ from collector.store.lake_compaction import MERGE_UP_TO_BYTES  # noqa: E402
 from tests.pg_support import PgServer  # noqa: E402
 
 NAME = "lake_merge"
-WAYS = {"default": "", "capped": f", max_file_size => {MERGE_UP_TO_BYTES}"}
+# The merge's own cap (landed), DuckLake's default, and the lake option `target_file_size` (kept in the catalog).
+WAYS = {"default": "", "capped": f", max_file_size => {MERGE_UP_TO_BYTES}", "target_file_size": ""}
 COLUMNS = "series BIGINT, step BIGINT, value DOUBLE, wall_time DOUBLE, source_id BIGINT, segment BIGINT"
 
 
@@ -47,6 +49,8 @@ def one_way(pg: PgServer, work: Path, way: str, rows: int, merges: int) -> list[
     load_extensions(con)
     attach(con, LakeSpec.parse(f"ducklake:postgres:{pg.new_database(database)}", str(data)))
     con.execute(f"CREATE TABLE lake.point_rows ({COLUMNS})")
+    if way == "target_file_size":
+        con.execute(f"CALL lake.set_option('target_file_size', '{MERGE_UP_TO_BYTES // 2**20}MiB')")
     con.execute(
         "INSERT INTO lake.point_rows SELECT i % 2000, i // 2000, random(), 0, 1, 0 FROM range(?) t(i)", [rows]
     )
@@ -94,7 +98,7 @@ def main() -> None:
     results = []
     try:
         for r in range(args.rounds):
-            for way in WAYS if r % 2 == 0 else reversed(WAYS):
+            for way in list(WAYS) if r % 2 == 0 else reversed(WAYS):
                 results += [
                     x | {"round": r + 1} for x in one_way(pg, work / f"r{r}", way, args.rows, args.merges)
                 ]

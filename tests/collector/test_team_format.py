@@ -15,7 +15,7 @@ import pytest
 
 from collector.store.lake_format import FORMAT, TOO_OLD
 from collector.store.lake_reader import OLDER_COLLECTORS
-from tests.collector.test_daemon_support import REPO
+from tests.collector.test_daemon_support import REPO, wait_for
 from tests.collector.test_team import TEAM_PYTHON, TeamDaemon, lake_args, lake_sql, write_steps
 from tests.pg_support import PgServer, team_cluster
 
@@ -170,16 +170,24 @@ LAKE_READ = (
 def test_a_lake_of_a_newer_format_is_refused_by_a_collector_a_reader_and_forget(pg, tmp_path):
     """A lake a newer runwatch upgraded (its `team_format` past FORMAT): a collector, a team API and `collector
     forget` each exit 1 at start with one line naming the lake and its format and saying to upgrade; nothing is
-    published."""
+    published. A collector running as it was upgraded says the same at its next heartbeat."""
     dsn, data = pg.new_database("newer"), tmp_path / "lake"
     root, db = tmp_path / "alice", tmp_path / "alice.duckdb"
     metrics = root / "exp" / "sft" / "metrics.jsonl"
     write_steps(metrics, 1, 10)
     first = serve_once(REPO, db, [root], *lake_args(dsn, data, "alice"))
     assert first.returncode == 0, first.stderr[-3000:]
-    lake_sql(dsn, data, "INSERT INTO lake.team_format VALUES (?, 0)", [FORMAT + 1])
-    write_steps(metrics, 11, 20)
+    write_steps(tmp_path / "bob" / "exp" / "b" / "metrics.jsonl", 1, 10)
+    bob = TeamDaemon(tmp_path / "bob.duckdb", [tmp_path / "bob"], *lake_args(dsn, data, "bob"))
     newer = f"the team lake ducklake:postgres:{dsn} is runwatch lake format {FORMAT + 1}, newer than this runwatch"
+    try:
+        bob.start()
+        wait_for(lambda: "publishing into" in bob.log.read_text(), "bob publishing")
+        lake_sql(dsn, data, "INSERT INTO lake.team_format VALUES (?, 0)", [FORMAT + 1])
+        wait_for(lambda: newer in bob.log.read_text(), "bob refusing the lake upgraded")
+    finally:
+        bob.ensure_stopped()
+    write_steps(metrics, 11, 20)
     collector = serve_once(REPO, db, [root], *lake_args(dsn, data, "alice"))
     reader = serve_once(REPO, tmp_path / "desk.duckdb", [], *lake_args(dsn, data))
     forget = subprocess.run(
