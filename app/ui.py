@@ -179,13 +179,6 @@ def fmt_number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-# What the Alerts page says of an open incident whose alerts all cleared; the run page and the overview say it too.
-CLEARED_OPEN = (
-    "Every alert of this incident has cleared; it stays open until the run goes on past it without the "
-    "trouble coming back."
-)
-
-
 def alert_counts_text(counts: OpenAlerts, none: str = "none", cleared_open: int = 0) -> str:
     """A run's open alerts as `2 error, 1 warn` (`none` when none is open and no incident is), then its
     incidents still open though their alerts cleared (`cleared_open`): `1 incident cleared, still open`."""

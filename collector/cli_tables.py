@@ -141,11 +141,12 @@ def steps(first: Any, last: Any) -> str:
     return cell(first) if first == last else f"{cell(first)}-{cell(last)}"
 
 
-# What the Alerts queue says of an open incident whose alerts all cleared (`runs` and `run` say it too).
-CLEARED_OPEN = (
-    "cleared: an incident whose alerts all cleared stays open until the run goes on past it without the "
-    "trouble coming back (`alerts` lists it)."
-)
+def cleared_open() -> str:
+    """The sentence every surface says of an open incident whose alerts all cleared (`models.CLEARED_OPEN`),
+    and where the CLI lists it."""
+    from collector.api.models import CLEARED_OPEN  # (pydantic: loaded already, the answer was parsed)
+
+    return f"{CLEARED_OPEN[:-1]} (`alerts` lists it)."
 
 
 def runs_table(runs: list[RunSummary]) -> str:
@@ -170,7 +171,7 @@ def runs_table(runs: list[RunSummary]) -> str:
     ]
     body = table(rows, ["id", "status", "steps", "train_loss", "val_loss", "alerts", "format"], keep="id")
     notes = [RL_JUDGED] if any(r.judged_by_score for r in runs) else []
-    notes += [CLEARED_OPEN] if any(r.cleared_open_incidents for r in runs) else []
+    notes += [f"cleared: {cleared_open()}"] if any(r.cleared_open_incidents for r in runs) else []
     return "\n".join([body, *(line for note in notes for line in wrap(note))])
 
 
@@ -182,7 +183,7 @@ def run_lines(r: RunDetail) -> str:
         parts.append(f"{r.cleared_open_incidents} incident(s) cleared, still open")
     lines = wrap(f"run {r.id}: {r.status}, step {steps}, open alerts: {', '.join(parts) or 'none'}")
     if r.cleared_open_incidents:
-        lines += wrap(CLEARED_OPEN, indent=INDENT)
+        lines += wrap(cleared_open(), indent=INDENT)
     if r.anomaly_reason:
         lines += wrap(f"anomaly: {r.anomaly_reason}", indent=INDENT)
     said = r.stop.said(time.time()) if r.stop else "no stop asked"
@@ -240,7 +241,13 @@ def checkpoints_table(advice: Advice) -> str:
     ]
     body = table(rows, ["step", "complete", "bytes", "value", "path"])
     deletable = ", ".join(str(step) for step in advice.deletable) or "none"
-    return "\n".join([*head, body, *wrap(f"deletable steps: {deletable}")])
+    kept = [  # the recommended one is said above; the others say why they stay (an action resumes from it)
+        line
+        for k in advice.kept
+        if not rec or k.step != rec.step
+        for line in wrap(f"kept step {k.step}: {k.why}")
+    ]
+    return "\n".join([*head, body, *wrap(f"deletable steps: {deletable}"), *kept])
 
 
 def files_table(files: list[ProblemFile]) -> str:

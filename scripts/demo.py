@@ -196,6 +196,9 @@ def print_advice(db: Path, run: str) -> None:
         print(
             f"  safe to delete: steps {advice['deletable']} (frees {advice.get('frees_bytes', 0) / 1e6:.1f} MB)"
         )
+    for k in advice.get("kept", []):  # why the others stay, as `collector checkpoints` says it
+        if not rec or k["step"] != rec["step"]:
+            print(f"  kept step {k['step']}: {k['why']}")
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import streamlit as st
 from app import ui
 from app.charts import metric_figure
 from app.series import from_api
-from collector.api.models import Alert, AlertChangeState, Incident, IncidentChange
+from collector.api.models import CLEARED_OPEN, Alert, AlertChangeState, Incident, IncidentChange
 from collector.core.printable import middle
 
 # Steps of context drawn on each side of an incident, as a share of its length (at least 20 steps).
@@ -180,7 +180,7 @@ if not drawn:
 open_ids = [a.id for a in evidence if a.state == "open"]
 unresolved = [a.id for a in evidence if a.state != "resolved"]
 if incident.state == "open" and not unresolved:
-    st.caption(ui.CLEARED_OPEN)  # (the run page and the overview say it in the same words)
+    st.caption(f"Every alert of this incident has cleared. {CLEARED_OPEN}")  # (every page's sentence)
 note = st.text_input("Note (stored with each of its alerts)", key=f"note-{incident.id}")
 act = st.columns([1, 1, 4])
 read_only = ui.read_only_why()  # (a read-only team API: a click would only meet its 403)

@@ -15,6 +15,9 @@ advice = api.checkpoints(run)
 checkpoints = sorted(advice.checkpoints, key=lambda c: c.step)
 recommended = advice.recommended
 deletable = set(advice.deletable)
+kept = {
+    k.step: k.why for k in advice.kept
+}  # why each other one stays (an alert's action resumes from it, ...)
 metric = advice.metric or "metric"
 direction = advice.direction
 
@@ -38,6 +41,7 @@ table = pd.DataFrame(
             "size": ui.human_bytes(c.bytes),
             "recommended": recommended is not None and c.step == recommended.step,
             "safe to delete": c.step in deletable,
+            "kept because": kept.get(c.step, ""),
             "path": c.path,
         }
         for c in checkpoints

@@ -16,7 +16,7 @@ from app.panels import HEADLINES, Panel, metric_names, metrics_by_role, role_pan
 from app.playback import playback_control
 from app.series import group_metrics, scaled
 from app.stop import stop_section
-from collector.api.models import Alert, RunDetail
+from collector.api.models import CLEARED_OPEN, Alert, RunDetail
 
 api = ui.api()
 run = ui.require_run()
@@ -38,7 +38,7 @@ cleared = detail.cleared_open_incidents
 top[2].metric(
     "Open alerts",
     ui.alert_counts_text(detail.open_alerts, cleared_open=cleared),
-    help=f"{ui.CLEARED_OPEN} The Alerts page lists it as open." if cleared else None,
+    help=f"{CLEARED_OPEN} The Alerts page lists it as open." if cleared else None,
 )
 rec = detail.recommended_step
 top[3].metric("Recommended checkpoint", f"step {rec:,}" if rec is not None else "none yet")

@@ -14,7 +14,7 @@ import streamlit as st
 
 from app import ui
 from app.name_hover import ROW_PX, full_names_on_hover
-from collector.api.models import RL_JUDGED, RunSummary
+from collector.api.models import CLEARED_OPEN, RL_JUDGED, RunSummary
 from collector.core.printable import middle
 
 api = ui.api()
@@ -195,7 +195,7 @@ event = st.dataframe(
         "val loss": st.column_config.TextColumn("val loss", help=f"The latest validation loss. {RL_JUDGED}"),
         "alerts": st.column_config.TextColumn(
             "open alerts",
-            help=f"Open alerts by severity, then incidents cleared, still open: {ui.CLEARED_OPEN}",
+            help=f"Open alerts by severity, then incidents cleared, still open. {CLEARED_OPEN}",
         ),
         "keep step": st.column_config.TextColumn("keep step", help="The recommended checkpoint's step"),
         "anomaly": st.column_config.TextColumn(

@@ -11,10 +11,13 @@ Stable interface:
 - `recommend_checkpoint(AdviceInput) -> dict` with exactly the keys `recommended` ({step, path, reason} or
   None), `checkpoints` ([{step, path, complete, bytes, value, inferred, inferred_from, evaluated_at}]: `value`
   the evaluation at the checkpoint's step, else the latest one since the previous checkpoint, never a later
-  one; `evaluated_at` its step), `deletable` ([steps]), `frees_bytes`, `metric`, `direction`,
+  one; `evaluated_at` its step), `deletable` ([steps]), `kept` ([{step, why}]: each seen checkpoint not
+  deletable and why it is kept), `frees_bytes`, `metric`, `direction`,
   `no_recommendation` (why `recommended` is None, else None), `never_learned` (a `no_learning` error from the
   run's first steps covers every checkpoint: none is better than the base model) and `interrupted_save` (the
   step whose save a failed run most likely interrupted, else None). `AdviceInput` says what each input is.
+- `keep_for_actions(advice, resumes) -> dict`: the advice with the checkpoints the run's alerts' actions resume
+  from kept (out of `deletable`, into `kept`): the delete list is made here and nowhere else.
 """
 
 from __future__ import annotations
@@ -255,13 +258,15 @@ def recommend_checkpoint(given: AdviceInput) -> dict:
 
     best_by_any = best_by_every_evaluation({metric: evals, **given.all_evals}, (r["step"] for r in rows))
     keep = {latest_step, recommended["step"] if recommended else None} | set(best_by_any)
-    if rows and not rows[-1]["complete"]:
+    keep_newest = bool(rows) and not rows[-1]["complete"]
+    if keep_newest:
         keep.add(newest)
     deletable = [
         r["step"] for r in rows if r["step"] not in keep and not r["inferred"] and not r["_state_only"]
     ]
     seen = [r for r in rows if not r["inferred"]]
     frees = sum(r["bytes"] for r in seen if r["step"] in deletable) if seen or not rows else None
+    kept = _kept(seen, deletable, recommended, latest_step, best_by_any, newest if keep_newest else None)
     return {
         "recommended": recommended,
         "checkpoints": [
@@ -270,6 +275,7 @@ def recommend_checkpoint(given: AdviceInput) -> dict:
             for r in rows
         ],
         "deletable": deletable,
+        "kept": kept,
         "frees_bytes": frees,
         "metric": metric,
         "direction": direction,
@@ -279,6 +285,58 @@ def recommend_checkpoint(given: AdviceInput) -> dict:
         + reasons.kept_incomplete_text(rows, best_by_any),
         "never_learned": never is not None,
         "interrupted_save": interrupted,
+    }
+
+
+def _kept(
+    seen: list[dict],
+    deletable: list[int],
+    recommended: dict | None,
+    latest: int | None,
+    best_by_any: dict[int, str],
+    writing: int | None,
+) -> list[dict]:
+    """Each seen checkpoint that is not deletable, with why it is kept (`{step, why}`, the reasons joined)."""
+    out = []
+    for r in seen:
+        if r["step"] in deletable:
+            continue
+        why = [
+            *(["the recommended checkpoint"] if recommended and r["step"] == recommended["step"] else []),
+            *(["the latest: a resume loads it"] if r["step"] == latest else []),
+            *([f"the best by {best_by_any[r['step']]}"] if r["step"] in best_by_any else []),
+            *(["the newest, not complete: it may still be being written"] if r["step"] == writing else []),
+            *(["only its trainer_state.json is here"] if r["_state_only"] else []),
+        ]
+        out.append({"step": r["step"], "why": "; ".join(why)})
+    return out
+
+
+def keep_for_actions(advice: dict, resumes: list[tuple[int, str]]) -> dict:
+    """`advice` (`recommend_checkpoint`'s shape) with the checkpoints an alert's action resumes from taken out
+    of `deletable` (`resumes`: (step, rule) of each action that still counts: its incident open, or its run
+    still going), `frees_bytes` counted again and `kept` saying why: one voice, an action never names a
+    checkpoint the advice calls safe to delete."""
+    rules: dict[int, list[str]] = {}
+    for step, rule in resumes:
+        if rule not in rules.setdefault(step, []):
+            rules[step].append(rule)
+    kept = {k["step"]: k for k in advice.get("kept", [])}
+    for step, names in sorted(rules.items()):
+        if step not in advice["deletable"] and step not in kept:
+            continue  # not a seen checkpoint of the advice (inferred, or none at that step)
+        why = f"the {' and '.join(names)} action{'s resume' if len(names) > 1 else ' resumes'} from it"
+        kept[step] = {"step": step, "why": "; ".join(w for w in (kept.get(step, {}).get("why"), why) if w)}
+    deletable = [s for s in advice["deletable"] if s not in rules]
+    frees = advice["frees_bytes"]
+    if frees is not None:
+        frees = sum(
+            c["bytes"] or 0 for c in advice["checkpoints"] if not c["inferred"] and c["step"] in deletable
+        )
+    return advice | {
+        "deletable": deletable,
+        "frees_bytes": frees,
+        "kept": sorted(kept.values(), key=lambda k: k["step"]),
     }
 
 

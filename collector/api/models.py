@@ -126,6 +126,13 @@ class OpenAlerts(Answer):
 # its loss columns, marked (`RunSummary.loss_cells`), and says this under the table.
 RL_JUDGED = "r: an RL run's latest reward, s: its latest validation score (what it is judged by, not a loss)."
 
+# What an open incident whose alerts all cleared is, in one sentence that every surface says alike: the CLI's
+# `runs` and `run`, the dashboard's overview, run page and alert review (each adds where it is listed).
+CLEARED_OPEN = (
+    "An incident whose alerts all cleared stays open until the run goes on past it without the trouble coming "
+    "back."
+)
+
 
 class RunSummary(Answer):
     """One run of `GET /api/runs`."""
@@ -361,12 +368,20 @@ class Recommended(Answer):
     tie: dict | None = None  # the tie the choice broke: {"steps", "noise", "rule"}
 
 
+class Kept(Answer):
+    """A seen checkpoint that is not safe to delete, and why (`the grad_spike action resumes from it`)."""
+
+    step: int
+    why: str
+
+
 class Advice(Answer):
     """`GET /api/runs/{run}/checkpoints`."""
 
     recommended: Recommended | None
     checkpoints: list[Checkpoint]
     deletable: list[int]
+    kept: list[Kept] = []  # (an older collector's answer has none)
     frees_bytes: int | None
     metric: str | None
     direction: str | None

@@ -12,7 +12,7 @@ from collector.advice import action as action_mod
 from collector.advice import health as health_mod
 from collector.advice.errors import error_episodes
 from collector.advice.evaluations import quality_direction
-from collector.advice.recommend import RunContext, advice_for_run
+from collector.advice.recommend import RunContext, advice_for_run, keep_for_actions
 from collector.core.roles import RL_ROLES, role_of
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
 from collector.settings.config import DetectConfig
@@ -63,11 +63,39 @@ class RunInputs:
         ]
 
 
+# The run states in which a run no longer goes on (as incidents judge it: `collector.detect.incidents.run_steps`).
+ENDED = ("completed", "failed", "stopped")
+
+
 def advise(run: RunInputs, metric: str | None = None, direction: str | None = None) -> dict:
     """The run's checkpoint advice (`collector.advice.recommend.advice_for_run`'s shape, plus `status`,
     status.json's state, when there is one). `metric`/`direction` choose the deciding evaluation (else the
     run's `[advice]` config, else its own best metric or validation loss); ValueError for a direction other
-    than min or max."""
+    than min or max. A checkpoint an alert's action resumes from (`resume_points`, by the run's own advice,
+    as the actions are built) is never deletable: it is `kept`, saying which action."""
+    own = _advise(run, None, None)
+    result = own if metric is None and direction is None else _advise(run, metric, direction)
+    return keep_for_actions(result, resume_points(run, own))
+
+
+def resume_points(run: RunInputs, advice: dict) -> list[tuple[int, str]]:
+    """(step, rule) of each checkpoint an action of the run's alerts resumes from, for the alerts that still
+    count: not resolved, or of a run still going (its incident may be waiting out its keep-firing window). A
+    resolved alert of an ended run no longer keeps its checkpoint."""
+    going = run.state not in ENDED
+    live = [
+        dict(a)  # (copies: the actions are built here only to read their steps)
+        for a in run.alerts
+        if action_mod.needs_action(a) and (going or a.get("state") != "resolved")
+    ]
+    if not live:
+        return []
+    add_actions(run, live, advice)
+    return [(a["action"]["restart_step"], a["rule"]) for a in live if a["action"]["restart_step"] is not None]
+
+
+def _advise(run: RunInputs, metric: str | None, direction: str | None) -> dict:
+    """`advise` before the actions' resume points are kept."""
     evals = {}
     for s in run.stats:
         if is_evaluation(s["metric"]) or s["metric"] == metric:

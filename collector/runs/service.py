@@ -8,6 +8,7 @@ import copy
 
 from collector.advice import action as action_mod
 from collector.detect.rules import UNSAFE_CHECKPOINT_RULES
+from collector.detect.runlevel import RUN_FAILED
 from collector.runs.inputs import RunInputs, add_actions, advise, checklist, is_evaluation
 from collector.runs.lookup import find_run
 from collector.runs.status import run_status
@@ -17,8 +18,14 @@ from collector.store import alerts as store_alerts
 from collector.store import read as store_read
 from collector.store.db import Store
 
-# The alerts whose steps a recommendation reads (their episodes are part of what invalidates it).
-BAD_RULES = tuple(sorted(UNSAFE_CHECKPOINT_RULES))
+# The alerts whose steps or states the advice reads (besides error alerts): the bad episodes a recommendation
+# passes over, and the alerts whose actions' resume points are kept from deletion while they count (a resolved
+# alert of an ended run no longer keeps one: `collector.runs.inputs.resume_points`).
+BAD_RULES = tuple(
+    sorted(
+        UNSAFE_CHECKPOINT_RULES | action_mod.CHECKPOINT_RULES | action_mod.STEP_NAMING_RULES | {RUN_FAILED}
+    )
+)
 
 
 class RunService:

@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.api import DashboardApi
 from app.connection import read_marker
-from collector.api.models import RL_JUDGED
+from collector.api.models import CLEARED_OPEN, RL_JUDGED
 from tests.app.conftest import (
     REPO,
     SMOKE_RUN,
@@ -344,6 +344,9 @@ def test_checkpoint_page_shows_the_recommendation_and_its_path(smoke_env):
         assert advice.recommended.path in codes
         assert table.set_index("step").loc[advice.recommended.step, "recommended"]
     assert set(table[table["safe to delete"]]["step"]) == set(advice.deletable)
+    # every other checkpoint says why it stays, in the advice's words (`kept`)
+    shown = {s: why for s, why in zip(table["step"], table["kept because"], strict=True) if why}
+    assert shown == {k.step: k.why for k in advice.kept} and set(shown).isdisjoint(advice.deletable)
     # the path of the chosen checkpoint is in a code block (which has a copy button)
     at.selectbox(key="checkpoint_choice").set_value(table["step"].iloc[0]).run()
     assert table["path"].iloc[0] in [c.value for c in at.code]
@@ -652,14 +655,19 @@ def test_a_cleared_incident_still_open_is_said_alike_on_every_page(tmp_path, mon
         at = open_page("run", run="live")
         [tile] = [m for m in at.metric if m.label == "Open alerts"]
         assert tile.value == "1 incident cleared, still open", tile.value
-        assert "stays open until the run goes on past it" in tile.proto.help
+        # one sentence from one place (`models.CLEARED_OPEN`): the CLI and the app worded it apart
+        assert CLEARED_OPEN in tile.proto.help
         overview = open_page()
         assert list(overview.dataframe[0].value["alerts"]) == ["1 incident cleared, still open"]
+        review = open_page("alerts")
+        assert f"Every alert of this incident has cleared. {CLEARED_OPEN}" in [
+            c.value for c in review.caption
+        ]
         said = _human_cli(collector, "run", "live")
         assert "open alerts: 1 incident(s) cleared, still open" in said, said
-        assert "stays open until the run goes on past it" in " ".join(said.split()), said
+        assert CLEARED_OPEN[:-1] in " ".join(said.split()), said
         table = _human_cli(collector, "runs")
-        assert "cleared:1" in table and "stays open until the run goes on past it" in " ".join(table.split())
+        assert "cleared:1" in table and f"cleared: {CLEARED_OPEN[:-1]}" in " ".join(table.split())
     finally:
         stop_process(collector.proc)
 

@@ -28,6 +28,7 @@ def test_picks_the_lowest_val_loss_and_explains_with_the_alternatives():
         "recommended",
         "checkpoints",
         "deletable",
+        "kept",  # why each seen checkpoint not deletable stays
         "frees_bytes",
         "metric",
         "direction",
@@ -231,7 +232,7 @@ def test_advice_for_run_chooses_the_metric_and_maps_evaluations():
     out = advice_for_run(checkpoints, evals, [], {}, 500)
     assert (out["metric"], out["direction"], out["recommended"]["step"]) == ("val/loss", "min", 300)
     assert set(out) == {
-        "recommended", "checkpoints", "deletable", "frees_bytes", "metric", "direction", "no_recommendation",
+        "recommended", "checkpoints", "deletable", "kept", "frees_bytes", "metric", "direction", "no_recommendation",
         "never_learned", "interrupted_save",
     }  # fmt: skip
     # an explicit metric wins; its direction follows its name unless given
