@@ -12,8 +12,9 @@ Nov 2026) counted what they had published from `team_marks`, which format-1 coll
 write: such a collector on a lake they wrote finds no marks and publishes every point again. Format 2 moves the
 names to `team_names` and leaves `team_collectors` and `team_marks` as views whose every read raises `TOO_OLD`:
 a collector of format 1 reads `team_collectors` when it starts (claiming its name, after creating only tables the
-lake lacks) and stops there, publishing nothing; one live while the lake is upgraded fails every batch
-(its heartbeat updates `team_collectors`, its marks are read from `team_marks`), also publishing nothing.
+lake lacks) and stops there, publishing nothing; one live while the lake is upgraded fails every batch (one before
+38b4216 at once: it writes `team_marks`; one since at its next heartbeat, an UPDATE of `team_collectors`: measured,
+and what it published meanwhile was counted from the lake's points, so nothing twice).
 """
 
 from __future__ import annotations
