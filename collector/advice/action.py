@@ -200,6 +200,12 @@ def action_for_alert(
         parts.append(f"(This is where {resume_only}.)")
     else:
         resume_only = None
+    if chosen is not None and chosen["step"] in advice.get("deletable", ()):
+        # an alert that no longer counts (resolved, its run ended): its resume point is no longer kept
+        # (`recommend.keep_for_actions`), and the Keep line beside the Checkpoints page says so
+        over = "now that the trouble is resolved and the run has ended, the checkpoint advice lists it as safe to delete"
+        parts.append(f"({over[0].upper()}{over[1:]}.)")
+        resume_only = f"{resume_only}; {over}" if resume_only else over
     return {
         "checkpoint": chosen,
         "trainer": trainer.kind,

@@ -65,6 +65,13 @@ def test_a_spikes_resume_point_is_kept_not_safe_to_delete(tmp_path):
     assert cli_json(db, "run", "spiky")["status"] == "completed"
     ended = cli_json(db, "checkpoints", "--run", "spiky")
     assert 200 in ended["deletable"] and 200 not in {k["step"] for k in ended["kept"]}, ended
+    # and the spike's action, still read on the alert review, says so beside the Checkpoints page
+    for a in (a for a in cli_json(db, "alerts") if a["rule"] == "grad_spike"):
+        assert a["action"]["keep"].endswith(
+            "now that the trouble is resolved and the run has ended, the checkpoint advice lists it as safe to delete"
+        ), a["action"]["keep"]
+    # while it counted, the action said nothing of deleting
+    assert all("safe to delete" not in a["action"]["text"] for a in spikes)
 
 
 def test_keeping_a_resume_point_counts_the_freed_bytes_again_and_says_each_reason():
