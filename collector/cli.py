@@ -378,7 +378,9 @@ def _ingest(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary | {"not_read": not_read, "runwatch_files": own}))
         return 0
-    print(f"ingested {len(runs)} run(s): {after - before} new points ({after} stored) in {seconds:.2f} s")
+    # fewer: a file read into a run of its own before was found to be a copy of another run's (logged)
+    change = f"{after - before} new points" if after >= before else f"{before - after} fewer points"
+    print(f"ingested {len(runs)} run(s): {change} ({after} stored) in {seconds:.2f} s")
     if own:
         print(f"{len(own)} file(s) of runwatch's own beside the database, not read:")
     for f in own:

@@ -150,6 +150,14 @@ class Detection:
         if status or info:
             self._handle(run, det.note_outcome(status, info))
 
+    def forget(self, run: str) -> None:
+        """The run was removed from the store (its files were found to be another run's): nothing of it is
+        judged or told any more, so no time-based rule raises an alert on a run that is not there."""
+        for held in (self.detectors, self.status, self.run_info, self.behind, self.fed_to, self._cold,
+                     self.rejudging, self._held, self._outcome, self._told, self._waiting,
+                     self._checkpoints_seen, self._markers_seen):  # fmt: skip
+            held.pop(run, None)
+
     def detector(self, run: str) -> RunDetector:
         """The run's detector (created empty on first use), judging with the run's current thresholds (a
         changed runwatch.toml applies from the next points on)."""

@@ -74,6 +74,7 @@ class Collector:
             on_points=self.detection.points_added,
             on_run_info=self.detection.run_info_changed,
             on_backlog=self.detection.backlog_added,
+            on_run_removed=self.detection.forget,
         )
         self.detection.run_dirs = self.ingestor.run_dirs
         self.detection.run_files = self.ingestor.run_files

@@ -23,7 +23,7 @@ from collector import formats
 from collector.core.model import BEFORE_ALL_STEPS, Format, Points, RunInfo
 from collector.formats import discover
 from collector.ingest import segments
-from collector.ingest.attribution import place_source
+from collector.ingest.attribution import Moved, leave_run, place_source
 from collector.ingest.bulk import BULK_BYTES, BULK_MIN_BYTES, BulkReader, scratch_dir
 from collector.ingest.bulk_csv import CsvBulkReader
 from collector.ingest.chunk import Cycle, read_chunk
@@ -54,6 +54,7 @@ class Ingestor:
         on_points: PointsCallback | None = None,
         on_run_info: Callable[[str, RunInfo], None] | None = None,
         on_backlog: Callable[[str], None] | None = None,
+        on_run_removed: Callable[[str], None] | None = None,
         chunk_bytes: int = CHUNK_BYTES,
         bulk_bytes: int = BULK_BYTES,
         txn_bytes: int = TXN_BYTES,
@@ -66,6 +67,7 @@ class Ingestor:
         # Points that DuckDB read in bulk never become Python objects here: detection is told the run has
         # a stored backlog and reads it from the store at its own pace.
         self.on_backlog = on_backlog
+        self.on_run_removed = on_run_removed  # a run found to be another's files, gone from the store
         self.chunk_bytes = chunk_bytes
         self._registered: dict[str, tuple] = {}  # run id -> what was last registered for it
         self.txn_bytes = txn_bytes
@@ -139,17 +141,36 @@ class Ingestor:
             key = str(source.path)
             self.roles[key] = source.role
             self.contexts[key] = source.context
+            known = self.sources.get(key)
             if source.role != "ignored":  # (same file, new understanding of it: see `attribution`)
-                self.sources[key], moved = place_source(
-                    self.store, self.sources.get(key), run.id, key, source.format
-                )
+                self.sources[key], moved = place_source(self.store, known, run.id, key, source.format)
                 if moved is not None:
-                    self.max_step[moved.run_id] = (
-                        moved.last_step if moved.last_step is not None else BEFORE_ALL_STEPS
+                    self._moved(
+                        moved, f"belongs to run {run.id}: its points left run {moved.run_id}, read again"
                     )
-                    self._event(
-                        key, f"belongs to run {run.id}: its points left run {moved.run_id}, read again"
-                    )
+            elif known is not None and known.run_id != run.id:  # read into a run of its own before
+                del self.sources[key]
+                why = (
+                    f"is a copy run {run.id} does not read: its points left run {known.run_id}, read no more"
+                )
+                self._moved(leave_run(self.store, known), why)
+
+    def _moved(self, moved: Moved, why: str) -> None:
+        """A file's points left `moved.run_id`: say so, and forget that run if it was removed with them."""
+        if moved.removed is None:
+            self.max_step[moved.run_id] = moved.last_step if moved.last_step is not None else BEFORE_ALL_STEPS
+        else:
+            why += f"; run {moved.run_id} had no other file and no point left: removed"
+            why += f" with its {moved.removed} alert(s)" if moved.removed else ""
+            self.max_step.pop(moved.run_id, None)
+            self._registered.pop(moved.run_id, None)
+            self.run_dirs.pop(moved.run_id, None)
+            self.run_files.pop(moved.run_id, None)
+            self.hf_own_state.pop(moved.run_id, None)
+            self.store.alerts_changed(moved.run_id)  # (caches of its alerts read again: none are left)
+            if self.on_run_removed is not None:
+                self.on_run_removed(moved.run_id)
+        self._event(moved.path, why)
 
     # ---- reading ----------------------------------------------------------------------------------
 

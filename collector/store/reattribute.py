@@ -51,3 +51,43 @@ def forget_source_points(cur: duckdb.DuckDBPyConnection, run_id: str, source_id:
     last = cur.execute("SELECT max(last_step) FROM metric_stats WHERE run_id = ?", [run_id]).fetchall()[0][0]
     cur.execute("UPDATE runs SET last_step = ? WHERE id = ?", [last, run_id])
     return last
+
+
+def forget_source(cur: duckdb.DuckDBPyConnection, run_id: str, source_id: int) -> int | None:
+    """The source `source_id` is no longer read by any run (a copy of another run's metrics, found so once
+    that run's better file came): its points leave `run_id` as in `forget_source_points`, and its row goes.
+    Returns the run's highest step left. Inside the caller's transaction."""
+    last = forget_source_points(cur, run_id, source_id)
+    cur.execute("DELETE FROM sources WHERE id = ?", [source_id])
+    return last
+
+
+def remove_if_empty(cur: duckdb.DuckDBPyConnection, run_id: str) -> int | None:
+    """Remove the run `run_id` when no file is read into it and no point of it is left (a run seen before
+    its real run's first checkpoint, its files since found to be that run's): its row, series and summaries,
+    the alerts judged from the points it held (their points are judged again in the run they moved to), its
+    checkpoints and lists of files. Returns how many alerts went with it, None when the run stays. Inside the
+    caller's transaction."""
+    if cur.execute(
+        """SELECT (SELECT count(*) FROM sources WHERE run_id = ?)
+                  + (SELECT count(*) FROM point_rows p JOIN series s ON s.id = p.series WHERE s.run_id = ?)""",
+        [run_id, run_id],
+    ).fetchall()[0][0]:
+        return None
+    alerts = cur.execute("SELECT count(*) FROM alerts WHERE run_id = ?", [run_id]).fetchall()[0][0]
+    cur.execute(
+        "DELETE FROM alert_history WHERE alert_id IN (SELECT id FROM alerts WHERE run_id = ?)", [run_id]
+    )
+    owned = (
+        "alerts",
+        "series",
+        "metric_stats",
+        "points_replaced",
+        "checkpoints",
+        "skipped_files",
+        "failing_files",
+    )
+    for table in owned:
+        cur.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # (table names from this list only)
+    cur.execute("DELETE FROM runs WHERE id = ?", [run_id])
+    return alerts
