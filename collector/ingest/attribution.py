@@ -5,8 +5,8 @@ the file's position; a file now read in another format (a log whose first HF dic
 from its start; a file found to belong to another run (an HF output folder reused by several runs, split once
 the evidence shows, `formats.hf_lineage`; a live HF run's TensorBoard file, read as a run of its own until the
 first checkpoint showed whose it is) leaves its points' old run and is read again into its own; a file found
-to be a copy another run does not read (a live HF run's logs/ console, once its states exist) leaves its old
-run and is read no more. A run left with no file and no point is removed (`store.reattribute.remove_if_empty`).
+to be a copy its run does not read (a live HF run's console, once its states exist) leaves the run it was
+read into (that run, or a run of its own: `logs/`) and is read no more, as a first reading would not read it. A run left with no file and no point is removed (`store.reattribute.remove_if_empty`).
 """
 
 from __future__ import annotations

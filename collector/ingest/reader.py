@@ -148,7 +148,7 @@ class Ingestor:
                     self._moved(
                         moved, f"belongs to run {run.id}: its points left run {moved.run_id}, read again"
                     )
-            elif known is not None and known.run_id != run.id:  # read into a run of its own before
+            elif known is not None:  # read before the run's better file came (into this run, or its own)
                 del self.sources[key]
                 why = (
                     f"is a copy run {run.id} does not read: its points left run {known.run_id}, read no more"

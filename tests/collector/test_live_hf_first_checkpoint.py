@@ -40,9 +40,9 @@ def tensorboard(out: Path) -> Path:
     return path
 
 
-def console(out: Path) -> Path:
+def console(out: Path, name: str = "logs/training.log") -> Path:
     """The run's console, teed to `logs/training.log`: the Trainer's printed log dicts."""
-    path = out / "logs" / "training.log"
+    path = out / name
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         f"{{'loss': {loss(s)}, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': {s / 1000}}}\n"
@@ -128,6 +128,28 @@ def test_a_console_read_before_the_first_checkpoint_leaves_its_early_run_which_i
         (str(log), "a hf_console copy of the metrics in trai")
     ]
     assert cli_json(db, "ingest", str(root))["points_added"] == 0 and stored(db) == after
+
+
+def test_a_console_beside_the_states_read_before_them_leaves_their_run_as_a_fresh_reading_would(tmp_path):
+    """`train.log` in the output folder itself: before the checkpoint it is the run's only metrics file (its
+    steps counted, 1 to 24); after, a copy the run does not read. Its points leave the run, so the loss is the
+    states' 24 points at steps 10-240, as a first reading of the folder finds, not 46 at steps 1-240."""
+    root, db = tmp_path / "root", tmp_path / "rw.duckdb"
+    out = root / "outputs"
+    log = console(out, "train.log")
+    assert ingested_runs(db, root) == ["outputs"]
+    first_checkpoint(out)
+    done = cli(db, "ingest", str(root))
+    assert (
+        f"{log}: is a copy run outputs does not read: its points left run outputs, read no more"
+        in done.stderr
+    )
+    after = stored(db)
+    fresh = tmp_path / "fresh.duckdb"
+    cli_json(fresh, "ingest", str(root))
+    assert stored(fresh)["points"] == after["points"] == [
+        ("outputs", "epoch", 24), ("outputs", "learning_rate", 24), ("outputs", "loss", 24)
+    ]  # fmt: skip
 
 
 def test_a_live_collector_drops_both_early_runs_when_the_checkpoint_comes_and_a_restart_agrees(tmp_path):
