@@ -69,6 +69,7 @@ class LossSpikeScreen(Screen):
             and len(w.vals) >= rule.cfg.min_history
             and len(rule.level) == rule.level.maxlen
             and rule.rising == 0
+            and not rule.far_above
         )
 
     def _checks(self, rule, values: np.ndarray):
@@ -153,6 +154,9 @@ class LossSpike(Rule):
         self.best_rolling: float | None = None
         self.best_step = 0
         self.rising = 0
+        # the last trend check found the loss far above its best: until one finds it back, the points between
+        # checks keep the verdict (a divergence whose blocks wobble does not clear and come back as a new alert)
+        self.far_above = False
 
     def rewind(self, step: int) -> None:
         self.window.rewind(step)
@@ -160,6 +164,7 @@ class LossSpike(Rule):
         self.level.clear()
         self.level.extend(self.window.values()[-self.level.maxlen :])
         self.rising = 0
+        self.far_above = False
 
     def feed(self, step: int, value: float, facts: RunFacts) -> Verdict:
         if facts.is_rl:
@@ -215,11 +220,11 @@ class LossSpike(Rule):
                 peak=True,
             )
         best = self.best_rolling
-        if (
-            latest is not None
-            and best is not None
-            and latest > best + max(cfg.diverge_rel * abs(best), cfg.abs_jump)
-        ):
+        if latest is not None:
+            self.far_above = best is not None and latest > best + max(
+                cfg.diverge_rel * abs(best), cfg.abs_jump
+            )
+        if latest is not None and self.far_above:
             k = self.block
             blocks = (
                 median_of_sorted(sorted(values[:k])),
@@ -258,7 +263,7 @@ class LossSpike(Rule):
                     error_after_points=cfg.diverge_error_points,
                 )
             return HOLD
-        if latest is None and self.rising:
+        if latest is None and (self.rising or self.far_above):
             return HOLD  # between trend checks: keep the verdict of the last one
         self.rising = 0
         return None

@@ -159,8 +159,31 @@ def test_diverging_loss_is_an_error():
         steps,
         [v * (1 + max(0, s - 1000) / 150) for s, v in zip(steps, values, strict=True)],
     )
-    alert = next(e for e in detect_series(series) if e.rule == "loss_spike" and e.severity == "error")
-    assert alert.evidence["kind"] == "diverging" and 1000 < alert.first_step < 1300
+    # one alert from where it began to the end: the episode holds between trend checks while the loss stays far
+    # above its best, and its evidence is the latest check's (a ramp whose blocks level off reads as a level)
+    (alert,) = [e for e in detect_series(series) if e.rule == "loss_spike"]
+    assert alert.severity == "error" and 1000 < alert.first_step < 1300 and alert.last_step == steps[-1]
+    assert alert.evidence["kind"] in ("diverging", "level_shift")
+
+
+def test_a_divergence_whose_blocks_wobble_stays_one_alert():
+    # keanuspies/lyric-generator-llm outputs/checkpoint-3000/trainer_state.json (commit 5471b6209b), logged every
+    # step: the loss jumps from ~6 to 21-25 for 800 steps with per-step noise of +-30 %. A trend check that found
+    # the blocks falling a little reset the divergence, the points between checks cleared it, and it came back as
+    # a new alert: 23 alerts for 4 divergences. Now an alert ends only once a check finds the loss back near its
+    # best.
+    series = healthy_sft(seed=11)
+    steps, values = series["train/loss"]
+    rng = random.Random(5)
+    level = [
+        v * (4.0 if 1000 <= s < 1600 else 1.0) * (1 + rng.uniform(-0.3, 0.3))
+        for s, v in zip(steps, values, strict=True)
+    ]
+    series["train/loss"] = (steps, level)
+    found = [e for e in detect_series(series) if e.rule == "loss_spike" and e.severity != "info"]
+    assert len(found) == 1 and 1000 <= found[0].first_step < 1100 and found[0].last_step < 1700, [
+        (e.severity, e.first_step, e.last_step) for e in found
+    ]
 
 
 # ----- val_loss_rise -----
@@ -221,7 +244,8 @@ def test_a_loss_that_jumps_to_a_new_level_and_stays_is_a_divergence_told_once():
     assert len(shifts) == 1, [(e.rule, e.first_step, e.severity) for e in events]
     shift = shifts[0]
     # a warning within a few blocks of the jump, an error once it lasts; names the best step before the jump
-    assert 1000 < shift.first_step <= 1000 + 60 * 10 and shift.severity == "error" and shift.active
+    # (from the jump itself: the first point above the noise, which the divergence then holds on to)
+    assert 1000 <= shift.first_step <= 1000 + 60 * 10 and shift.severity == "error" and shift.active
     assert f"step {shift.evidence['best_step']}" in shift.message and shift.evidence["best_step"] < 1000
     assert "jumped to a new level and stays there" in shift.message
     # the validation loss that rose with it is said too, as a divergence
