@@ -188,8 +188,22 @@ def _parser(prog: str = "python -m collector") -> argparse.ArgumentParser:
     return ap
 
 
+# the exit status of a program a closed pipe stopped (128 + SIGPIPE), as a shell reports it
+EXIT_CLOSED_PIPE = 141
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m collector") -> int:
-    """Run one command; `prog` is the command's name in usage lines (`runwatch` when called as the tool)."""
+    """Run one command; `prog` is the command's name in usage lines (`runwatch` when called as the tool). A
+    reader that closes the output early (`check DIR | head`) ends the command quietly, with status 141."""
+    try:
+        return _main(argv, prog)
+    except BrokenPipeError:
+        # the rest of the output goes nowhere, and Python's flush at exit finds no closed pipe to complain of
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
     args = _parser(prog).parse_args(argv)
     log_escaped(sys.stderr)
     # httpx logs every request at INFO: noise on stderr for each CLI call, not news for the user.

@@ -106,3 +106,20 @@ def test_check_of_a_path_with_db_judges_only_the_runs_under_it(tmp_path):
     assert [r["run"] for r in json.loads(mine.stdout)["runs"]] == ["good"]
     # the run id form still judges that one run of the database
     assert _check("bad", "--db", str(db)).returncode == 2
+
+
+def test_a_reader_that_closes_the_output_early_ends_check_quietly(tmp_path):
+    # `python -m collector check DIR | head` printed a BrokenPipeError traceback once head had its lines (seen
+    # checking the hunt's logs, docs/real-runs-checked.md): the read end is closed here before check writes
+    run = tmp_path / "r"
+    run.mkdir()
+    _state(run / "trainer_state.json", [2.0 * 0.98**i for i in range(40)])
+    child = subprocess.Popen(
+        [sys.executable, "-m", "collector", "check", str(run)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    child.stdout.close()
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 141 and b"Traceback" not in err, err.decode()
