@@ -15,7 +15,7 @@ import dataclasses
 
 from collector.ingest import segments
 from collector.store.db import SourceState, Store
-from collector.store.reattribute import forget_source, forget_source_points, remove_if_empty
+from collector.store.reattribute import forget_source, forget_source_points, left_behind, remove_if_empty
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -27,6 +27,7 @@ class Moved:
     last_step: int | None
     path: str
     removed: int | None = None
+    to: str | None = None  # the run it is read into now (None: no run reads it)
 
 
 def place_source(
@@ -60,6 +61,21 @@ def leave_run(store: Store, known: SourceState) -> Moved:
         last = forget_source(cur, known.run_id, known.id)
         removed = remove_if_empty(cur, known.run_id)
     return Moved(known.run_id, last, known.path, removed)
+
+
+def clear_left_behind(store: Store) -> list[Moved]:
+    """Take out of the runs no file is read into the points of files since read into another run (what an
+    earlier collector left: a ghost run of a live HF run's TensorBoard file), and remove those runs if nothing
+    is left; a renamed run's points stay where they are."""
+    out = []
+    for run, source, path, now in left_behind(store.cursor()):
+        if _renamed(run, now):
+            continue
+        with store.transaction() as cur:
+            last = forget_source_points(cur, run, source)
+            removed = remove_if_empty(cur, run)
+        out.append(Moved(run, last, path, removed, to=now))
+    return out
 
 
 def _renamed(old: str, new: str) -> bool:

@@ -23,7 +23,7 @@ from collector import formats
 from collector.core.model import BEFORE_ALL_STEPS, Format, Points, RunInfo
 from collector.formats import discover
 from collector.ingest import segments
-from collector.ingest.attribution import Moved, leave_run, place_source
+from collector.ingest.attribution import Moved, clear_left_behind, leave_run, place_source
 from collector.ingest.bulk import BULK_BYTES, BULK_MIN_BYTES, BulkReader, scratch_dir
 from collector.ingest.bulk_csv import CsvBulkReader
 from collector.ingest.chunk import Cycle, read_chunk
@@ -86,6 +86,7 @@ class Ingestor:
         csv = CsvBulkReader(store, self.bulk_reader.scratch, bulk_bytes)
         self.bulk_readers = {"jsonl": self.bulk_reader, "csv": csv}
         self._formats: dict[str, Format | None] = {}
+        self._cleared = False  # the points earlier collectors left in runs not theirs are taken out
 
     def close(self) -> None:
         self.bulk_reader.close()
@@ -99,6 +100,13 @@ class Ingestor:
             for run in runs:
                 self._register(run)
             self.failures.note_unlisted(unlisted)
+        if not self._cleared:  # once a process: what an earlier collector left (`clear_left_behind`)
+            self._cleared = True
+            for moved in clear_left_behind(self.store):
+                self._moved(
+                    moved,
+                    f"is read into run {moved.to}: its points left run {moved.run_id} (left there before)",
+                )
         return [p for p, role in self.roles.items() if role != "ignored"]
 
     def note_path(self, path: str | Path) -> str | None:

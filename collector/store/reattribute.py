@@ -91,3 +91,32 @@ def remove_if_empty(cur: duckdb.DuckDBPyConnection, run_id: str) -> int | None:
         cur.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])  # (table names from this list only)
     cur.execute("DELETE FROM runs WHERE id = ?", [run_id])
     return alerts
+
+
+def left_behind(cur: duckdb.DuckDBPyConnection) -> list[tuple[str, int, str, str]]:
+    """Points a file left in a run it no longer belongs to, in runs that no file is read into: (that run,
+    the file's source id and path, the run the file is read into now), one row per pair. Earlier collectors moved a live
+    HF run's TensorBoard file into its output folder's run without taking its points from the run it was first
+    read into (see `ingest.attribution`); the run of a renamed id keeps its points this way on purpose, so the
+    caller tells those apart."""
+    # in steps: one query joining every point to its series and source would read the whole points table at
+    # every start; runs without a source are few (none, mostly), and only their series' points are read
+    series = dict(
+        cur.execute(
+            """SELECT id, run_id FROM series WHERE run_id IN
+               (SELECT id FROM runs WHERE id NOT IN (SELECT run_id FROM sources WHERE run_id IS NOT NULL))"""
+        ).fetchall()
+    )
+    if not series:
+        return []
+    pairs = cur.execute(
+        "SELECT DISTINCT series, source_id FROM point_rows WHERE series IN (SELECT unnest(?))", [list(series)]
+    ).fetchall()
+    sources = {
+        sid: (path, run)
+        for sid, path, run in cur.execute(
+            "SELECT id, path, run_id FROM sources WHERE id IN (SELECT unnest(?))", [[x for _, x in pairs]]
+        ).fetchall()
+    }
+    found = {(series[s], x, *sources[x]) for s, x in pairs if x in sources and sources[x][1] != series[s]}
+    return sorted(found)

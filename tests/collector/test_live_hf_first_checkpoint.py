@@ -152,6 +152,37 @@ def test_a_console_beside_the_states_read_before_them_leaves_their_run_as_a_fres
     ]  # fmt: skip
 
 
+def test_a_ghost_run_an_earlier_collector_left_is_taken_out_at_the_next_start(tmp_path):
+    """Earlier collectors moved the TensorBoard file into `outputs` (its source row, as `hf_tensorboard`, read
+    again from its start) but left its 24 points in the early run. Written here as they left it; the next
+    `ingest` takes them out and removes the run, and says so."""
+    root, db = tmp_path / "root", tmp_path / "rw.duckdb"
+    out = root / "outputs"
+    events = tensorboard(out)
+    assert ingested_runs(db, root) == [f"outputs/runs/{LIFE}"]
+    first_checkpoint(out)
+    store = Store(db)
+    try:
+        with store.transaction() as cur:  # what `place_source` wrote when the format changed with the run
+            cur.execute(
+                """UPDATE sources SET run_id = 'outputs', format = 'hf_tensorboard', segment = segment + 1,
+                   byte_offset = 0, size = 0, inode = 0 WHERE path = ?""",
+                [str(events)],
+            )
+    finally:
+        store.close()
+    done = cli(db, "ingest", str(root))
+    assert (
+        f"{events}: is read into run outputs: its points left run outputs/runs/{LIFE} (left there"
+        in done.stderr
+    )
+    after = stored(db)
+    assert after["runs"] == ["outputs"] and {run for run, *_ in after["points"]} == {"outputs"}
+    fresh = tmp_path / "fresh.duckdb"
+    cli_json(fresh, "ingest", str(root))
+    assert stored(fresh)["points"] == after["points"]
+
+
 def test_a_live_collector_drops_both_early_runs_when_the_checkpoint_comes_and_a_restart_agrees(tmp_path):
     root, db = tmp_path / "root", tmp_path / "rw.duckdb"
     out = root / "outputs"
