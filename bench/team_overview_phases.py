@@ -87,7 +87,8 @@ def main() -> None:
     ap.add_argument(
         "--alternate",
         action="store_true",
-        help="every other call in one read transaction (`in_one_snapshot`)",
+        help="every other call in one read transaction (`in_one_snapshot`): for the code before d262456, whose "
+        "builds did not read in one",
     )
     args = ap.parse_args()
 
