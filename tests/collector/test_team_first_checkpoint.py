@@ -7,6 +7,7 @@ each point once. A throwaway PostgreSQL, a real collector `serve --store` publis
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -105,3 +106,61 @@ def test_early_runs_removed_at_the_first_checkpoint_leave_the_lake_and_the_reade
     assert (
         f"its points left run outputs/runs/{LIFE}, read again; run outputs/runs/{LIFE} had no other" in told
     )
+
+
+def test_a_ghost_run_an_earlier_collector_published_leaves_the_lake_at_its_next_start(pg, tmp_path):
+    """Earlier collectors moved the TensorBoard file into `outputs` but left its points in the early run, which
+    they had published. Written into the collector's file here as they left it (with the team venv's DuckDB,
+    whose file it is); at its next start the collector takes the ghost out of its file, and out of the lake."""
+    dsn, data = pg.new_database("ghost_restart"), tmp_path / "lake"
+    root = tmp_path / "root"
+    out = root / "outputs"
+    root.mkdir()
+    ann = TeamDaemon(tmp_path / "ann.duckdb", [root], *lake_args(dsn, data, "ann"))
+    reader = TeamDaemon(tmp_path / "reader.duckdb", [], *lake_args(dsn, data))
+    ghost = f"ann/outputs/runs/{LIFE}"
+    try:
+        ann.start()
+        reader.start()
+        client = reader.client()
+        events = tensorboard(out)
+        wait_for(lambda: [r["id"] for r in client.get("/api/runs")] == [ghost], "the early run", log=ann.log)
+        wait_for(lambda: lake_points(dsn, data, ghost), "its points in the lake")
+        assert ann.stop() == 0
+        first_checkpoint(out)
+        left = subprocess.run(
+            [str(TEAM_PYTHON), "-c", LEFT_BEHIND, str(ann.db), str(events)], capture_output=True, text=True, timeout=120
+        )  # fmt: skip
+        assert left.returncode == 0, left.stderr[-2000:]
+        ann.start()
+        wait_for(
+            lambda: [r["id"] for r in client.get("/api/runs")] == ["ann/outputs"],
+            "the ghost gone from the reader's overview",
+            log=ann.log,
+        )
+        fresh = tmp_path / "fresh.duckdb"
+        cli_json(fresh, "ingest", str(root))
+        want = [[m, n, n] for run, m, n in stored(fresh)["points"] if run == "outputs"]
+        wait_for(
+            lambda: lake_points(dsn, data, "ann/outputs") == want, "outputs' points in the lake", log=ann.log
+        )
+        assert lake_rows_of(dsn, data, [ghost]) == {}
+    finally:
+        assert reader.stop() == 0
+        assert ann.stop() == 0
+    assert (
+        f"{events}: is read into run outputs: its points left run outputs/runs/{LIFE}" in ann.log.read_text()
+    )
+
+
+# What `place_source` wrote before the ghost's points were taken out with it (test_live_hf_first_checkpoint).
+LEFT_BEHIND = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1])
+con.execute(
+    '''UPDATE sources SET run_id = 'outputs', format = 'hf_tensorboard', segment = segment + 1,
+       byte_offset = 0, size = 0, inode = 0 WHERE path = ?''',
+    [sys.argv[2]],
+)
+con.close()
+"""
