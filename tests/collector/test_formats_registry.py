@@ -64,7 +64,10 @@ def test_each_format_says_what_its_info_means_for_the_run():
     assert formats.get("hf_trainer_state").run_info(hf) == RunInfo(config_part=hf, total_steps=50)
     marker = formats.get("checkpoint_marker")
     assert marker.run_info(marker.parse(b"120\n").info) == RunInfo(checkpoint_marker=120)
-    assert all(formats.get(f).run_info is None for f in ("jsonl", "csv", "tensorboard"))
+    assert all(formats.get(f).run_info is None for f in ("csv", "tensorboard"))
+    # a flat JSONL says only the end it shows (the HF Trainer's summary line), never a status of its own
+    assert formats.get("jsonl").run_info({"completed": True}) == RunInfo(ended="completed")
+    assert formats.get("jsonl").run_info({}) == RunInfo()
     assert {f for f in formats.names() if formats.get(f).whole_document} == {
         "hf_trainer_state",
         "status",
