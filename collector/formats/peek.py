@@ -62,7 +62,8 @@ _HOLDS_POINTS: set[tuple[str, int, int]] = set()
 def holds_points(path: Path, fmt: str) -> bool:
     """Whether the file's first 64 KiB hold a point in format `fmt`; False only when they hold whole records
     and none gave a point (a whole document, which only parses whole, and a file with no whole record yet
-    are taken to hold points). Discovery asks before calling another file a copy of this one."""
+    are taken to hold points, as is one the parser fails on: its read reports that failure for the file). Discovery
+    asks before calling another file a copy of this one. Never raises."""
     described = formats.get(fmt)
     if described.whole_document:
         return True
@@ -74,7 +75,10 @@ def holds_points(path: Path, fmt: str) -> bool:
     if key in _HOLDS_POINTS:
         return True
     data = head(path)
-    read = described.parse(data or b"", path=str(path))
+    try:
+        read = described.parse(data or b"", path=str(path))
+    except Exception:  # noqa: BLE001 (a parser's module missing, bytes it cannot take): the read says so
+        return True  # for this file, with its name; a peek must never cost the other files their run
     if not read.lines:
         return True  # not one whole record yet (a run just started): nothing says it holds no points
     if not len(read.points):
