@@ -147,6 +147,7 @@ class _Keeper:
         self._wanted = threading.Event()
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
+        self.asked = 0.0  # when (`time.time()`) the overview was last asked for
 
     def build(self) -> Overview:
         """The overview built now (after a build under way), in one read transaction of the lake: every row
@@ -156,9 +157,7 @@ class _Keeper:
             return lake_reader.in_one_snapshot(cur, lambda: _overview(self.service), again_on_any_error=True)
 
     def refresh(self) -> None:
-        """Build again in the background, unless a build is under way (its answer is the next call's)."""
-        if self.lock.locked():
-            return
+        """Build again in the background (after the build under way, if any; one more at most)."""
         with self._starting:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._refreshing, name="overview", daemon=True)
@@ -200,6 +199,10 @@ def _answer_from(keeper: _Keeper, max_age_s: float) -> Overview:
     service = keeper.service
     kept = service.overview
     asked = time.time()
+    # Calls within max_age_s of each other (dashboards): each wants the next answer built in the background, also
+    # one that built its own or waited for one (where a build takes about as long as the time between calls, each
+    # call would otherwise find the last answer too old and build again).
+    often, keeper.asked = max_age_s > 0 and asked - keeper.asked <= max_age_s, asked
     if kept is not None and asked - kept.read_at <= max_age_s:
         # (one catalog round trip: a lake out of reach fails this call, as a build would: 503)
         lake_reader.snapshot_now(service.store.cursor())
@@ -207,9 +210,11 @@ def _answer_from(keeper: _Keeper, max_age_s: float) -> Overview:
         return kept
     with keeper.lock:  # a build under way: its overview, if it read the lake recently enough
         kept = service.overview
-        if kept is not None and kept.read_at >= asked - max_age_s:
-            return kept
-    return keeper.build()
+        fresh_enough = kept is not None and kept.read_at >= asked - max_age_s
+    built = kept if fresh_enough else keeper.build()
+    if often:
+        keeper.refresh()
+    return built
 
 
 def _overview(service: RunService) -> Overview:
