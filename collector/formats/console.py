@@ -184,15 +184,16 @@ def looks_like_console(head: bytes) -> bool:
 
 
 def run_info(info: dict) -> RunInfo:
-    """Total steps from verl's training bar; `completed` once verl printed its final validation; the step the
+    """Total steps from verl's training bar; `completed` as the end the log shows once verl printed its final
+    validation (a status file beside it keeps the last word); the step the
     bar shows and the error the log ends with, as facts (a run whose log ends in an error is `failed`: the
     API reads `status_info.error`, which a later record clears); the `trainer.save_freq` / `test_freq` the log
     printed, merged into the run's config (`config_part`) where run settings are read from."""
-    status = "completed" if info.get("completed") else None
+    ended = "completed" if info.get("completed") else None
     facts = {k: info[k] for k in ("current_step", "error") if info.get(k) is not None}
     settings = info.get("settings") or None
     return RunInfo(
-        status=status,
+        ended=ended,
         total_steps=info.get("total_steps"),
         status_info=facts or None,
         config_part={"trainer": dict(settings)} if settings else None,

@@ -281,14 +281,15 @@ def sniff(head: bytes) -> bool:
 
 
 def run_info(info: dict) -> RunInfo:
-    """Total steps from the training bar; `completed` once the final summary dict was printed."""
-    status = "completed" if info.get("completed") else None
+    """Total steps from the training bar; `completed` as the end the log shows once the final summary dict was
+    printed (a status file beside it keeps the last word: the Trainer prints that summary on a stopped run too)."""
+    ended = "completed" if info.get("completed") else None
     facts = {
         k: info[k]
         for k in ("current_step", "step_source", "error", "resumed_from")
         if info.get(k) is not None
     }
-    return RunInfo(status=status, total_steps=info.get("total_steps"), status_info=facts or None)
+    return RunInfo(ended=ended, total_steps=info.get("total_steps"), status_info=facts or None)
 
 
 FORMAT = Format(

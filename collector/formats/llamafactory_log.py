@@ -75,11 +75,11 @@ def sniff(head: bytes) -> bool:
 
 
 def run_info(info: dict) -> RunInfo:
-    """The run's planned total steps; `completed` once a record reached them (LLaMA-Factory writes its last
-    record at the last step)."""
+    """The run's planned total steps; `completed` as the end the log shows once a record reached them
+    (LLaMA-Factory writes its last record at the last step; a status file beside it keeps the last word)."""
     total, current = info.get("total_steps"), info.get("current_step")
     done = isinstance(total, int) and isinstance(current, int) and total > 0 and current >= total
-    return RunInfo(status="completed" if done else None, total_steps=total)
+    return RunInfo(ended="completed" if done else None, total_steps=total)
 
 
 FORMAT = Format(

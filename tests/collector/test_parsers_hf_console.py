@@ -171,7 +171,7 @@ def test_a_traceback_after_the_last_dict_is_the_runs_error_until_it_logs_again()
     again = data + bar(6, 6).encode() + b"\r{'loss': 1.0, 'epoch': 1.0}\n"
     assert feed(again, [])[2]["error"] is None
     assert hf_console.run_info(info).status is None  # failure is the detector's call, from the facts
-    assert hf_console.run_info(feed(aligned_log(), [])[2]).status == "completed"
+    assert hf_console.run_info(feed(aligned_log(), [])[2]).ended == "completed"
 
 
 def test_a_launcher_kill_message_is_an_error():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 
 from collector.api import runs as api_runs
@@ -13,6 +15,7 @@ from collector.core.runtime import Settings
 from collector.daemon.service import Collector
 from collector.store import alerts as store_alerts
 from tests.collector.test_daemon_support import cli_json
+from tests.conftest import REPO
 
 
 def _status_of(runs: list[dict], run_id: str) -> str:
@@ -90,3 +93,37 @@ def test_a_flat_jsonl_ending_in_the_hf_trainers_summary_is_completed_unless_a_st
         assert _status_of(runs, "stopped") == "stopped"
     finally:
         collector.close()
+
+
+def test_a_status_file_keeps_its_word_over_a_console_summary_in_either_order(tmp_path):
+    """A stopped HF run prints the Trainer's summary dict too: the console shows an end (`completed`), the
+    status file says `stopped`. The status is `stopped` whichever file was read first (it was `completed`
+    where the console came after the status file)."""
+    console = (
+        "{'loss': 2.5, 'grad_norm': 1.5, 'learning_rate': 1e-05, 'epoch': 0.5}\n"
+        "{'loss': 2.25, 'grad_norm': 1.25, 'learning_rate': 5e-06, 'epoch': 1.0}\n"
+        "{'train_runtime': 12.5, 'train_samples_per_second': 3.2, 'train_loss': 2.4, 'epoch': 1.0}\n"
+    )
+
+    def status_of(db, root) -> str:
+        for args in (["ingest", "--db", str(db), str(root)], ["runs", "--db", str(db), "--json"]):
+            done = subprocess.run([sys.executable, "-m", "collector", *args], cwd=REPO, capture_output=True,
+                                  text=True, timeout=120)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+        return {r["id"]: r["status"] for r in json.loads(done.stdout)}["run"]
+
+    for first in ("status", "console"):
+        root = tmp_path / first / "root"
+        run = root / "run"
+        run.mkdir(parents=True)
+        db = tmp_path / first / "db.duckdb"
+        files = {
+            "status": ("status.json", json.dumps({"status": "stopped"})),
+            "console": ("train.log", console),
+        }
+        for which in (first, "console" if first == "status" else "status"):
+            name, text = files[which]
+            (run / name).write_text(text)
+            if which == first:
+                status_of(db, root)
+        assert status_of(db, root) == "stopped", first
