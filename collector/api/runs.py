@@ -90,8 +90,9 @@ def runs_body(service: RunService) -> bytes:
 def runs_answer(service: RunService, max_age_s: float = OVERVIEW_MAX_AGE_S) -> tuple[bytes, dict[str, str]]:
     """`GET /api/runs`: the body (`runs_body`) and headers saying as of when. A local file's overview is built
     now (no headers). On a team's lake it is the overview kept while it was read at most `max_age_s` ago (a
-    build in the background then brings it up to date, unless one is under way), else one built now (after the
-    build under way, if any, when that one read the lake recently enough); its headers: `X-Runwatch-Lake-Snapshot`
+    build in the background then brings it up to date, after the one under way if any), else one built now (or
+    the build under way, when that one read the lake recently enough; a call within `max_age_s` of the one before
+    asks the next build in the background too); its headers: `X-Runwatch-Lake-Snapshot`
     (the lake snapshot its rows were read at), `X-Runwatch-As-Of` (when, Unix seconds) and `X-Runwatch-Age-S`
     (how long before this answer)."""
     if not _reads_lake(service):
