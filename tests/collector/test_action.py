@@ -3,15 +3,11 @@ command for the run's trainer, told from what the run's files say; one voice wit
 
 from __future__ import annotations
 
-import json
 import math
-import random
-
-import numpy as np
-from safetensors.numpy import save_file
 
 from collector.advice.action import Trainer, action_for_alert, needs_action, trainer_of
 from tests.collector.test_daemon_support import cli_json
+from tests.collector.test_kept_resume_points import spiky_run
 
 
 def ckpt(step: int, complete: bool = True, value: float | None = None, inferred: bool = False) -> dict:
@@ -225,23 +221,7 @@ def test_a_validation_alert_keeps_the_advices_checkpoint_and_says_why_it_differs
 
 
 def test_the_api_and_cli_json_give_each_error_alert_its_action(tmp_path):
-    run = tmp_path / "root" / "spiky"
-    run.mkdir(parents=True)
-    rng = random.Random(0)
-    with (run / "metrics.jsonl").open("w") as f:
-        for s in range(1, 401):
-            loss, grad = 2.0 - s * 0.002 + rng.gauss(0, 0.02), 1.0 + rng.gauss(0, 0.05)
-            if 300 <= s <= 303:
-                loss, grad = loss * 6, grad * 80
-            elif 304 <= s <= 310:
-                loss *= 3
-            f.write(json.dumps({"step": s, "data": {"train/loss": loss, "train/grad_norm": grad}}) + "\n")
-    for step in (100, 200, 250, 300, 400):
-        hf = run / f"global_step_{step}" / "huggingface"
-        hf.mkdir(parents=True)
-        (hf / "config.json").write_text("{}")
-        (hf / "tokenizer.json").write_text("{}")
-        save_file({"w": np.zeros((4, 4), dtype=np.float32)}, str(hf / "model.safetensors"))
+    spiky_run(tmp_path / "root")
     db = tmp_path / "rw.duckdb"
     cli_json(db, "ingest", str(tmp_path / "root"))
     alerts = cli_json(db, "alerts")
