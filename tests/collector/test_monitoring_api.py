@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -217,3 +218,31 @@ def test_origin_rule():
     assert origin_allowed(
         "https://lab.example", "127.0.0.1:8000", {"RUNWATCH_ALLOWED_ORIGINS": "https://lab.example/"}
     )
+
+
+def test_live_socket_sends_the_status_first_while_steps_keep_coming(served):
+    """The status is the first message even when steps are stored between the run's read and the first read
+    of its points (it was a metric then: a flaky first message seen in a fresh clone)."""
+    run, where, token = served
+    done = threading.Event()
+
+    def write() -> None:
+        step = 21
+        while not done.is_set():
+            append(run, step, step)
+            step += 1
+            time.sleep(0.005)
+
+    async def first() -> dict:
+        url = f"ws://{where}/api/monitoring/{JOB}/live"
+        async with connect(url, subprotocols=["runwatch", f"bearer.{token}"], open_timeout=60) as ws:
+            return json.loads(await asyncio.wait_for(ws.recv(), 60))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        firsts = [asyncio.run(first())["type"] for _ in range(20)]
+    finally:
+        done.set()
+        writer.join()
+    assert firsts == ["status"] * 20

@@ -125,7 +125,10 @@ async def live(ws: WebSocket, job_id: str) -> None:
     try:
         found = await run_in_threadpool(store_read.runs, store, run)
         after = found[0]["last_step"] if found[0]["last_step"] is not None else -1
-        status: dict | None = None
+        # The status first, as promised, even when steps were stored since the run was read (a live run):
+        # their metrics follow it (the loop's first status check sends it again only if it changed).
+        status: dict | None = await run_in_threadpool(monitoring.job_status, ws.app.state.collector.runs, run)
+        await send(ws, {"type": "status", "data": status})
         checked = 0.0
         while not gone.is_set():
             batch = monitoring.BATCH
